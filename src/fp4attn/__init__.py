@@ -1,0 +1,28 @@
+"""fp4attn: 4-bit attention and 4-bit training for PyTorch.
+
+Formats (SPEC §2): :func:`quantize`, :func:`fake_quantize`, :class:`FP4Tensor`.
+Attention (SPEC §3): :func:`attention` (inference recipes nvfp4 / mxfp4 / sage3 / bf16),
+:func:`attn_qat` (Attn-QAT training op), :func:`thrift_attention` (ThriftAttention).
+Linear (SPEC §4): :class:`fp4attn.nn.QuartetLinear`.
+
+CUDA tensors run Triton kernels; CPU tensors run the reference implementation in
+:mod:`fp4attn.reference`. Importing needs no GPU.
+"""
+
+from .formats import FP4Tensor
+from .ops.quantize import fake_quantize, quantize
+
+__version__ = "0.1.0"
+
+__all__ = ["FP4Tensor", "quantize", "fake_quantize", "__version__"]
+
+
+def __getattr__(name):
+    # attention ops are imported lazily so that `import fp4attn` stays light
+    if name in ("attention", "attn_qat", "thrift_attention"):
+        from .ops import attention as _a
+        return getattr(_a, name)
+    if name == "nn":
+        from . import nn
+        return nn
+    raise AttributeError(f"module 'fp4attn' has no attribute {name!r}")

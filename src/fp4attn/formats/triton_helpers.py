@@ -1,0 +1,161 @@
+"""The FP4 formats once more, as ``@triton.jit`` helpers that every kernel imports.
+
+Same rules as ``fp4attn.formats.core`` (the PyTorch source of truth), written with float arithmetic
+and integer bit tricks only, no per-bit branching, so that they are cheap in registers:
+
+* ``rint``: round to nearest even with the 1.5*2**23 magic constant (valid for |x| < 2**22).
+* E2M1: pick the quantum of the value's binade (0.5 below 2, 1 below 4, else 2), round the value to
+  a multiple of it (an even multiple is an even code, so ties go to the even code), saturate at 6.
+* E4M3: the same with a 3-bit mantissa, the binade read from the float32 exponent bits, subnormal
+  quantum 2**-9, saturating at 448.
+* E8M0: the exponent of the block max read from its bits (exact, no log2).
+
+They run in the Triton interpreter too (TRITON_INTERPRET=1), where tests compare them bit for bit
+with the PyTorch formats.
+"""
+
+import triton
+import triton.language as tl
+
+_RINT_MAGIC = 12582912.0  # 1.5 * 2**23
+
+
+@triton.jit
+def rint(x):
+    """Round float32 to the nearest integer, ties to even; |x| < 2**22."""
+    return (x + _RINT_MAGIC) - _RINT_MAGIC
+
+
+@triton.jit
+def exp2i(e):
+    """2**e as float32 for an int32 e in [-149, 127] (subnormal results included)."""
+    normal = ((e + 127) << 23).to(tl.float32, bitcast=True)
+    sub = (1 << tl.minimum(tl.maximum(e + 149, 0), 30)).to(tl.float32, bitcast=True)
+    return tl.where(e >= -126, normal, sub)
+
+
+@triton.jit
+def e2m1_round_abs(a):
+    """|v| (float32, >= 0) -> nearest E2M1 magnitude, ties to even code, saturating at 6."""
+    q = tl.where(a < 2.0, 0.5, tl.where(a < 4.0, 1.0, 2.0))
+    r = rint(tl.minimum(a, 7.0) / q) * q
+    return tl.minimum(r, 6.0)
+
+
+@triton.jit
+def e2m1_round(v):
+    """float32 -> nearest E2M1 value (float32), sign kept."""
+    r = e2m1_round_abs(tl.abs(v))
+    return tl.where(v < 0, -r, r)
+
+
+@triton.jit
+def e2m1_code(v):
+    """float32 -> E2M1 code (uint8, sign in bit 3); NaN -> 0."""
+    r = e2m1_round_abs(tl.abs(v))
+    mag = tl.where(r < 2.0, r * 2.0, tl.where(r < 4.0, r + 2.0, r * 0.5 + 4.0))
+    sign = ((v.to(tl.int32, bitcast=True) >> 31) & 1) & (v == v).to(tl.int32)
+    return (mag.to(tl.int32) | (sign << 3)).to(tl.uint8)
+
+
+@triton.jit
+def e2m1_decode(code):
+    """E2M1 code (integer, low 4 bits) -> float32 value."""
+    c = code.to(tl.int32)
+    m = c & 7
+    mf = m.to(tl.float32)
+    mag = tl.where(m < 4, mf * 0.5, tl.where(m < 6, mf - 2.0, mf * 2.0 - 8.0))
+    return tl.where((c & 8) != 0, -mag, mag)
+
+
+@triton.jit
+def e4m3_round(x):
+    """float32 x >= 0 -> nearest E4M3 value (float32), ties to even, saturating at 448."""
+    e = ((x.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127
+    e = tl.maximum(e, -6)
+    q = ((e - 3 + 127) << 23).to(tl.float32, bitcast=True)
+    inv_q = ((130 - e) << 23).to(tl.float32, bitcast=True)
+    return tl.minimum(rint(x * inv_q) * q, 448.0)
+
+
+@triton.jit
+def mx_exponent(amax, FLOOR: tl.constexpr):
+    """Block amax (float32 >= 0, finite) -> E8M0 exponent (int32, clamped to [-127, 127])."""
+    bits = amax.to(tl.int32, bitcast=True)
+    e0 = ((bits >> 23) & 0xFF) - 127
+    if FLOOR:
+        e = e0 - 2
+    else:
+        e = tl.where((bits & 0x7FFFFF) <= 0x400000, e0 - 2, e0 - 1)
+    e = tl.where(amax > 0, e, -127)
+    return tl.minimum(tl.maximum(e, -127), 127)
+
+
+@triton.jit
+def block_amax(xb):
+    """Max |x| over the last axis of a (..., BLOCK) tile; NaN/Inf are ignored (flag them apart)."""
+    a = tl.abs(xb)
+    a = tl.where(a < float("inf"), a, 0.0)
+    return tl.max(a, axis=-1)
+
+
+@triton.jit
+def block_bad(xb):
+    """1 where the last axis of a (..., BLOCK) tile holds a NaN or +-Inf."""
+    return tl.max((~(tl.abs(xb) < float("inf"))).to(tl.int32), axis=-1)
+
+
+@triton.jit
+def fake_quant_blocks(xb, IS_MX: tl.constexpr, EXACT_DIV: tl.constexpr):
+    """Fake-quantize a (R, NB, BLOCK) float32 tile with blocks along the last axis (no global scale).
+
+    Returns float32 values ``code * scale`` (NaN for blocks holding NaN/Inf). With EXACT_DIV the
+    NVFP4 division ``x / s`` is IEEE-rounded as in the reference; otherwise it multiplies by the
+    reciprocal (SPEC §2 allows that: >= 99.99% equal codes, never more than one step apart).
+    """
+    amax = block_amax(xb)
+    if IS_MX:
+        e = mx_exponent(amax, False)
+        s = exp2i(e)
+        v = xb * exp2i(-e)[:, :, None]
+    else:
+        s = e4m3_round(tl.math.div_rn(amax, 6.0))
+        if EXACT_DIV:
+            v = tl.math.div_rn(xb, s[:, :, None])
+        else:
+            v = xb * (1.0 / s)[:, :, None]
+        v = tl.where(s[:, :, None] > 0, v, 0.0)
+    bad = block_bad(xb)
+    s = tl.where(bad != 0, float("nan"), s)
+    return e2m1_round(v) * s[:, :, None]
+
+
+@triton.jit
+def fake_quant_rows(x, BLOCK: tl.constexpr, IS_MX: tl.constexpr, EXACT_DIV: tl.constexpr):
+    """Fake-quantize an (R, C) float32 tile in blocks of BLOCK along its last axis."""
+    R: tl.constexpr = x.shape[0]
+    C: tl.constexpr = x.shape[1]
+    xb = tl.reshape(x, (R, C // BLOCK, BLOCK))
+    return tl.reshape(fake_quant_blocks(xb, IS_MX, EXACT_DIV), (R, C))
+
+
+@triton.jit
+def fake_quant_p(p, BLOCK: tl.constexpr, IS_MX: tl.constexpr):
+    """Fake-quantize a tile of P~ = exp(S - m) (finite, >= 0) in blocks of BLOCK along keys.
+
+    The cheap path for attention inner loops: no NaN handling (P~ is finite by construction) and a
+    reciprocal instead of a division.
+    """
+    R: tl.constexpr = p.shape[0]
+    C: tl.constexpr = p.shape[1]
+    pb = tl.reshape(p, (R, C // BLOCK, BLOCK))
+    amax = tl.max(pb, axis=2)
+    if IS_MX:
+        e = mx_exponent(amax, False)
+        s = exp2i(e)
+        inv = exp2i(-e)
+    else:
+        s = e4m3_round(amax * (1.0 / 6.0))
+        inv = tl.where(s > 0, 1.0 / s, 0.0)
+    q = e2m1_round_abs(pb * inv[:, :, None]) * s[:, :, None]
+    return tl.reshape(q, (R, C))
