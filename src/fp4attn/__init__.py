@@ -14,14 +14,18 @@ from .ops.quantize import fake_quantize, quantize
 
 __version__ = "0.1.0"
 
-__all__ = ["FP4Tensor", "quantize", "fake_quantize", "__version__"]
+__all__ = ["FP4Tensor", "quantize", "fake_quantize", "attention", "attn_qat", "thrift_attention", "nn",
+           "__version__"]
 
 
 def __getattr__(name):
     # attention ops are imported lazily so that `import fp4attn` stays light
-    if name in ("attention", "attn_qat", "thrift_attention"):
+    if name in ("attention", "thrift_attention"):
         from .ops import attention as _a
         return getattr(_a, name)
+    if name == "attn_qat":
+        from .ops.attn_qat import attn_qat
+        return attn_qat
     if name == "nn":
         from . import nn
         return nn

@@ -1,0 +1,99 @@
+"""Argument validation shared by every public op (SPEC §5): errors name the argument."""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import torch
+
+LAYOUTS = ("bhsd", "bshd")
+FMTS = ("nvfp4", "mxfp4")
+MAX_HEAD_DIM = 256
+_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def check_choice(name: str, value, choices) -> None:
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {tuple(choices)}, got {value!r}")
+
+
+def check_fmt(fmt) -> None:
+    check_choice("fmt", fmt, FMTS)
+
+
+def check_bool(name: str, value, allow_none: bool = False) -> None:
+    if allow_none and value is None:
+        return
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool{' or None' if allow_none else ''}, got {value!r}")
+
+
+def check_scale(scale, D: int) -> float:
+    """Softmax scale: default 1/sqrt(D); otherwise a positive finite real number."""
+    if scale is None:
+        return 1.0 / math.sqrt(D)
+    if isinstance(scale, torch.Tensor):
+        if scale.numel() != 1:
+            raise ValueError(f"scale must be a number, got a tensor of shape {tuple(scale.shape)}")
+        scale = scale.item()
+    if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
+        raise TypeError(f"scale must be a positive finite float or None, got {scale!r}")
+    scale = float(scale)
+    if not math.isfinite(scale) or scale <= 0:
+        raise ValueError(f"scale must be a positive finite float, got {scale}")
+    return scale
+
+
+def _check_tensor(name: str, t) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype not in _DTYPES:
+        raise TypeError(f"{name} must be a float16, bfloat16 or float32 tensor, got dtype {t.dtype}")
+
+
+def check_attention_args(q, k, v, *, layout="bhsd", scale=None, causal=False):
+    """Validate q, k, v (SPEC §3/§5) and return bhsd views plus the float softmax scale.
+
+    Shapes: q (B, Hq, Nq, D), k and v (B, Hkv, Nk, D) for layout "bhsd"; (B, N, H, D) for "bshd".
+    """
+    check_choice("layout", layout, LAYOUTS)
+    check_bool("causal", causal)
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        _check_tensor(name, t)
+    shape_doc = "(B, H, N, D)" if layout == "bhsd" else "(B, N, H, D)"
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.dim() != 4:
+            raise ValueError(f"{name} must be 4-D {shape_doc} for layout={layout!r}, "
+                             f"got shape {tuple(t.shape)}")
+    if not (q.device == k.device == v.device):
+        raise ValueError(f"q, k and v must be on one device, got q on {q.device}, k on {k.device}, "
+                         f"v on {v.device}")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise TypeError(f"q, k and v must have one dtype, got q {q.dtype}, k {k.dtype}, v {v.dtype}")
+    if layout == "bshd":
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+    B, hq, nq, D = q.shape
+    if k.shape[0] != B or v.shape[0] != B:
+        raise ValueError(f"batch size of k ({k.shape[0]}) and v ({v.shape[0]}) must equal q's ({B})")
+    if k.shape[3] != D or v.shape[3] != D:
+        raise ValueError(f"head dim D of k ({k.shape[3]}) and v ({v.shape[3]}) must equal q's ({D})")
+    if k.shape[1] != v.shape[1]:
+        raise ValueError(f"k and v must have the same number of heads, got {k.shape[1]} and {v.shape[1]}")
+    if k.shape[2] != v.shape[2]:
+        raise ValueError(f"k and v must have the same sequence length Nk, got {k.shape[2]} and "
+                         f"{v.shape[2]}")
+    hkv = k.shape[1]
+    if hkv == 0 or hq % hkv:
+        raise ValueError(f"the number of query heads ({hq}) must be a multiple of the number of "
+                         f"key/value heads ({hkv}) (GQA/MQA)")
+    if D > MAX_HEAD_DIM or D < 1:
+        raise ValueError(f"head dim D must be in [1, {MAX_HEAD_DIM}], got {D}")
+    if nq < 1 or k.shape[2] < 1 or B < 1:
+        raise ValueError(f"B, Nq and Nk must be >= 1, got B={B}, Nq={nq}, Nk={k.shape[2]}")
+    return q, k, v, check_scale(scale, D)
+
+
+def from_bhsd(x: torch.Tensor, layout: str) -> torch.Tensor:
+    """bhsd result -> the caller's layout, contiguous."""
+    return (x.transpose(1, 2) if layout == "bshd" else x).contiguous()

@@ -1,0 +1,109 @@
+"""Shared pieces of the reference attention implementations (plain PyTorch).
+
+Glossary (the papers' names, used throughout fp4attn):
+
+* S  = scale · Q Kᵀ, the attention scores (FP32).
+* P̃  = exp(S − m), the *unnormalized* softmax numerator with m a row max. The reference takes the
+  row max over all keys ("one-shot" P̃, SPEC §3); kernels use the running max of online softmax.
+* l  = rowsum(P̃), always from the unquantized P̃; the output is O = (Σ ϕ(P̃)·V) / l.
+* ϕ  = FP4 fake quantization (quantize then dequantize) in blocks along the stated axis.
+* O' = P̃·Vᶠ / l, the high-precision output Attn-QAT keeps for its backward.
+* LSE = m + log(l), the log-sum-exp of each row's scores (natural log).
+* D  = rowsum(dO ∘ O'), the softmax-backward row term of FlashAttention's backward.
+
+Memory stays bounded: every op walks the queries in row chunks, each chunk materializing its full
+rows of S (so the row max is exact) but never all N×N at once.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..formats.core import fake_quantize_values
+
+# Upper bound on the elements of one (B, H, rows, Nk) score chunk (float32: 4 bytes each).
+CHUNK_ELEMS = 1 << 24
+
+
+def compute_dtype(*ts: torch.Tensor) -> torch.dtype:
+    return torch.float64 if any(t.dtype == torch.float64 for t in ts) else torch.float32
+
+
+def default_scale(D: int, scale: float | None) -> float:
+    return 1.0 / math.sqrt(D) if scale is None else float(scale)
+
+
+def expand_kv(x: torch.Tensor, hq: int) -> torch.Tensor:
+    """(B, Hkv, N, D) -> (B, Hq, N, D): query head h reads kv head h // (Hq // Hkv)."""
+    g = hq // x.shape[1]
+    return x if g == 1 else x.repeat_interleave(g, dim=1)
+
+
+def reduce_kv(x: torch.Tensor, hkv: int) -> torch.Tensor:
+    """(B, Hq, N, D) gradients -> (B, Hkv, N, D), summed over each GQA group."""
+    B, hq, N, D = x.shape
+    return x if hq == hkv else x.view(B, hkv, hq // hkv, N, D).sum(dim=2)
+
+
+def row_chunks(B: int, H: int, nq: int, nk: int, limit: int = CHUNK_ELEMS):
+    """Yield (r0, r1) query-row ranges whose score chunk has at most ~limit elements."""
+    rows = max(1, limit // max(1, B * H * nk))
+    for r0 in range(0, nq, rows):
+        yield r0, min(nq, r0 + rows)
+
+
+def causal_keep(r0: int, r1: int, nq: int, nk: int, device) -> torch.Tensor:
+    """Bottom-right causal mask for query rows r0..r1: True where key j <= i + nk - nq."""
+    i = torch.arange(r0, r1, device=device).unsqueeze(1)
+    j = torch.arange(nk, device=device).unsqueeze(0)
+    return j <= i + (nk - nq)
+
+
+def softmax_numerator(s: torch.Tensor):
+    """One-shot P̃ for a chunk of score rows (masked entries already -inf).
+
+    Returns (p, m, l): P̃ = exp(S − m) with m the row max over all keys, l = rowsum(P̃).
+    A row with no visible key has m = -inf, P̃ = 0 and l = 0.
+    """
+    m = s.amax(dim=-1, keepdim=True)
+    m_safe = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+    p = torch.exp(s - m_safe)
+    l = p.sum(dim=-1, keepdim=True)
+    return p, m, l
+
+
+def normalize(o: torch.Tensor, l: torch.Tensor) -> torch.Tensor:
+    """O / l with fully masked rows (l == 0) giving 0."""
+    return torch.where(l > 0, o / torch.where(l > 0, l, torch.ones_like(l)), torch.zeros_like(o))
+
+
+def lse_of(m: torch.Tensor, l: torch.Tensor) -> torch.Tensor:
+    """LSE = m + log(l); -inf for fully masked rows."""
+    lse = m + torch.log(torch.where(l > 0, l, torch.ones_like(l)))
+    return torch.where(l > 0, lse, torch.full_like(lse, float("-inf"))).squeeze(-1)
+
+
+def quantize_p(p: torch.Tensor, fmt: str, two_level: bool, tile: int = 64) -> torch.Tensor:
+    """ϕ(P̃) along keys (last dim), single-level or SageAttention3's two-level scaling.
+
+    Two-level: per row and ``tile``-key tile, s1 = rowmax(P̃)/(448·6); the tile is quantized as
+    s1 · ϕ(P̃ / s1), so P̃'s block scales use the E4M3 range instead of sitting near its bottom.
+    """
+    if not two_level:
+        return fake_quantize_values(p, fmt, dim=-1).to(p.dtype)
+    nk = p.shape[-1]
+    pad = (-nk) % tile
+    pt = torch.nn.functional.pad(p, (0, pad)) if pad else p
+    pt = pt.reshape(*p.shape[:-1], (nk + pad) // tile, tile)
+    s1 = pt.amax(dim=-1, keepdim=True) / (448.0 * 6.0)
+    pos = s1 > 0
+    p2 = pt / torch.where(pos, s1, torch.ones_like(s1))
+    q = fake_quantize_values(p2.float(), fmt, dim=-1).to(p.dtype) * torch.where(pos, s1, torch.zeros_like(s1))
+    return q.reshape(*p.shape[:-1], nk + pad)[..., :nk]
+
+
+def fq(x: torch.Tensor, fmt: str, dim: int, dtype: torch.dtype) -> torch.Tensor:
+    """ϕ(x) along ``dim`` (zero padding of that dim internal), returned in ``dtype``."""
+    return fake_quantize_values(x, fmt, dim=dim).to(dtype)
