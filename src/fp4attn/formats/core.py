@@ -17,7 +17,8 @@ Design choices the spec leaves open (documented and tested):
 * a block whose NVFP4 scale rounds to 0 stores codes 0 (it dequantizes to +0);
 * the global amax is taken over the finite elements only (a NaN elsewhere must not wipe out every
   block), and ``S_enc`` is clamped to the largest finite float32;
-* dequantization multiplies by the stored decode scale: ``q * s_b * (1/S_enc)``.
+* dequantization multiplies by the stored decode scale after the exact product:
+  ``(q * s_b) * (1/S_enc)``.
 """
 
 from __future__ import annotations
@@ -124,7 +125,7 @@ def mx_exponent(amax: torch.Tensor, scale_mode: str = "rceil") -> torch.Tensor:
 @dataclass
 class _Blocks:
     codes: torch.Tensor  # uint8, (..., nblocks, bs), sign in bit 3
-    scale: torch.Tensor  # float32 (..., nblocks): the dequant factor per block (NaN for bad blocks)
+    scale: torch.Tensor  # float32 (..., nblocks): the block scale value (NaN for bad blocks)
     scale_store: torch.Tensor  # float8_e4m3fn | float8_e8m0fnu, (..., nblocks)
     decode_global: torch.Tensor | None  # float32 scalar 1/S_enc, or None
 
@@ -168,7 +169,7 @@ def quantize_blocks(
             s = s8.float()
             denom = s / s_enc
             dec_g = (1.0 / s_enc).float()
-            deq = s * dec_g
+            deq = s
         else:
             s8 = e4m3_round(amax / E2M1_MAX)
             s = s8.float()
@@ -194,8 +195,13 @@ def quantize_blocks(
 
 
 def blocks_dequantize(b: _Blocks) -> torch.Tensor:
-    """Dequantized float32 blocks: code value * block scale (* global decode scale)."""
-    return e2m1_decode(b.codes) * b.scale.unsqueeze(-1)
+    """Dequantized float32 blocks: (code value * block scale) * global decode scale.
+
+    code * scale is exact in float32 (a 2-bit by 4-bit significand product), so the value is the
+    correctly rounded q * s_b / S_enc whenever a global decode scale is present.
+    """
+    v = e2m1_decode(b.codes) * b.scale.unsqueeze(-1)
+    return v if b.decode_global is None else v * b.decode_global
 
 
 # ----------------------------------------------------------------------------------------------
@@ -254,15 +260,13 @@ class FP4Tensor:
         return unpack_last(d).movedim(-1, self.dim)
 
     def scale_values(self) -> torch.Tensor:
-        """Per-block dequantization factors as float32 (global decode scale folded in)."""
+        """Per-block scales as float32 (NaN for non-finite blocks); the global scale is separate."""
         if self.fmt == "nvfp4":
             s = self.scales.float()
         else:
             raw = self.scales.view(torch.uint8)
             s = torch.ldexp(torch.ones(raw.shape, device=raw.device), raw.to(torch.int32) - 127)
             s = torch.where(raw == 255, torch.full_like(s, float("nan")), s)
-        if self.global_scale is not None:
-            s = s * self.global_scale
         return s
 
     def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -271,6 +275,8 @@ class FP4Tensor:
         cb = codes.reshape(*codes.shape[:-1], codes.shape[-1] // bs, bs)
         s = self.scale_values().movedim(self.dim, -1)
         out = (e2m1_decode(cb) * s.unsqueeze(-1)).reshape(codes.shape)
+        if self.global_scale is not None:
+            out = out * self.global_scale  # after the exact code*scale product: one rounding
         return out.movedim(-1, self.dim).to(dtype)
 
     def __repr__(self) -> str:
