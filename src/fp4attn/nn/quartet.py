@@ -1,0 +1,219 @@
+"""``QuartetLinear``: an ``nn.Linear`` whose three GEMMs run in MXFP4 (Quartet, SPEC §4).
+
+Semantics (forward QuEST + Hadamard, backward randomized Hadamard + stochastic rounding) and the RNG
+handling are documented in :mod:`fp4attn.reference.quartet`. CPU tensors run that reference; CUDA
+tensors run :mod:`fp4attn.kernels.quartet` (Triton quantizers + FP8 tensor-core GEMMs on Hopper) when
+the shapes allow it, else the reference.
+
+Randomness: each module owns a :class:`~fp4attn.reference.quartet.QuartetRNG` (``module.rng``:
+``seed`` and ``step``). Only the backward pass draws random numbers, from ``seed`` and ``step``,
+and then advances ``step``; the forward is deterministic. Hence activation checkpointing (which
+replays forwards) recomputes identically, and two runs with the same seeds give identical gradients.
+``seed=None`` draws the seed from torch's global RNG at construction (``torch.manual_seed`` makes it
+reproducible). Data-parallel replicas built with the same seed draw the same noise.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import warnings
+
+import torch
+from torch import nn
+
+from ..reference.quartet import HADAMARD_GROUPS, QuartetLinearFunction, QuartetRNG, quartet_quantize_operand
+
+__all__ = ["QuartetLinear", "quartet_linear", "swap_linear_layers"]
+
+
+def _kernels():
+    """The CUDA implementation module, or None when it cannot be imported."""
+    try:
+        from ..kernels import quartet as kq
+    except Exception:  # no triton, or the kernels are not built yet
+        return None
+    return kq
+
+
+def _check_group(hadamard_group) -> int:
+    if not isinstance(hadamard_group, int) or isinstance(hadamard_group, bool):
+        raise TypeError(f"hadamard_group must be an int, got {type(hadamard_group).__name__}")
+    if hadamard_group not in HADAMARD_GROUPS:
+        raise ValueError(f"hadamard_group must be one of {HADAMARD_GROUPS}, got {hadamard_group}")
+    return hadamard_group
+
+
+def _check_inputs(x, weight, bias, hadamard_group):
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+    if not isinstance(weight, torch.Tensor):
+        raise TypeError(f"weight must be a torch.Tensor, got {type(weight).__name__}")
+    if not x.is_floating_point():
+        raise TypeError(f"x must be a floating-point tensor, got dtype {x.dtype}")
+    if not weight.is_floating_point():
+        raise TypeError(f"weight must be a floating-point tensor, got dtype {weight.dtype}")
+    if weight.dim() != 2:
+        raise ValueError(f"weight must be 2-D (out_features, in_features), got shape {tuple(weight.shape)}")
+    if x.dim() < 1:
+        raise ValueError("x must have at least one dimension (..., in_features)")
+    N, K = weight.shape
+    if x.shape[-1] != K:
+        raise ValueError(f"x.shape[-1] must equal weight.shape[1]={K} (in_features), got {x.shape[-1]}")
+    if K % hadamard_group:
+        raise ValueError(f"in_features (weight.shape[1]={K}) must be a multiple of "
+                         f"hadamard_group={hadamard_group}")
+    if x.device != weight.device:
+        raise ValueError(f"x and weight must be on the same device, got {x.device} and {weight.device}")
+    if bias is not None:
+        if not isinstance(bias, torch.Tensor):
+            raise TypeError(f"bias must be a torch.Tensor or None, got {type(bias).__name__}")
+        if not bias.is_floating_point():
+            raise TypeError(f"bias must be a floating-point tensor, got dtype {bias.dtype}")
+        if bias.shape != (N,):
+            raise ValueError(f"bias must have shape ({N},) (out_features), got {tuple(bias.shape)}")
+        if bias.device != weight.device:
+            raise ValueError(f"bias must be on weight's device {weight.device}, got {bias.device}")
+
+
+def _compute_dtype(x: torch.Tensor, weight: torch.Tensor) -> torch.dtype | None:
+    """The autocast dtype when autocast is on for x's device, else None (then dtypes must match)."""
+    dev = x.device.type
+    try:
+        if torch.is_autocast_enabled(dev):
+            return torch.get_autocast_dtype(dev)
+    except (TypeError, RuntimeError, AttributeError):
+        pass
+    return None
+
+
+def _apply(x, weight, bias, rng, hadamard_group, w_cache=None):
+    ac = _compute_dtype(x, weight)
+    if ac is not None:  # as F.linear under autocast: compute and return in the autocast dtype
+        x = x.to(ac)
+        weight = weight.to(ac)
+        bias = None if bias is None else bias.to(ac)
+    elif x.dtype != weight.dtype:
+        raise TypeError(f"x.dtype ({x.dtype}) must equal weight.dtype ({weight.dtype}), as in nn.Linear")
+    kq = _kernels() if x.is_cuda else None
+    if kq is not None and kq.supported(x, weight, hadamard_group):
+        return kq.QuartetLinearCUDA.apply(x, weight, bias, rng, hadamard_group)
+    return QuartetLinearFunction.apply(x, weight, bias, rng, hadamard_group, w_cache)
+
+
+def quartet_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *,
+                   hadamard_group: int = 32, seed: int | None = None) -> torch.Tensor:
+    """Functional Quartet linear: ``y ≈ x @ weight.T + bias`` with MXFP4 forward and backward.
+
+    ``seed``: the backward's random seed; None draws one from torch's global RNG now (so
+    ``torch.utils.checkpoint``, which restores that RNG before recomputing, replays the same seed).
+    """
+    _check_group(hadamard_group)
+    _check_inputs(x, weight, bias, hadamard_group)
+    return _apply(x, weight, bias, QuartetRNG(seed), hadamard_group)
+
+
+class QuartetLinear(nn.Linear):
+    """Drop-in ``nn.Linear`` training in MXFP4 with Quartet (forward QuEST, backward unbiased SR).
+
+    ``in_features`` must be a multiple of ``hadamard_group`` (32, 64, 128 or 256; the MXFP4 groups are
+    always 32). Parameters, initialization, bias and dtypes are those of ``nn.Linear``.
+
+    ``cache_weight`` (attribute, default False): reuse the quantized weight while ``weight`` is unchanged
+    (checked through its version counter and storage; writes through ``weight.data`` bypass the counter,
+    so keep it off if something updates weights that way). Used on the reference path.
+    """
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, hadamard_group: int = 32,
+                 device=None, dtype=None, seed: int | None = None):
+        for name, v in (("in_features", in_features), ("out_features", out_features)):
+            if not isinstance(v, int) or isinstance(v, bool):
+                raise TypeError(f"{name} must be an int, got {type(v).__name__}")
+            if v <= 0:
+                raise ValueError(f"{name} must be positive, got {v}")
+        if not isinstance(bias, bool):
+            raise TypeError(f"bias must be a bool, got {type(bias).__name__}")
+        _check_group(hadamard_group)
+        if in_features % hadamard_group:
+            raise ValueError(f"in_features must be a multiple of hadamard_group={hadamard_group}, "
+                             f"got {in_features}")
+        if dtype is not None and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+            raise TypeError(f"dtype must be a floating-point torch.dtype or None, got {dtype!r}")
+        super().__init__(in_features, out_features, bias=bias, device=device, dtype=dtype)
+        self.hadamard_group = hadamard_group
+        self.rng = QuartetRNG(seed)
+        self.cache_weight = False
+        self._w_cache = None
+
+    def _cached_weight(self):
+        if not self.cache_weight:
+            return None
+        w = self.weight
+        key = (w._version, w.data_ptr(), w.dtype, w.device, tuple(w.shape))
+        if self._w_cache is None or self._w_cache[0] != key:
+            self._w_cache = (key, quartet_quantize_operand(w.detach(), self.hadamard_group))
+        return self._w_cache[1]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        _check_inputs(x, self.weight, self.bias, self.hadamard_group)
+        cache = self._cached_weight() if not x.is_cuda else None
+        return _apply(x, self.weight, self.bias, self.rng, self.hadamard_group, cache)
+
+    def extra_repr(self) -> str:
+        return (f"{super().extra_repr()}, hadamard_group={self.hadamard_group}, "
+                f"seed={self.rng.seed}")
+
+    @classmethod
+    def from_linear(cls, linear: nn.Linear, *, hadamard_group: int = 32, seed: int | None = None):
+        """A QuartetLinear sharing ``linear``'s parameters (same tensors, so ties and optimizers hold)."""
+        w = linear.weight
+        q = cls(linear.in_features, linear.out_features, bias=linear.bias is not None,
+                hadamard_group=hadamard_group, device="meta", dtype=w.dtype, seed=seed)
+        q.weight = w
+        q.bias = linear.bias
+        return q
+
+
+def _excluded(name: str, patterns) -> bool:
+    last = name.rsplit(".", 1)[-1]
+    return any(fnmatch.fnmatchcase(name, p) or fnmatch.fnmatchcase(last, p) for p in patterns)
+
+
+def swap_linear_layers(model: nn.Module, exclude=("lm_head",), *, hadamard_group: int = 32,
+                       seed: int | None = None, strict: bool = False) -> nn.Module:
+    """Replace the ``nn.Linear`` modules of ``model`` (in place) by :class:`QuartetLinear`; returns model.
+
+    ``exclude``: names or glob patterns matched against each module's qualified name and its last
+    component (default keeps ``lm_head`` in high precision). The new modules share the old
+    parameters. Layers whose ``in_features`` is not a multiple of ``hadamard_group`` are left as they
+    are with a warning (``strict=True`` raises ValueError instead). ``seed``: base seed; layer i gets
+    ``seed + i`` (None: each draws its own from torch's global RNG).
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    if isinstance(exclude, str):
+        exclude = (exclude,)
+    exclude = tuple(exclude or ())
+    if not all(isinstance(p, str) for p in exclude):
+        raise TypeError("exclude must be a sequence of str")
+    _check_group(hadamard_group)
+    targets = [(n, m) for n, m in model.named_modules()
+               if isinstance(m, nn.Linear) and not isinstance(m, QuartetLinear) and n
+               and not _excluded(n, exclude)]
+    skipped = []
+    for i, (name, lin) in enumerate(targets):
+        if lin.in_features % hadamard_group:
+            if strict:
+                raise ValueError(f"{name}: in_features={lin.in_features} is not a multiple of "
+                                 f"hadamard_group={hadamard_group}")
+            skipped.append(name)
+            continue
+        parent_name, _, child = name.rpartition(".")
+        parent = model.get_submodule(parent_name) if parent_name else model
+        q = QuartetLinear.from_linear(lin, hadamard_group=hadamard_group,
+                                      seed=None if seed is None else seed + i)
+        q.train(lin.training)
+        setattr(parent, child, q)
+    if skipped:
+        warnings.warn(f"swap_linear_layers kept {len(skipped)} nn.Linear layer(s) whose in_features is "
+                      f"not a multiple of {hadamard_group}: {skipped}", stacklevel=2)
+    return model
