@@ -47,8 +47,9 @@ def reduce_kv(x: torch.Tensor, hkv: int) -> torch.Tensor:
     return x if hq == hkv else x.view(B, hkv, hq // hkv, N, D).sum(dim=2)
 
 
-def row_chunks(B: int, H: int, nq: int, nk: int, limit: int = CHUNK_ELEMS):
+def row_chunks(B: int, H: int, nq: int, nk: int, limit: int | None = None):
     """Yield (r0, r1) query-row ranges whose score chunk has at most ~limit elements."""
+    limit = CHUNK_ELEMS if limit is None else limit
     rows = max(1, limit // max(1, B * H * nk))
     for r0 in range(0, nq, rows):
         yield r0, min(nq, r0 + rows)
