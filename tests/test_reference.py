@@ -305,6 +305,7 @@ def test_budget_to_k_rules():
     for n in (1, 5, 16, 64):
         for f in (0.05, 0.1, 0.25, 0.5, 0.9):
             k = budget_to_k(f, n, True)
-            share = lambda kk: (kk * n - kk * (kk - 1) / 2) / (n * (n + 1) / 2)
+            def share(kk, n=n):
+                return (kk * n - kk * (kk - 1) / 2) / (n * (n + 1) / 2)
             assert all(abs(share(k) - f) <= abs(share(j) - f) for j in range(1, n + 1))
     assert budget_to_k(0.25, 64, True) == 9           # share(9) = 540/2080 = 0.2596
