@@ -1,0 +1,553 @@
+"""Attn-QAT training kernels (SPEC §3, issue 3): fused Triton forward and backward, fast on Hopper.
+
+Read top to bottom, like the Triton fused-attention tutorial:
+
+1. ``_prep_kernel`` -- the quantization pre-pass. One memory-bound sweep writes Qᶠ, Kᶠ (fake-quantized
+   along D) and Vᶠ (fake-quantized along tokens, per channel, blocks of 16 keys for NVFP4 / 32 for
+   MXFP4) as zero-padded, contiguous ``(B, H, N_pad, D_pad)`` buffers in the dot dtype. Fake-quantized
+   values (an E2M1 value times an E4M3 or power-of-two scale, no global scale) have at most 6
+   significant bits, so they are *exact* in bf16: the bf16 tensor cores then compute the FP4 products
+   exactly with FP32 accumulation. These buffers are what the backward re-reads (not q, k, v).
+   The same kernel in copy mode (no quantization) pads the unquantized q, k, v for ``backward="naive"``.
+
+2. ``_fwd_kernel`` -- Algorithm 2. Per 128-query tile it streams the key/value tiles, computes
+   S = scale·QᶠKᶠᵀ in the exp2 domain, and keeps the online softmax (running max m, running sum l).
+   The three quantities the backward needs are defined once here:
+
+   * **P̃ = exp(S − m)**, the un-normalized probabilities against the running max. ``l`` sums the
+     *unquantized* P̃. ϕ(P̃) is P̃ fake-quantized in registers in blocks of 16 (32) keys
+     (``fake_quant_p``: one max per block, float arithmetic), and O accumulates ϕ(P̃)·Vᶠ.
+   * **O' = P̃·Vᶠ / l**, the high-precision output (a second PV dot into a second accumulator). It
+     is used only by the backward, for D below; it is not computed when the backward does not need it.
+   * **LSE = m + log l** (natural log; -inf for a row that sees no key, whose O is 0).
+
+   Causal tiles strictly above the (bottom-right aligned) diagonal are skipped; only the diagonal
+   tiles and the ragged key tail take the masked path.
+
+3. Backward, FlashAttention-2 style, Algorithm 3 with straight-through Q, K, V:
+
+   * ``_bwd_pre_kernel``: **D = rowsum(dO ∘ O')** (∘ O when ``high_precision_o=False`` or for the naive
+     backward), minus the incoming gradient of the LSE output if there is one; it also writes dO into a
+     padded dot-dtype buffer.
+   * ``_bwd_dkdv_kernel``: one program per (key tile, kv head); it loops over the query heads of its
+     GQA group and over the query tiles, recomputing P = exp(S − LSE). dV += ϕ(P)ᵀ dO with ϕ(P)
+     quantized along keys (Pᵀ dO when ``quantize_p_in_backward=False``), dP = dO Vᶠᵀ,
+     dS = P ∘ (dP − D), dK += scale · dSᵀ Qᶠ. Summing the group inside one program keeps GQA
+     deterministic without atomics.
+   * ``_bwd_dq_kernel``: one program per (query tile, query head): dQ = scale · Σ dS Kᶠ.
+
+Padded keys (zero K and V rows beyond Nk) are masked out of the forward softmax; in the backward they
+need no mask (zero V gives dP = 0 there and a zero K adds nothing to dQ; their dK/dV rows are not
+stored). Padded query rows have zero dO and D, hence zero dS.
+
+The launchers take the dot dtype from the buffers: bf16 (fp16 for fp16 inputs) on GPU; the CPU tests
+run the same kernels under ``TRITON_INTERPRET=1`` with float32 buffers (the interpreter has no bf16
+``tl.dot``; the quantized values are exact in either).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+from ..formats.triton_helpers import fake_quant_p, fake_quant_rows
+
+LOG2E = 1.4426950408889634
+LN2 = 0.6931471805599453
+N_ALIGN = 128  # token padding of the internal buffers (a multiple of every tile size below)
+
+
+def _interpret() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def head_dim_padded(d: int) -> int:
+    """Internal head dim: the next power of two >= D, at least 32 (an MXFP4 block along D)."""
+    p = 32
+    while p < d:  # a loop, not bit tricks: d may be a SymInt under torch.compile
+        p *= 2
+    return p
+
+
+def _autotune() -> bool:
+    """Autotuning is on by default on GPU; FP4ATTN_AUTOTUNE=0 uses the fixed default configs (tests)."""
+    return not _interpret() and os.environ.get("FP4ATTN_AUTOTUNE", "1") not in ("", "0")
+
+
+def _launch(kernel, tuned, grid, args, meta, config):
+    """Run ``tuned`` (autotuned) or ``kernel`` with an explicit config dict (BLOCK_M/BLOCK_N and
+    optionally num_warps/num_stages); ``grid`` maps the config dict to the launch grid."""
+    if config is None and _autotune():
+        tuned[lambda m: grid(m)](*args, **meta)
+        return
+    c = dict(config)
+    nw, ns = c.pop("num_warps", 4), c.pop("num_stages", 2)
+    kernel[grid(c)](*args, **meta, **c, num_warps=nw, num_stages=ns)
+
+
+def pad_tokens(n: int) -> int:
+    return triton.cdiv(n, N_ALIGN) * N_ALIGN
+
+
+def quant_block(fmt: str) -> tuple[int, bool]:
+    if fmt == "nvfp4":
+        return 16, False
+    if fmt == "mxfp4":
+        return 32, True
+    raise ValueError(f"fmt must be 'nvfp4' or 'mxfp4', got {fmt!r}")
+
+
+# =================================================================================================
+# 1. Quantization pre-pass
+# =================================================================================================
+@triton.jit
+def _prep_kernel(X, Y, sx_b, sx_h, sx_n, sx_d, H, N, D, NP,
+                 MODE: tl.constexpr,  # 0: copy, 1: fake-quantize along D, 2: along tokens
+                 QB: tl.constexpr, IS_MX: tl.constexpr,
+                 BLOCK_T: tl.constexpr, DP: tl.constexpr):
+    pid_t = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // H
+    h = pid_bh % H
+    rows = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
+    cols = tl.arange(0, DP)
+    src = X + b.to(tl.int64) * sx_b + h.to(tl.int64) * sx_h
+    msk = (rows[:, None] < N) & (cols[None, :] < D)
+    x = tl.load(src + rows[:, None].to(tl.int64) * sx_n + cols[None, :] * sx_d, mask=msk, other=0.0)
+    x = x.to(tl.float32)
+    if MODE == 1:
+        x = fake_quant_rows(x, QB, IS_MX, True)
+    elif MODE == 2:
+        x = tl.trans(fake_quant_rows(tl.trans(x), QB, IS_MX, True))
+    dst = Y + pid_bh.to(tl.int64) * NP * DP
+    tl.store(dst + rows[:, None] * DP + cols[None, :], x.to(Y.dtype.element_ty))
+
+
+def prep(x: torch.Tensor, mode: int, fmt: str, dot_dtype: torch.dtype) -> torch.Tensor:
+    """(B, H, N, D) bhsd view (any strides) -> padded contiguous (B, H, N_pad, D_pad) buffer."""
+    B, H, N, D = x.shape
+    NP, DP = pad_tokens(N), head_dim_padded(D)
+    y = torch.empty((B, H, NP, DP), device=x.device, dtype=dot_dtype)
+    qb, is_mx = quant_block(fmt)
+    block_t = 64 if DP <= 128 else 32
+    _prep_kernel[(NP // block_t, B * H)](
+        x, y, *x.stride(), H, N, D, NP, MODE=mode, QB=qb, IS_MX=is_mx, BLOCK_T=block_t, DP=DP,
+        num_warps=4)
+    return y
+
+
+# =================================================================================================
+# 2. Forward (Algorithm 2)
+# =================================================================================================
+@triton.jit
+def _fwd_inner(acc, acc_hp, l_i, m_i, q, k_base, v_base, offs_m, lo, hi, Nk, causal_off, qk_scale,
+               MASK: tl.constexpr, CAUSAL: tl.constexpr, HP_O: tl.constexpr,
+               QB: tl.constexpr, IS_MX: tl.constexpr,
+               BLOCK_N: tl.constexpr, DP: tl.constexpr):
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, DP)
+    kT_ptrs = k_base + offs_n[None, :] * DP + offs_d[:, None]
+    v_ptrs = v_base + offs_n[:, None] * DP + offs_d[None, :]
+    for start_n in range(lo, hi, BLOCK_N):
+        start_n = tl.multiple_of(start_n, BLOCK_N)
+        kT = tl.load(kT_ptrs + start_n * DP)
+        s = tl.dot(q, kT) * qk_scale  # log2 domain
+        if MASK:
+            keys = start_n + offs_n
+            ok = keys[None, :] < Nk
+            if CAUSAL:
+                ok = ok & (keys[None, :] <= offs_m[:, None] + causal_off)
+            s = tl.where(ok, s, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+            m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows that saw no key yet
+        else:
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+            m_use = m_new
+        p = tl.math.exp2(s - m_use[:, None])  # P~ = exp(S - m)
+        alpha = tl.math.exp2(m_i - m_use)
+        l_i = l_i * alpha + tl.sum(p, 1)  # l from the unquantized P~
+        v = tl.load(v_ptrs + start_n * DP)
+        p_q = fake_quant_p(p, QB, IS_MX)  # phi(P~) in registers
+        acc = tl.dot(p_q.to(v.dtype), v, acc * alpha[:, None])
+        if HP_O:
+            acc_hp = tl.dot(p.to(v.dtype), v, acc_hp * alpha[:, None])
+        m_i = m_new
+    return acc, acc_hp, l_i, m_i
+
+
+@triton.jit
+def _fwd_kernel(Qf, Kf, Vf, O, OP, LSE,
+                so_b, so_h, so_n, so_d,
+                qk_scale, Hq, GROUP, Nq, Nk, NQP, NKP, D,
+                CAUSAL: tl.constexpr, HP_O: tl.constexpr, QB: tl.constexpr, IS_MX: tl.constexpr,
+                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DP: tl.constexpr):
+    start_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // Hq
+    h = pid_bh % Hq
+    kv_bh = b * (Hq // GROUP) + h // GROUP
+    q_base = Qf + pid_bh.to(tl.int64) * NQP * DP
+    k_base = Kf + kv_bh.to(tl.int64) * NKP * DP
+    v_base = Vf + kv_bh.to(tl.int64) * NKP * DP
+
+    m0 = start_m * BLOCK_M
+    offs_m = m0 + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, DP)
+    q = tl.load(q_base + offs_m[:, None] * DP + offs_d[None, :])
+
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, DP], dtype=tl.float32)
+    acc_hp = tl.zeros([BLOCK_M, DP], dtype=tl.float32)
+
+    causal_off = Nk - Nq  # bottom-right: query i sees keys j <= i + Nk - Nq
+    n_full = (Nk // BLOCK_N) * BLOCK_N
+    if CAUSAL:
+        hi = tl.minimum(tl.maximum(m0 + BLOCK_M + causal_off, 0), Nk)
+        full_end = tl.minimum((tl.maximum(m0 + causal_off + 1, 0) // BLOCK_N) * BLOCK_N, n_full)
+    else:
+        hi = Nk
+        full_end = n_full
+    # tiles every query of this block fully sees: no masks
+    acc, acc_hp, l_i, m_i = _fwd_inner(acc, acc_hp, l_i, m_i, q, k_base, v_base, offs_m, 0, full_end,
+                                       Nk, causal_off, qk_scale, False, CAUSAL, HP_O, QB, IS_MX,
+                                       BLOCK_N, DP)
+    # diagonal tiles and the ragged key tail
+    acc, acc_hp, l_i, m_i = _fwd_inner(acc, acc_hp, l_i, m_i, q, k_base, v_base, offs_m, full_end, hi,
+                                       Nk, causal_off, qk_scale, True, CAUSAL, HP_O, QB, IS_MX,
+                                       BLOCK_N, DP)
+
+    empty = l_i == 0.0
+    inv_l = tl.where(empty, 0.0, 1.0 / tl.where(empty, 1.0, l_i))
+    lse = tl.where(empty, float("-inf"), (m_i + tl.math.log2(tl.where(empty, 1.0, l_i))) * 0.6931471805599453)
+    tl.store(LSE + pid_bh.to(tl.int64) * NQP + offs_m, lse)
+    o = acc * inv_l[:, None]
+    o_ptrs = (O + b.to(tl.int64) * so_b + h.to(tl.int64) * so_h + offs_m[:, None].to(tl.int64) * so_n
+              + offs_d[None, :] * so_d)
+    tl.store(o_ptrs, o.to(O.dtype.element_ty), mask=(offs_m[:, None] < Nq) & (offs_d[None, :] < D))
+    if HP_O:
+        op = acc_hp * inv_l[:, None]
+        tl.store(OP + pid_bh.to(tl.int64) * NQP * DP + offs_m[:, None] * DP + offs_d[None, :],
+                 op.to(OP.dtype.element_ty))
+
+
+def _fwd_configs():
+    cfgs = []
+    for bn, w, s in ((64, 4, 3), (64, 8, 3), (128, 8, 2), (128, 8, 3)):
+        cfgs.append(triton.Config({"BLOCK_M": 128, "BLOCK_N": bn}, num_warps=w, num_stages=s))
+    return cfgs
+
+
+def _prune_fwd(configs, named_args, **kwargs):
+    dp = kwargs.get("DP", named_args.get("DP"))
+    if dp is not None and dp >= 256:  # two 128 x 256 fp32 accumulators: keep the tiles small
+        small = [c for c in configs if c.kwargs["BLOCK_N"] == 64]
+        return [triton.Config({"BLOCK_M": 64, "BLOCK_N": 64}, num_warps=4, num_stages=2)] + small[:1]
+    return configs
+
+
+_fwd_tuned = triton.autotune(_fwd_configs(), key=["NKP", "CAUSAL", "HP_O", "QB", "DP"],
+                             prune_configs_by={"early_config_prune": _prune_fwd})(_fwd_kernel)
+
+
+def forward(qf: torch.Tensor, kf: torch.Tensor, vf: torch.Tensor, o: torch.Tensor, *, nq: int, nk: int,
+            d: int, causal: bool, scale: float, fmt: str, hp_o: bool, config: dict | None = None):
+    """Run Algorithm 2 on the pre-pass buffers; writes ``o`` (a bhsd view, any strides).
+
+    Returns ``(o_prime, lse)``: O' as a padded (B, Hq, NQP, DP) buffer in the dot dtype (an empty
+    tensor when ``hp_o`` is False) and LSE as a padded (B, Hq, NQP) float32 buffer.
+    """
+    B, Hq, NQP, DP = qf.shape
+    Hkv, NKP = kf.shape[1], kf.shape[2]
+    qb, is_mx = quant_block(fmt)
+    lse = torch.empty((B, Hq, NQP), device=qf.device, dtype=torch.float32)
+    op = (torch.empty((B, Hq, NQP, DP), device=qf.device, dtype=qf.dtype) if hp_o
+          else torch.empty((0,), device=qf.device, dtype=qf.dtype))
+    args = (qf, kf, vf, o, op if hp_o else o, lse, *o.stride(), scale * LOG2E, Hq, Hq // Hkv,
+            nq, nk, NQP, NKP, d)
+    meta = dict(CAUSAL=causal, HP_O=hp_o, QB=qb, IS_MX=is_mx, DP=DP)
+    if config is None and not _autotune():
+        config = _default_config("fwd", DP)
+    _launch(_fwd_kernel, _fwd_tuned, lambda m: (NQP // m["BLOCK_M"], B * Hq), args, meta, config)
+    return op, lse
+
+
+# =================================================================================================
+# 3. Backward (Algorithm 3)
+# =================================================================================================
+@triton.jit
+def _bwd_pre_kernel(OX, DO, DOP, DLSE, DELTA,
+                    so_b, so_h, so_n, so_d, sd_b, sd_h, sd_n, sd_d,
+                    Hq, Nq, D, NQP,
+                    HAS_DLSE: tl.constexpr, BLOCK_M: tl.constexpr, DP: tl.constexpr):
+    pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // Hq
+    h = pid_bh % Hq
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, DP)
+    msk = (rows[:, None] < Nq) & (cols[None, :] < D)
+    r64 = rows[:, None].to(tl.int64)
+    o = tl.load(OX + b.to(tl.int64) * so_b + h.to(tl.int64) * so_h + r64 * so_n + cols[None, :] * so_d,
+                mask=msk, other=0.0).to(tl.float32)
+    do = tl.load(DO + b.to(tl.int64) * sd_b + h.to(tl.int64) * sd_h + r64 * sd_n + cols[None, :] * sd_d,
+                 mask=msk, other=0.0).to(tl.float32)
+    delta = tl.sum(o * do, 1)
+    if HAS_DLSE:
+        # d lse_i / d S_ij = P_ij, so an lse gradient folds into D: dS = P (dP - (D - dlse))
+        dl = tl.load(DLSE + pid_bh.to(tl.int64) * Nq + rows, mask=rows < Nq, other=0.0)
+        delta = delta - dl
+    tl.store(DELTA + pid_bh.to(tl.int64) * NQP + rows, delta)
+    tl.store(DOP + pid_bh.to(tl.int64) * NQP * DP + rows[:, None] * DP + cols[None, :],
+             do.to(DOP.dtype.element_ty))
+
+
+@triton.jit
+def _load_lse2(LSE, Delta, row_off, offs_m):
+    """LSE in the log2 domain; a row that saw no key (lse = -inf) gets +inf so that P = 0."""
+    lse = tl.load(LSE + row_off + offs_m) * 1.4426950408889634
+    lse = tl.where(lse == float("-inf"), float("inf"), lse)
+    return lse, tl.load(Delta + row_off + offs_m)
+
+
+@triton.jit
+def _dkdv_inner(dk, dv, k, v, q_base, do_base, LSE, Delta, row_off, offs_n, lo, hi, causal_off,
+                qk_scale, MASK: tl.constexpr, QUANT_P: tl.constexpr, QB: tl.constexpr,
+                IS_MX: tl.constexpr, BLOCK_M: tl.constexpr, DP: tl.constexpr):
+    offs_d = tl.arange(0, DP)
+    offs_mb = tl.arange(0, BLOCK_M)
+    for start_m in range(lo, hi, BLOCK_M):
+        start_m = tl.multiple_of(start_m, BLOCK_M)
+        offs_m = start_m + offs_mb
+        qT = tl.load(q_base + offs_m[None, :] * DP + offs_d[:, None])
+        do = tl.load(do_base + offs_m[:, None] * DP + offs_d[None, :])
+        lse, delta = _load_lse2(LSE, Delta, row_off, offs_m)
+        sT = tl.dot(k, qT) * qk_scale  # (BLOCK_N keys, BLOCK_M queries), log2 domain
+        pT = tl.math.exp2(sT - lse[None, :])  # P = exp(S - LSE)
+        if MASK:
+            pT = tl.where(offs_m[None, :] + causal_off >= offs_n[:, None], pT, 0.0)
+        if QUANT_P:  # phi(P) in blocks along keys, the same rounding as the forward
+            pT_q = tl.trans(fake_quant_p(tl.trans(pT), QB, IS_MX))
+        else:
+            pT_q = pT
+        dv = tl.dot(pT_q.to(do.dtype), do, dv)
+        dpT = tl.dot(v, tl.trans(do))
+        dsT = pT * (dpT - delta[None, :])
+        dk = tl.dot(dsT.to(qT.dtype), tl.trans(qT), dk)
+    return dk, dv
+
+
+@triton.jit
+def _bwd_dkdv_kernel(Qb, Kb, Vb, DOb, LSE, Delta, DK, DV,
+                     sk_b, sk_h, sk_n, sk_d, sv_b, sv_h, sv_n, sv_d,
+                     qk_scale, scale, Hq, GROUP, Nq, Nk, NQP, NKP, D,
+                     CAUSAL: tl.constexpr, QUANT_P: tl.constexpr, QB: tl.constexpr, IS_MX: tl.constexpr,
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DP: tl.constexpr):
+    pid_n = tl.program_id(0)
+    pid_bh = tl.program_id(1)  # b * Hkv + kv head
+    Hkv = Hq // GROUP
+    b = pid_bh // Hkv
+    hk = pid_bh % Hkv
+    n0 = pid_n * BLOCK_N
+    offs_n = n0 + tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, DP)
+    kv_off = pid_bh.to(tl.int64) * NKP * DP
+    k = tl.load(Kb + kv_off + offs_n[:, None] * DP + offs_d[None, :])
+    v = tl.load(Vb + kv_off + offs_n[:, None] * DP + offs_d[None, :])
+    dk = tl.zeros([BLOCK_N, DP], dtype=tl.float32)
+    dv = tl.zeros([BLOCK_N, DP], dtype=tl.float32)
+
+    causal_off = Nk - Nq
+    if CAUSAL:
+        # queries i < n0 - off see none of these keys; i >= n0 + BLOCK_N - 1 - off see all of them
+        lo = (tl.maximum(n0 - causal_off, 0) // BLOCK_M) * BLOCK_M
+        mid = tl.cdiv(tl.maximum(n0 + BLOCK_N - 1 - causal_off, 0), BLOCK_M) * BLOCK_M
+        mid = tl.minimum(tl.maximum(mid, lo), NQP)
+        lo = tl.minimum(lo, mid)
+    else:
+        lo = 0
+        mid = 0
+    for g in range(0, GROUP):
+        qh = pid_bh * GROUP + g  # = b * Hq + hk * GROUP + g
+        q_off = qh.to(tl.int64) * NQP * DP
+        row_off = qh.to(tl.int64) * NQP
+        if CAUSAL:
+            dk, dv = _dkdv_inner(dk, dv, k, v, Qb + q_off, DOb + q_off, LSE, Delta, row_off, offs_n,
+                                 lo, mid, causal_off, qk_scale, True, QUANT_P, QB, IS_MX, BLOCK_M, DP)
+        dk, dv = _dkdv_inner(dk, dv, k, v, Qb + q_off, DOb + q_off, LSE, Delta, row_off, offs_n,
+                             mid, NQP, causal_off, qk_scale, False, QUANT_P, QB, IS_MX, BLOCK_M, DP)
+
+    dk = dk * scale
+    msk = (offs_n[:, None] < Nk) & (offs_d[None, :] < D)
+    r64 = offs_n[:, None].to(tl.int64)
+    tl.store(DK + b.to(tl.int64) * sk_b + hk.to(tl.int64) * sk_h + r64 * sk_n + offs_d[None, :] * sk_d,
+             dk.to(DK.dtype.element_ty), mask=msk)
+    tl.store(DV + b.to(tl.int64) * sv_b + hk.to(tl.int64) * sv_h + r64 * sv_n + offs_d[None, :] * sv_d,
+             dv.to(DV.dtype.element_ty), mask=msk)
+
+
+@triton.jit
+def _dq_inner(dq, q, do, lse, delta, k_base, v_base, offs_m, lo, hi, causal_off, qk_scale,
+              MASK: tl.constexpr, BLOCK_N: tl.constexpr, DP: tl.constexpr):
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, DP)
+    kT_ptrs = k_base + offs_n[None, :] * DP + offs_d[:, None]
+    vT_ptrs = v_base + offs_n[None, :] * DP + offs_d[:, None]
+    for start_n in range(lo, hi, BLOCK_N):
+        start_n = tl.multiple_of(start_n, BLOCK_N)
+        kT = tl.load(kT_ptrs + start_n * DP)
+        vT = tl.load(vT_ptrs + start_n * DP)
+        s = tl.dot(q, kT) * qk_scale
+        p = tl.math.exp2(s - lse[:, None])
+        if MASK:
+            keys = start_n + offs_n
+            p = tl.where(keys[None, :] <= offs_m[:, None] + causal_off, p, 0.0)
+        dp = tl.dot(do, vT)
+        ds = p * (dp - delta[:, None])
+        dq = tl.dot(ds.to(kT.dtype), tl.trans(kT), dq)
+    return dq
+
+
+@triton.jit
+def _bwd_dq_kernel(Qb, Kb, Vb, DOb, LSE, Delta, DQ,
+                   sq_b, sq_h, sq_n, sq_d,
+                   qk_scale, scale, Hq, GROUP, Nq, Nk, NQP, NKP, D,
+                   CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DP: tl.constexpr):
+    pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // Hq
+    h = pid_bh % Hq
+    kv_bh = b * (Hq // GROUP) + h // GROUP
+    m0 = pid_m * BLOCK_M
+    offs_m = m0 + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, DP)
+    q_off = pid_bh.to(tl.int64) * NQP * DP
+    q = tl.load(Qb + q_off + offs_m[:, None] * DP + offs_d[None, :])
+    do = tl.load(DOb + q_off + offs_m[:, None] * DP + offs_d[None, :])
+    lse, delta = _load_lse2(LSE, Delta, pid_bh.to(tl.int64) * NQP, offs_m)
+    k_base = Kb + kv_bh.to(tl.int64) * NKP * DP
+    v_base = Vb + kv_bh.to(tl.int64) * NKP * DP
+    dq = tl.zeros([BLOCK_M, DP], dtype=tl.float32)
+
+    causal_off = Nk - Nq
+    if CAUSAL:
+        hi = tl.minimum(tl.maximum(m0 + BLOCK_M + causal_off, 0), Nk)
+        full_end = tl.minimum((tl.maximum(m0 + causal_off + 1, 0) // BLOCK_N) * BLOCK_N, hi)
+        dq = _dq_inner(dq, q, do, lse, delta, k_base, v_base, offs_m, 0, full_end, causal_off, qk_scale,
+                       False, BLOCK_N, DP)
+        dq = _dq_inner(dq, q, do, lse, delta, k_base, v_base, offs_m, full_end, hi, causal_off, qk_scale,
+                       True, BLOCK_N, DP)
+    else:
+        # keys in the zero padding beyond Nk contribute nothing (zero K rows)
+        dq = _dq_inner(dq, q, do, lse, delta, k_base, v_base, offs_m, 0, Nk, causal_off, qk_scale,
+                       False, BLOCK_N, DP)
+    dq = dq * scale
+    msk = (offs_m[:, None] < Nq) & (offs_d[None, :] < D)
+    tl.store(DQ + b.to(tl.int64) * sq_b + h.to(tl.int64) * sq_h + offs_m[:, None].to(tl.int64) * sq_n
+             + offs_d[None, :] * sq_d, dq.to(DQ.dtype.element_ty), mask=msk)
+
+
+def _bwd_configs(kind):
+    cfgs = []
+    if kind == "dkdv":
+        for bm, bn, w, s in ((32, 128, 4, 3), (64, 128, 8, 2), (64, 64, 4, 3), (32, 64, 4, 2)):
+            cfgs.append(triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s))
+    else:
+        for bm, bn, w, s in ((128, 32, 4, 3), (128, 64, 8, 2), (64, 64, 4, 3), (64, 32, 4, 2)):
+            cfgs.append(triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s))
+    return cfgs
+
+
+def _prune_bwd(configs, named_args, **kwargs):
+    dp = kwargs.get("DP", named_args.get("DP"))
+    if dp is not None and dp >= 256:
+        return [c for c in configs if c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] <= 64 * 64]
+    return configs
+
+
+_dkdv_tuned = triton.autotune(_bwd_configs("dkdv"), key=["NQP", "NKP", "CAUSAL", "QUANT_P", "QB", "DP"],
+                              prune_configs_by={"early_config_prune": _prune_bwd})(_bwd_dkdv_kernel)
+_dq_tuned = triton.autotune(_bwd_configs("dq"), key=["NQP", "NKP", "CAUSAL", "DP"],
+                            prune_configs_by={"early_config_prune": _prune_bwd})(_bwd_dq_kernel)
+
+
+def backward(do: torch.Tensor, o_for_delta: torch.Tensor, qb: torch.Tensor, kb: torch.Tensor,
+             vb: torch.Tensor, lse: torch.Tensor, dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor, *,
+             nq: int, nk: int, d: int, causal: bool, scale: float, fmt: str, quant_p: bool,
+             dlse: torch.Tensor | None = None, configs: dict | None = None):
+    """Algorithm 3 (or the naive FlashAttention backward when given unquantized buffers, quant_p=False).
+
+    ``do`` and ``o_for_delta`` are bhsd views (any strides; ``o_for_delta`` may also be the padded O'
+    buffer), ``qb, kb, vb`` the padded pre-pass buffers, ``lse`` the padded forward LSE; writes the bhsd
+    views ``dq, dk, dv`` (any strides). ``dlse``: optional (B, Hq, Nq) gradient of the LSE output.
+    """
+    B, Hq, NQP, DP = qb.shape
+    Hkv, NKP = kb.shape[1], kb.shape[2]
+    qbk, is_mx = quant_block(fmt)
+    dop = torch.empty_like(qb)
+    delta = torch.empty((B, Hq, NQP), device=qb.device, dtype=torch.float32)
+    has_dlse = dlse is not None
+    if has_dlse:
+        dlse = dlse.float().contiguous()
+    _bwd_pre_kernel[(NQP // 64, B * Hq)](
+        o_for_delta, do, dop, dlse if has_dlse else delta, delta, *o_for_delta.stride(), *do.stride(),
+        Hq, nq, d, NQP, HAS_DLSE=has_dlse, BLOCK_M=64, DP=DP, num_warps=4)
+    group = Hq // Hkv
+    common = (scale * LOG2E, scale, Hq, group, nq, nk, NQP, NKP, d)
+    args_kv = (qb, kb, vb, dop, lse, delta, dk, dv, *dk.stride(), *dv.stride(), *common)
+    args_q = (qb, kb, vb, dop, lse, delta, dq, *dq.stride(), *common)
+    meta_kv = dict(CAUSAL=causal, QUANT_P=quant_p, QB=qbk, IS_MX=is_mx, DP=DP)
+    meta_q = dict(CAUSAL=causal, DP=DP)
+    configs = dict(configs or {})
+    if not _autotune():
+        configs.setdefault("dkdv", _default_config("dkdv", DP))
+        configs.setdefault("dq", _default_config("dq", DP))
+    _launch(_bwd_dkdv_kernel, _dkdv_tuned, lambda m: (NKP // m["BLOCK_N"], B * Hkv), args_kv, meta_kv,
+            configs.get("dkdv"))
+    _launch(_bwd_dq_kernel, _dq_tuned, lambda m: (NQP // m["BLOCK_M"], B * Hq), args_q, meta_q,
+            configs.get("dq"))
+
+
+def _default_config(kind: str, dp: int) -> dict:
+    """The config used without autotuning (and the only one under the interpreter)."""
+    if _interpret():
+        return {"BLOCK_M": 32, "BLOCK_N": 32}
+    big = dp >= 256
+    if kind == "fwd":
+        return ({"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2} if big
+                else {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3})
+    if kind == "dkdv":
+        return ({"BLOCK_M": 32, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2} if big
+                else {"BLOCK_M": 32, "BLOCK_N": 128, "num_warps": 4, "num_stages": 3})
+    return ({"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2} if big
+            else {"BLOCK_M": 128, "BLOCK_N": 32, "num_warps": 4, "num_stages": 3})
+
+
+# =================================================================================================
+# Host-side helpers shared by the op and the tests
+# =================================================================================================
+def dot_dtype_for(dtype: torch.dtype) -> torch.dtype:
+    """bf16 tensor cores (fp16 for fp16 inputs, keeping dO's mantissa); fp32 under the interpreter."""
+    if _interpret():
+        return torch.float32
+    return torch.float16 if dtype == torch.float16 else torch.bfloat16
+
+
+def attn_qat_fwd_bhsd(q, k, v, o, *, causal: bool, scale: float, fmt: str, hp_o: bool,
+                      config: dict | None = None):
+    """Pre-pass + forward on bhsd views. Returns (qf, kf, vf, o_prime, lse_padded)."""
+    dt = dot_dtype_for(q.dtype)
+    qf = prep(q, 1, fmt, dt)
+    kf = prep(k, 1, fmt, dt)
+    vf = prep(v, 2, fmt, dt)
+    op, lse = forward(qf, kf, vf, o, nq=q.shape[2], nk=k.shape[2], d=q.shape[3], causal=causal,
+                      scale=scale, fmt=fmt, hp_o=hp_o, config=config)
+    return qf, kf, vf, op, lse
+
+
+def default_scale(d: int) -> float:
+    return 1.0 / math.sqrt(d)
