@@ -20,9 +20,12 @@ __all__ = ["FP4Tensor", "quantize", "fake_quantize", "attention", "attn_qat", "t
 
 def __getattr__(name):
     # attention ops are imported lazily so that `import fp4attn` stays light
-    if name in ("attention", "thrift_attention"):
-        from .ops import attention as _a
-        return getattr(_a, name)
+    if name == "attention":
+        from .ops.attention import attention
+        return attention
+    if name == "thrift_attention":
+        from .ops.thrift import thrift_attention
+        return thrift_attention
     if name == "attn_qat":
         from .ops.attn_qat import attn_qat
         return attn_qat

@@ -1,0 +1,42 @@
+"""Public ``thrift_attention`` (ThriftAttention, SPEC §3): validation, then kernel or reference."""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import torch
+
+from .. import reference
+from ._validate import check_attention_args, check_bool, check_fmt
+from .attention import finish
+
+
+def _check_budget(budget) -> float:
+    if isinstance(budget, bool) or not isinstance(budget, numbers.Real):
+        raise TypeError(f"budget must be a float in (0, 1], got {budget!r}")
+    budget = float(budget)
+    if not math.isfinite(budget) or not 0.0 < budget <= 1.0:
+        raise ValueError(f"budget must be in (0, 1], got {budget}")
+    return budget
+
+
+def thrift_attention(q, k, v, *, causal=False, scale=None, budget=0.05, block_size=64, fmt="nvfp4",
+                     layout="bhsd", return_lse=False):
+    """ThriftAttention (SPEC §3): the top-k key blocks of each query block (by block-mean scores)
+    in 16 bits, all other blocks in FP4 with two-level P, merged in one softmax.
+
+    ``budget`` is the fraction f in (0, 1] of key blocks computed in 16 bits (see
+    :func:`fp4attn.reference.budget_to_k` for the causal rule); ``block_size`` tokens per block.
+    """
+    q, k, v, scale = check_attention_args(q, k, v, layout=layout, scale=scale, causal=causal)
+    budget = _check_budget(budget)
+    check_fmt(fmt)
+    check_bool("return_lse", return_lse)
+    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 16 \
+            or block_size % 16:
+        raise ValueError(f"block_size must be a positive multiple of 16, got {block_size!r}")
+    with torch.no_grad():
+        out, lse = reference.thrift_attention(q, k, v, causal=causal, scale=scale, budget=budget,
+                                              block_size=block_size, fmt=fmt, return_lse=True)
+    return finish(out, lse, q.dtype, layout, return_lse)
