@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from fp4attn import accuracy, envinfo, metrics, synthetic
-from fp4attn.cli import SUBCOMMANDS, _installed, main
+from fp4attn.cli import SUBCOMMANDS, _defines_main, _installed, bench_names, main
 
 TINY = ["--batch", "1", "--heads", "2", "--seq", "128", "--dim", "64", "--no-progress"]
 
@@ -282,6 +282,9 @@ def test_cli_bench_unknown_and_dispatch(capsys, monkeypatch):
     err = capsys.readouterr().err
     assert "unknown benchmark 'definitely_not_a_bench'" in err and "available:" in err
     assert main(["bench", "../etc"]) == 2
+    # only modules with a main() are offered as benchmarks (helpers such as bench/common.py are not)
+    assert _defines_main("fp4attn.accuracy") and not _defines_main("fp4attn.metrics")
+    assert all(_defines_main(f"fp4attn.bench.{n}") for n in bench_names())
     seen = {}
     fake = types.ModuleType("fp4attn.bench.fake_for_test")
     fake.main = lambda argv: seen.setdefault("argv", argv) and 3

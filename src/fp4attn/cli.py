@@ -34,13 +34,26 @@ def _installed(module: str) -> bool:
         return False
 
 
+def _defines_main(module: str) -> bool:
+    """Whether ``module``'s source defines a top-level ``main`` (read, not imported: cheap)."""
+    try:
+        spec = importlib.util.find_spec(module)
+        if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+            return spec is not None
+        with open(spec.origin, encoding="utf-8") as f:
+            return re.search(r"^def main\(", f.read(), re.MULTILINE) is not None
+    except (ImportError, ValueError, OSError):
+        return False
+
+
 def bench_names() -> list[str]:
-    """Names of the benchmarks installed under :mod:`fp4attn.bench`."""
+    """Names of the benchmarks installed under :mod:`fp4attn.bench` (its modules with a ``main``)."""
     try:
         import fp4attn.bench as b
     except ImportError:
         return []
-    return sorted(m.name for m in pkgutil.iter_modules(b.__path__) if not m.name.startswith("_"))
+    names = (m.name for m in pkgutil.iter_modules(b.__path__) if not m.name.startswith("_"))
+    return sorted(n for n in names if _defines_main(f"fp4attn.bench.{n}"))
 
 
 def run_bench(name: str, rest: list[str]) -> int:
