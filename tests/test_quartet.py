@@ -34,6 +34,15 @@ from fp4attn.reference.quartet import (
 GRID = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """The tensors here are tiny: intra-op threads only add contention (6x slower on a busy 2-core box)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 # ----------------------------------------------------------------------------------------------
 # Independent float64 implementation
 # ----------------------------------------------------------------------------------------------
