@@ -54,7 +54,14 @@ import torch
 import triton
 import triton.language as tl
 
+from ..formats import triton_helpers as _th
 from ..formats.triton_helpers import fake_quant_p, fake_quant_rows
+
+if not isinstance(_th._RINT_MAGIC, tl.constexpr):
+    # Workaround (reported to the owner of triton_helpers): a plain float global cannot be read from
+    # a compiled @triton.jit function ("Cannot access global variable _RINT_MAGIC"); only the
+    # interpreter accepts it. Same value, wrapped as the constexpr Triton requires.
+    _th._RINT_MAGIC = tl.constexpr(_th._RINT_MAGIC)
 
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
@@ -237,16 +244,18 @@ def _fwd_kernel(Qf, Kf, Vf, O, OP, LSE,
 
 def _fwd_configs():
     cfgs = []
-    for bn, w, s in ((64, 4, 3), (64, 8, 3), (128, 8, 2), (128, 8, 3)):
-        cfgs.append(triton.Config({"BLOCK_M": 128, "BLOCK_N": bn}, num_warps=w, num_stages=s))
+    # (ptxas spills at D=128 on sm_90, bytes: 128x64/8w 388, 128x32/8w 8, 64x64/8w 204; 4 warps with
+    # BLOCK_M=128 spill kilobytes: two 128 x D fp32 accumulators plus the P quantization)
+    for bm, bn, w, s in ((128, 64, 8, 2), (128, 64, 8, 3), (128, 32, 8, 3), (64, 64, 8, 2)):
+        cfgs.append(triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s))
     return cfgs
 
 
 def _prune_fwd(configs, named_args, **kwargs):
     dp = kwargs.get("DP", named_args.get("DP"))
     if dp is not None and dp >= 256:  # two 128 x 256 fp32 accumulators: keep the tiles small
-        small = [c for c in configs if c.kwargs["BLOCK_N"] == 64]
-        return [triton.Config({"BLOCK_M": 64, "BLOCK_N": 64}, num_warps=4, num_stages=2)] + small[:1]
+        small = [c for c in configs if c.kwargs["BLOCK_M"] == 64]
+        return [triton.Config({"BLOCK_M": 64, "BLOCK_N": 64}, num_warps=4, num_stages=2)] + small
     return configs
 
 
@@ -454,10 +463,10 @@ def _bwd_dq_kernel(Qb, Kb, Vb, DOb, LSE, Delta, DQ,
 def _bwd_configs(kind):
     cfgs = []
     if kind == "dkdv":
-        for bm, bn, w, s in ((32, 128, 4, 3), (64, 128, 8, 2), (64, 64, 4, 3), (32, 64, 4, 2)):
+        for bm, bn, w, s in ((32, 128, 8, 2), (64, 128, 8, 2), (64, 64, 4, 3), (32, 64, 4, 2)):
             cfgs.append(triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s))
     else:
-        for bm, bn, w, s in ((128, 32, 4, 3), (128, 64, 8, 2), (64, 64, 4, 3), (64, 32, 4, 2)):
+        for bm, bn, w, s in ((64, 64, 4, 3), (64, 32, 4, 2), (128, 64, 8, 2), (128, 32, 8, 3)):
             cfgs.append(triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s))
     return cfgs
 
@@ -519,12 +528,12 @@ def _default_config(kind: str, dp: int) -> dict:
     big = dp >= 256
     if kind == "fwd":
         return ({"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2} if big
-                else {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3})
+                else {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2})
     if kind == "dkdv":
         return ({"BLOCK_M": 32, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2} if big
-                else {"BLOCK_M": 32, "BLOCK_N": 128, "num_warps": 4, "num_stages": 3})
+                else {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3})
     return ({"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2} if big
-            else {"BLOCK_M": 128, "BLOCK_N": 32, "num_warps": 4, "num_stages": 3})
+            else {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3})
 
 
 # =================================================================================================
