@@ -57,10 +57,11 @@ import triton.language as tl
 from ..formats import triton_helpers as _th
 from ..formats.triton_helpers import fake_quant_p, fake_quant_rows
 
-if not isinstance(_th._RINT_MAGIC, tl.constexpr):
+if not isinstance(_th._RINT_MAGIC, tl.constexpr) and os.environ.get("TRITON_INTERPRET", "0") in ("", "0"):
     # Workaround (reported to the owner of triton_helpers): a plain float global cannot be read from
     # a compiled @triton.jit function ("Cannot access global variable _RINT_MAGIC"); only the
-    # interpreter accepts it. Same value, wrapped as the constexpr Triton requires.
+    # interpreter accepts it (and only a plain float there). Same value, wrapped as the constexpr the
+    # compiler requires.
     _th._RINT_MAGIC = tl.constexpr(_th._RINT_MAGIC)
 
 LOG2E = 1.4426950408889634
