@@ -1,0 +1,457 @@
+"""Quartet on CUDA: fused Hadamard + QuEST / stochastic-rounding quantizers (Triton) and MXFP4 GEMMs
+run exactly on FP8 tensor cores (``torch._scaled_mm``). Semantics: :mod:`fp4attn.reference.quartet`.
+
+FP8 embedding of MXFP4 (how Hopper runs MXFP4 GEMMs without losing exactness)
+  An MXFP4 value is ``c * 2**e`` with ``c`` in {0, 0.5, 1, 1.5, 2, 3, 4, 6} and one ``e`` per group of
+  32. Per row r let ``E_r = max_g e_g`` and store ``c * 2**(e_g - E_r + 6)`` as FP8 E4M3 with the
+  row scale ``2**(E_r - 6)`` (float32). The largest stored magnitude is ``6 * 2**6 = 384 <= 448``, and
+  ``c`` has at most two significant bits (E4M3 has four), so a value is exact iff it is a multiple of
+  E4M3's smallest subnormal 2**-9. **Exactness condition:** every group with ``e_g >= E_r - 14`` is
+  represented exactly (its smallest non-zero value ``0.5 * 2**(e_g - E_r + 6) >= 2**-9``); all-zero
+  groups are always exact. Values of groups more than 14 binades below their row's largest group are
+  rounded to the E4M3 grid (to nearest, ties to even), i.e. underflow gradually. QuEST scales follow
+  the group's standard deviation, so the condition is a group-to-group std ratio below 2**14 within
+  one row of 32-groups (after the Hadamard rotation), which real activations and weights meet.
+  ``fp8_embed`` / ``fp8_embedding_exact`` below state this in PyTorch and the tests check it at the
+  boundary (14 exact, 15 not). The GEMM ``(A8 * ra) @ (B8 * rb)^T`` then equals the MXFP4 GEMM up to
+  float32 accumulation (``use_fast_accum=False``), the row/column power-of-two scales are applied in
+  float32 by ``_scaled_mm``'s row-wise scaling (or, where that is unavailable, after a float32 GEMM).
+
+Kernels (all read and write uint8 for the E4M3 bytes, so they need no FP8 support in Triton):
+  * ``_quest_fp8_kernel``: per 32-group Hadamard as a 32x32 ``tl.dot``, QuEST scale, E2M1 rounding,
+    FP8 embedding, trust mask as one int32 word per group (bit i = element i). Two passes over K (the
+    first finds the row's largest exponent), per tile of rows.
+  * ``_sr_fp8_kernel``: the backward operands. Reads any strided (R, L) view (dy, dy^T, or the saved
+    FP8 operands transposed, scaled back by their row scales), random signs along L (Philox
+    ``tl.randint(sign_seed, l)``, the same for both operands of one GEMM), Hadamard, SR of 3/4 x with
+    "floor" scales (Philox ``tl.rand(noise_seed, r * Lp + l)``), FP8 embedding; L zero-padded to 32.
+  * ``_mask_ihadamard_kernel``: ``16/9 *``, trust mask, inverse Hadamard, cast to the gradient dtype.
+RNG: the per-backward seed of :class:`~fp4attn.reference.quartet.QuartetRNG` is split into five
+sub-seeds (SplitMix64). Deterministic given the seed; a different stream from the CPU reference.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+from ..formats.triton_helpers import block_bad, e2m1_round, exp2i, mx_exponent, rint
+from ..formats.triton_stochastic import e2m1_sr
+from ..reference.quartet import QUEST_EPS, QUEST_STD_FACTOR, SR_RESCALE, _splitmix64, hadamard_matrix
+
+__all__ = ["supported", "QuartetLinearCUDA", "quest_fp8", "sr_fp8", "mask_ihadamard", "fp8_gemm",
+           "fp8_embed", "fp8_embedding_exact", "FP8_EXACT_RANGE"]
+
+FP8_EXACT_RANGE = 14  # groups with e >= rowmax(e) - 14 embed exactly in E4M3
+_OFFSET = 6  # stored magnitudes <= 6 * 2**6 = 384
+_INV_SQRT32 = 0.17677669529663687
+_HDOT_F32, _HDOT_BF16, _HDOT_F16 = 0, 1, 2
+_QUEST_C = tl.constexpr(QUEST_STD_FACTOR)
+_QUEST_EPS = tl.constexpr(QUEST_EPS)
+_RSQRT32 = tl.constexpr(_INV_SQRT32)
+
+
+# ----------------------------------------------------------------------------------------------
+# PyTorch statement of the embedding (tests, CPU)
+# ----------------------------------------------------------------------------------------------
+def fp8_embed(values: torch.Tensor, exponents: torch.Tensor):
+    """MXFP4 values (R, L) float32 with group exponents (R, L/32) -> (E4M3 tensor, float32 row scales).
+
+    ``values ≈ fp8.float() * scale[:, None]``, exactly when :func:`fp8_embedding_exact` holds.
+    """
+    emax = exponents.amax(dim=1)
+    rs = torch.ldexp(torch.ones(emax.shape, device=values.device), emax - _OFFSET)
+    scaled = torch.ldexp(values.float(), (_OFFSET - emax).unsqueeze(1).expand(values.shape))
+    return scaled.to(torch.float8_e4m3fn), rs
+
+
+def fp8_embedding_exact(exponents: torch.Tensor, nonzero: torch.Tensor | None = None) -> torch.Tensor:
+    """Per row: True when every (non-zero) group is within 14 binades of the row's largest exponent."""
+    emax = exponents.amax(dim=1, keepdim=True)
+    ok = exponents >= emax - FP8_EXACT_RANGE
+    if nonzero is not None:
+        ok = ok | ~nonzero
+    return ok.all(dim=1)
+
+
+# ----------------------------------------------------------------------------------------------
+# Triton helpers
+# ----------------------------------------------------------------------------------------------
+@triton.jit
+def _e4m3_bits(v):
+    """float32 -> E4M3 bits (uint8). Exact for E4M3 values; magnitudes below 2**-6 are rounded to the
+    2**-9 grid (nearest, ties even); NaN -> 0x7F. Values must be <= 448 (callers guarantee 384)."""
+    a = tl.abs(v)
+    b = a.to(tl.int32, bitcast=True)
+    E = ((b >> 23) & 0xFF) - 127
+    normal = ((E + 7) << 3) | ((b >> 20) & 7)
+    sub = rint(a * 512.0).to(tl.int32)
+    bits = tl.where(E >= -6, normal, sub)
+    bits = tl.where(a != a, 0x7F, bits)
+    sign = (v.to(tl.int32, bitcast=True) >> 31) & 1
+    return (bits | (sign << 7)).to(tl.uint8)
+
+
+@triton.jit
+def _e4m3_value(bits):
+    """E4M3 bits (uint8) -> float32."""
+    b = bits.to(tl.int32)
+    E = (b >> 3) & 15
+    m = (b & 7).to(tl.float32)
+    mag = tl.where(E == 0, m * 0.001953125, (8.0 + m) * exp2i(E - 10))
+    mag = tl.where((b & 0x7F) == 0x7F, float("nan"), mag)
+    return tl.where((b & 0x80) != 0, -mag, mag)
+
+
+@triton.jit
+def _hadamard(x, Hm, HDOT: tl.constexpr):
+    """(BR, BL) tile -> (BR, BL // 32, 32) float32, times H per group of 32 along the last axis.
+
+    HDOT 0: float32 IEEE dot with the normalized H; 1/2: bf16/fp16 dot with the +-1 matrix (exact
+    products for values that are exact in that dtype), float32 accumulation, then 1/sqrt(32).
+    """
+    BR: tl.constexpr = x.shape[0]
+    BL: tl.constexpr = x.shape[1]
+    xg = tl.reshape(x, (BR * (BL // 32), 32))
+    if HDOT == 0:
+        y = tl.dot(xg.to(tl.float32), Hm, input_precision="ieee")
+    elif HDOT == 1:
+        y = tl.dot(xg.to(tl.bfloat16), Hm) * _RSQRT32
+    else:
+        y = tl.dot(xg.to(tl.float16), Hm) * _RSQRT32
+    return tl.reshape(y, (BR, BL // 32, 32))
+
+
+@triton.jit
+def _quest_exp(xh):
+    """QuEST exponent floor(log2(c * std + 1e-8)) per group (last axis of a (.., 32) float32 tile)."""
+    mean = tl.sum(xh, axis=2) * 0.03125
+    d = xh - tl.expand_dims(mean, 2)
+    var = tl.sum(d * d, axis=2) * 0.03125
+    a = tl.sqrt_rn(var) * _QUEST_C + _QUEST_EPS
+    return tl.minimum(mx_exponent(a, True) + 2, 127)
+
+
+@triton.jit
+def _signs(seed, cols):
+    """Random +-1.0 per index along the reduction dim (the same for both operands of a GEMM)."""
+    return 1.0 - 2.0 * (tl.randint(seed, cols) & 1).to(tl.float32)
+
+
+@triton.jit
+def _signs_kernel(OUT, seed, L, BLOCK: tl.constexpr):
+    cols = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(OUT + cols, _signs(seed, cols), mask=cols < L)
+
+
+@triton.jit
+def _quest_fp8_kernel(X, sxr, sxk, H, Q8, MASK, RS, ESCR, R, K,
+                      HDOT: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
+    pid = tl.program_id(0)
+    rows = pid * BLOCK_R + tl.arange(0, BLOCK_R)
+    rmask = rows < R
+    rows64 = rows.to(tl.int64)
+    NG: tl.constexpr = BLOCK_K // 32
+    KG = K // 32
+    hr = tl.arange(0, 32)
+    Hm = tl.load(H + hr[:, None] * 32 + hr[None, :])
+    lane = tl.arange(0, 32)
+    emax = tl.full((BLOCK_R,), -127, tl.int32)
+    for k0 in range(0, K, BLOCK_K):
+        cols = k0 + tl.arange(0, BLOCK_K)
+        m2 = rmask[:, None] & (cols < K)[None, :]
+        x = tl.load(X + rows64[:, None] * sxr + cols[None, :] * sxk, mask=m2, other=0.0)
+        xh = _hadamard(x, Hm, HDOT)
+        e = _quest_exp(xh)
+        bad = block_bad(xh)
+        gcols = k0 // 32 + tl.arange(0, NG)
+        gm = rmask[:, None] & (gcols < KG)[None, :]
+        tl.store(ESCR + rows64[:, None] * KG + gcols[None, :], e, mask=gm)
+        emax = tl.maximum(emax, tl.max(tl.where(gm & (bad == 0), e, -127), axis=1))
+    for k0 in range(0, K, BLOCK_K):
+        cols = k0 + tl.arange(0, BLOCK_K)
+        m2 = rmask[:, None] & (cols < K)[None, :]
+        x = tl.load(X + rows64[:, None] * sxr + cols[None, :] * sxk, mask=m2, other=0.0)
+        xh = _hadamard(x, Hm, HDOT)
+        gcols = k0 // 32 + tl.arange(0, NG)
+        gm = rmask[:, None] & (gcols < KG)[None, :]
+        e = tl.load(ESCR + rows64[:, None] * KG + gcols[None, :], mask=gm, other=0)
+        bad = block_bad(xh)
+        v = xh * tl.expand_dims(exp2i(-e), 2)
+        r = e2m1_round(v)
+        trust = (tl.abs(v) < 6.0) & tl.expand_dims(bad == 0, 2)
+        q = r * tl.expand_dims(exp2i(e - emax[:, None] + 6), 2)
+        q = tl.where(tl.expand_dims(bad != 0, 2), float("nan"), q)
+        bits = tl.reshape(_e4m3_bits(q), (BLOCK_R, BLOCK_K))
+        tl.store(Q8 + rows64[:, None] * K + cols[None, :], bits, mask=m2)
+        word = tl.sum(trust.to(tl.int32) << lane[None, None, :], axis=2)
+        tl.store(MASK + rows64[:, None] * KG + gcols[None, :], word, mask=gm)
+    tl.store(RS + rows, exp2i(emax - 6), mask=rmask)
+
+
+@triton.jit
+def _sr_fp8_kernel(A, sar, sal, ASCALE, H, NOISE, sign_seed, noise_seed, Q8, RS, ESCR, R, L, LP,
+                   A_FP8: tl.constexpr, HAS_NOISE: tl.constexpr, HDOT: tl.constexpr,
+                   BLOCK_R: tl.constexpr, BLOCK_L: tl.constexpr):
+    pid = tl.program_id(0)
+    rows = pid * BLOCK_R + tl.arange(0, BLOCK_R)
+    rmask = rows < R
+    rows64 = rows.to(tl.int64)
+    NG: tl.constexpr = BLOCK_L // 32
+    LG = LP // 32
+    hr = tl.arange(0, 32)
+    Hm = tl.load(H + hr[:, None] * 32 + hr[None, :])
+    emax = tl.full((BLOCK_R,), -127, tl.int32)
+    for l0 in range(0, LP, BLOCK_L):
+        cols = l0 + tl.arange(0, BLOCK_L)
+        m2 = rmask[:, None] & (cols < L)[None, :]
+        a = tl.load(A + rows64[:, None] * sar + cols[None, :] * sal, mask=m2, other=0)
+        if A_FP8:
+            a = _e4m3_value(a) * tl.load(ASCALE + cols, mask=cols < L, other=0.0)[None, :]
+        a = a.to(tl.float32) * _signs(sign_seed, cols)[None, :]
+        ah = _hadamard(a, Hm, HDOT)
+        e = mx_exponent(tl.max(tl.abs(ah), axis=2), True)
+        gcols = l0 // 32 + tl.arange(0, NG)
+        gm = rmask[:, None] & (gcols < LG)[None, :]
+        tl.store(ESCR + rows64[:, None] * LG + gcols[None, :], e, mask=gm)
+        emax = tl.maximum(emax, tl.max(tl.where(gm, e, -127), axis=1))
+    for l0 in range(0, LP, BLOCK_L):
+        cols = l0 + tl.arange(0, BLOCK_L)
+        m2 = rmask[:, None] & (cols < L)[None, :]
+        a = tl.load(A + rows64[:, None] * sar + cols[None, :] * sal, mask=m2, other=0)
+        if A_FP8:
+            a = _e4m3_value(a) * tl.load(ASCALE + cols, mask=cols < L, other=0.0)[None, :]
+        a = a.to(tl.float32) * _signs(sign_seed, cols)[None, :]
+        ah = _hadamard(a, Hm, HDOT)
+        gcols = l0 // 32 + tl.arange(0, NG)
+        gm = rmask[:, None] & (gcols < LG)[None, :]
+        e = tl.load(ESCR + rows64[:, None] * LG + gcols[None, :], mask=gm, other=0)
+        mo = rmask[:, None] & (cols < LP)[None, :]
+        offs = rows64[:, None] * LP + cols[None, :]
+        if HAS_NOISE:
+            u = tl.load(NOISE + offs, mask=mo, other=0.0)
+        else:
+            u = tl.rand(noise_seed, offs.to(tl.int32))
+        u = tl.reshape(u, (BLOCK_R, NG, 32))
+        v = ah * tl.expand_dims(exp2i(-e), 2) * 0.75
+        r = e2m1_sr(v, u)
+        q = r * tl.expand_dims(exp2i(e - emax[:, None] + 6), 2)
+        bits = tl.reshape(_e4m3_bits(q), (BLOCK_R, BLOCK_L))
+        tl.store(Q8 + offs, bits, mask=mo)
+    tl.store(RS + rows, exp2i(emax - 6), mask=rmask)
+
+
+@triton.jit
+def _mask_ihadamard_kernel(D, MASK, OUT, R, K, scale, H,
+                           BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
+    pid_r = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    rows = pid_r * BLOCK_R + tl.arange(0, BLOCK_R)
+    rows64 = rows.to(tl.int64)
+    cols = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
+    NG: tl.constexpr = BLOCK_K // 32
+    KG = K // 32
+    m2 = (rows < R)[:, None] & (cols < K)[None, :]
+    d = tl.load(D + rows64[:, None] * K + cols[None, :], mask=m2, other=0.0).to(tl.float32) * scale
+    gcols = pid_k * NG + tl.arange(0, NG)
+    gm = (rows < R)[:, None] & (gcols < KG)[None, :]
+    word = tl.load(MASK + rows64[:, None] * KG + gcols[None, :], mask=gm, other=0)
+    lane = tl.arange(0, 32)
+    keep = ((tl.expand_dims(word, 2) >> lane[None, None, :]) & 1) != 0
+    d3 = tl.where(keep, tl.reshape(d, (BLOCK_R, NG, 32)), 0.0)
+    hr = tl.arange(0, 32)
+    Hm = tl.load(H + hr[:, None] * 32 + hr[None, :])
+    out = _hadamard(tl.reshape(d3, (BLOCK_R, BLOCK_K)), Hm, 0)
+    tl.store(OUT + rows64[:, None] * K + cols[None, :],
+             tl.reshape(out, (BLOCK_R, BLOCK_K)).to(OUT.dtype.element_ty), mask=m2)
+
+
+# ----------------------------------------------------------------------------------------------
+# Python wrappers
+# ----------------------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=None)
+def _hmat(device: str, kind: int) -> torch.Tensor:
+    if kind == _HDOT_F32:
+        return hadamard_matrix(32, torch.float32, device).contiguous()
+    h = hadamard_matrix(32, torch.float64) * 32 ** 0.5  # +-1, exact in bf16/fp16
+    return h.to(device=device, dtype=torch.bfloat16 if kind == _HDOT_BF16 else torch.float16).contiguous()
+
+
+# The interpreter (TRITON_INTERPRET=1) has no bf16/fp16 arithmetic for tl.dot: use the float32 dot there.
+_INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def _hdot_for(dtype: torch.dtype) -> int:
+    if _INTERPRET:
+        return _HDOT_F32
+    return {torch.bfloat16: _HDOT_BF16, torch.float16: _HDOT_F16}.get(dtype, _HDOT_F32)
+
+
+def quest_fp8(a: torch.Tensor, block_r: int = 32, block_k: int = 128):
+    """Hadamard + QuEST of a 2-D (R, K) tensor -> (E4M3 uint8 (R, K), mask words int32 (R, K/32),
+    row scales float32 (R,)). Dequantized value = e4m3(q8) * rs[:, None]."""
+    R, K = a.shape
+    hd = _hdot_for(a.dtype)
+    q8 = torch.empty(R, K, dtype=torch.uint8, device=a.device)
+    mask = torch.empty(R, K // 32, dtype=torch.int32, device=a.device)
+    rs = torch.empty(R, dtype=torch.float32, device=a.device)
+    escr = torch.empty(R, K // 32, dtype=torch.int32, device=a.device)
+    grid = (triton.cdiv(R, block_r),)
+    _quest_fp8_kernel[grid](a, a.stride(0), a.stride(1), _hmat(str(a.device), hd), q8, mask, rs, escr, R, K,
+                            HDOT=hd, BLOCK_R=block_r, BLOCK_K=block_k, num_warps=4)
+    return q8, mask, rs
+
+
+def sr_fp8(a: torch.Tensor, *, sign_seed: int, noise_seed: int, scale: torch.Tensor | None = None,
+           noise: torch.Tensor | None = None, block_r: int = 32, block_l: int = 128):
+    """Backward operand: random-sign Hadamard along the last dim of the 2-D view ``a`` (R, L), SR of
+    3/4 x to MXFP4, FP8 embedding. ``a`` may be a strided view; uint8 ``a`` holds E4M3 bytes to be
+    multiplied by ``scale[l]``. Returns (E4M3 uint8 (R, Lp), row scales (R,)), Lp = L rounded up to 32.
+    ``noise``: optional (R, Lp) uniforms replacing the Philox draws (tests)."""
+    R, L = a.shape
+    LP = (L + 31) // 32 * 32
+    a_fp8 = a.dtype == torch.uint8
+    hd = _hdot_for(torch.bfloat16 if a_fp8 else a.dtype)  # E4M3 * 2**k * (+-1) is exact in bf16
+    q8 = torch.empty(R, LP, dtype=torch.uint8, device=a.device)
+    rs = torch.empty(R, dtype=torch.float32, device=a.device)
+    escr = torch.empty(R, LP // 32, dtype=torch.int32, device=a.device)
+    grid = (triton.cdiv(R, block_r),)
+    _sr_fp8_kernel[grid](a, a.stride(0), a.stride(1), scale if a_fp8 else rs, _hmat(str(a.device), hd),
+                         noise if noise is not None else rs, sign_seed, noise_seed, q8, rs, escr, R, L, LP,
+                         A_FP8=a_fp8, HAS_NOISE=noise is not None, HDOT=hd,
+                         BLOCK_R=block_r, BLOCK_L=block_l, num_warps=4)
+    return q8, rs
+
+
+def random_signs(seed: int, n: int, device) -> torch.Tensor:
+    """The +-1 signs ``sr_fp8`` applies along its reduction dim for ``sign_seed=seed`` (tests)."""
+    out = torch.empty(n, dtype=torch.float32, device=device)
+    _signs_kernel[(triton.cdiv(n, 128),)](out, seed, n, BLOCK=128)
+    return out
+
+
+def mask_ihadamard(d: torch.Tensor, mask: torch.Tensor, out_dtype: torch.dtype, scale: float = SR_RESCALE,
+                   block_r: int = 32, block_k: int = 128) -> torch.Tensor:
+    """``((scale * d) ⊙ mask) H^T`` per 32-group along the last dim of a contiguous (R, K) tensor."""
+    R, K = d.shape
+    out = torch.empty(R, K, dtype=out_dtype, device=d.device)
+    grid = (triton.cdiv(R, block_r), triton.cdiv(K, block_k))
+    _mask_ihadamard_kernel[grid](d, mask, out, R, K, scale, _hmat(str(d.device), _HDOT_F32),
+                                 BLOCK_R=block_r, BLOCK_K=block_k, num_warps=4)
+    return out
+
+
+_ROWWISE_OK: dict = {}
+
+
+def fp8_gemm(a8: torch.Tensor, ra: torch.Tensor, b8: torch.Tensor, rb: torch.Tensor,
+             out_dtype: torch.dtype, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``(e4m3(a8) * ra[:, None]) @ (e4m3(b8) * rb[:, None])^T`` (+ bias) on FP8 tensor cores.
+
+    Row-wise power-of-two scales inside ``torch._scaled_mm`` when the build supports them for
+    ``out_dtype``; otherwise a float32 GEMM with unit scales and the scales applied in float32.
+    """
+    A = a8.view(torch.float8_e4m3fn)
+    B = b8.view(torch.float8_e4m3fn).t()
+    key = (a8.device.type, out_dtype)
+    if _ROWWISE_OK.get(key, True):
+        try:
+            y = torch._scaled_mm(A, B, scale_a=ra.reshape(-1, 1), scale_b=rb.reshape(1, -1),
+                                 out_dtype=out_dtype, use_fast_accum=False)
+            _ROWWISE_OK[key] = True
+            return y if bias is None else y + bias.to(out_dtype)
+        except (RuntimeError, NotImplementedError):
+            _ROWWISE_OK[key] = False
+    one = torch.ones((), dtype=torch.float32, device=a8.device)
+    y = torch._scaled_mm(A, B, scale_a=one, scale_b=one, out_dtype=torch.float32, use_fast_accum=False)
+    y = y * ra.reshape(-1, 1) * rb.reshape(1, -1)
+    if bias is not None:
+        y = y + bias.float()
+    return y.to(out_dtype)
+
+
+def e4m3_dequant(q8: torch.Tensor, rs: torch.Tensor) -> torch.Tensor:
+    """float32 values of an (R, L) E4M3 uint8 tensor with row scales."""
+    return q8.view(torch.float8_e4m3fn).float() * rs.reshape(-1, 1)
+
+
+def unpack_mask(words: torch.Tensor) -> torch.Tensor:
+    """int32 mask words (R, L/32) -> bool (R, L)."""
+    lane = torch.arange(32, device=words.device, dtype=torch.int32)
+    return ((words.unsqueeze(-1) >> lane) & 1).bool().reshape(words.shape[0], -1)
+
+
+# ----------------------------------------------------------------------------------------------
+# Dispatch and autograd
+# ----------------------------------------------------------------------------------------------
+def supported(x: torch.Tensor, weight: torch.Tensor, hadamard_group: int) -> bool:
+    """Whether the CUDA path handles this call (else the reference runs)."""
+    if not (x.is_cuda and weight.is_cuda) or hadamard_group != 32:
+        return False
+    if x.dtype not in (torch.float32, torch.bfloat16, torch.float16) or weight.dtype != x.dtype:
+        return False
+    N, K = weight.shape
+    if K % 32 or N % 32 or not hasattr(torch, "_scaled_mm"):
+        return False
+    if torch.cuda.get_device_capability(x.device) < (8, 9):  # FP8 tensor cores: Ada, Hopper, Blackwell
+        return False
+    M = x.numel() // K
+    return max(M, 1) * max(K, N) < 2 ** 31 and (M + 31) * max(K, N) < 2 ** 31
+
+
+def _sub_seeds(seed: int, n: int):
+    return [_splitmix64(seed * 8 + i) & 0x7FFFFFFF for i in range(n)]
+
+
+def _grad_gemm_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float32 if dtype == torch.float32 else torch.bfloat16
+
+
+class QuartetLinearCUDA(torch.autograd.Function):
+    """``apply(x, weight, bias, rng, hadamard_group)`` on CUDA (see module doc)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, rng, hadamard_group=32):
+        K = x.shape[-1]
+        N = weight.shape[0]
+        x2 = x.reshape(-1, K)
+        x8, mx, rsx = quest_fp8(x2)
+        w8, mw, rsw = quest_fp8(weight)
+        out_dtype = x.dtype if x.dtype != torch.float16 else torch.float32
+        y = fp8_gemm(x8, rsx, w8, rsw, out_dtype, bias).to(x.dtype)
+        ctx.save_for_backward(x8, rsx, mx, w8, rsw, mw)
+        ctx.rng = rng
+        ctx.dtypes = (x.dtype, weight.dtype, None if bias is None else bias.dtype)
+        return y.reshape(*x.shape[:-1], N)
+
+    @staticmethod
+    def backward(ctx, dy):
+        x8, rsx, mx, w8, rsw, mw = ctx.saved_tensors
+        needs = ctx.needs_input_grad[:3]
+        if not any(needs):
+            return None, None, None, None, None
+        xd, wd, bd = ctx.dtypes
+        M, K = x8.shape
+        N = w8.shape[0]
+        dy2 = dy.reshape(M, N)
+        if not dy2.is_contiguous():
+            dy2 = dy2.contiguous()
+        s_sign_x, s_g, s_w, s_sign_w, s_gt, s_x = _sub_seeds(ctx.rng.next_seed(), 6)
+        dx = dw = db = None
+        if needs[0]:
+            g8, rg = sr_fp8(dy2, sign_seed=s_sign_x, noise_seed=s_g)  # (M, N)
+            wt8, rwt = sr_fp8(w8.t(), sign_seed=s_sign_x, noise_seed=s_w, scale=rsw)  # (K, N)
+            dxq = fp8_gemm(g8, rg, wt8, rwt, _grad_gemm_dtype(xd))  # (M, K)
+            dx = mask_ihadamard(dxq, mx, xd).reshape(*dy.shape[:-1], K)
+        if needs[1]:
+            gt8, rgt = sr_fp8(dy2.t(), sign_seed=s_sign_w, noise_seed=s_gt)  # (N, Mp)
+            xt8, rxt = sr_fp8(x8.t(), sign_seed=s_sign_w, noise_seed=s_x, scale=rsx)  # (K, Mp)
+            dwq = fp8_gemm(gt8, rgt, xt8, rxt, _grad_gemm_dtype(wd))  # (N, K)
+            dw = mask_ihadamard(dwq, mw, wd)
+        if needs[2]:
+            db = dy2.float().sum(0).to(bd)
+        return dx, dw, db, None, None
