@@ -27,14 +27,21 @@ def e2m1_sr_abs(a, u):
 
 @triton.jit
 def e2m1_sr(v, u):
-    """float32 v (|v| <= 6) -> stochastically rounded E2M1 value (float32), sign kept."""
+    """float32 v (|v| <= 6) -> stochastically rounded E2M1 value (float32), sign kept; NaN -> NaN.
+
+    The sign is copied as a bit (Triton's unary minus is 0 - x, which would turn -0.0 into +0.0), and
+    NaN is masked explicitly (``tl.minimum`` drops NaN on GPU).
+    """
     r = e2m1_sr_abs(tl.abs(v), u)
-    return tl.where(v < 0, -r, r)
+    sign = v.to(tl.int32, bitcast=True) & -2147483648
+    r = (r.to(tl.int32, bitcast=True) | sign).to(tl.float32, bitcast=True)
+    return tl.where(v == v, r, v)
 
 
 @triton.jit
 def mx_sr_blocks(xb, u, PRESCALE: tl.constexpr):
-    """SR of ``PRESCALE * x / 2**e`` for a (..., 32) float32 tile of finite values, blocks last.
+    """SR of ``PRESCALE * x / 2**e`` for a (..., 32) float32 tile of finite values, blocks last
+    (callers flag blocks holding NaN/Inf themselves, as the kernels do with ``block_bad``).
 
     ``e = floor(log2(amax)) - 2`` per block. Returns (E2M1 values in units of 2**e, e (int32)).
     """

@@ -39,7 +39,8 @@ import torch
 import triton
 import triton.language as tl
 
-from ..formats.triton_helpers import block_bad, e2m1_round, exp2i, mx_exponent, rint
+from ..formats import triton_helpers as _th
+from ..formats.triton_helpers import block_amax, block_bad, e2m1_round, exp2i, mx_exponent, rint
 from ..formats.triton_stochastic import e2m1_sr
 from ..reference.quartet import QUEST_EPS, QUEST_STD_FACTOR, SR_RESCALE, _splitmix64, hadamard_matrix
 
@@ -50,6 +51,12 @@ FP8_EXACT_RANGE = 14  # groups with e >= rowmax(e) - 14 embed exactly in E4M3
 _OFFSET = 6  # stored magnitudes <= 6 * 2**6 = 384
 _INV_SQRT32 = 0.17677669529663687
 _HDOT_F32, _HDOT_BF16, _HDOT_F16 = 0, 1, 2
+# The interpreter (TRITON_INTERPRET=1) has no bf16/fp16 arithmetic for tl.dot: use the float32 dot there.
+_INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+if not isinstance(_th._RINT_MAGIC, tl.constexpr) and not _INTERPRET:
+    # A plain float global cannot be read by a compiled kernel ("Cannot access global variable");
+    # same value wrapped as a constexpr (as kernels/attn_qat.py does), until triton_helpers does it.
+    _th._RINT_MAGIC = tl.constexpr(_th._RINT_MAGIC)
 _QUEST_C = tl.constexpr(QUEST_STD_FACTOR)
 _QUEST_EPS = tl.constexpr(QUEST_EPS)
 _RSQRT32 = tl.constexpr(_INV_SQRT32)
@@ -214,11 +221,11 @@ def _sr_fp8_kernel(A, sar, sal, ASCALE, H, NOISE, sign_seed, noise_seed, Q8, RS,
             a = _e4m3_value(a) * tl.load(ASCALE + cols, mask=cols < L, other=0.0)[None, :]
         a = a.to(tl.float32) * _signs(sign_seed, cols)[None, :]
         ah = _hadamard(a, Hm, HDOT)
-        e = mx_exponent(tl.max(tl.abs(ah), axis=2), True)
+        e = mx_exponent(block_amax(ah), True)
         gcols = l0 // 32 + tl.arange(0, NG)
         gm = rmask[:, None] & (gcols < LG)[None, :]
         tl.store(ESCR + rows64[:, None] * LG + gcols[None, :], e, mask=gm)
-        emax = tl.maximum(emax, tl.max(tl.where(gm, e, -127), axis=1))
+        emax = tl.maximum(emax, tl.max(tl.where(gm & (block_bad(ah) == 0), e, -127), axis=1))
     for l0 in range(0, LP, BLOCK_L):
         cols = l0 + tl.arange(0, BLOCK_L)
         m2 = rmask[:, None] & (cols < L)[None, :]
@@ -240,6 +247,7 @@ def _sr_fp8_kernel(A, sar, sal, ASCALE, H, NOISE, sign_seed, noise_seed, Q8, RS,
         v = ah * tl.expand_dims(exp2i(-e), 2) * 0.75
         r = e2m1_sr(v, u)
         q = r * tl.expand_dims(exp2i(e - emax[:, None] + 6), 2)
+        q = tl.where(tl.expand_dims(block_bad(ah) != 0, 2), float("nan"), q)
         bits = tl.reshape(_e4m3_bits(q), (BLOCK_R, BLOCK_L))
         tl.store(Q8 + offs, bits, mask=mo)
     tl.store(RS + rows, exp2i(emax - 6), mask=rmask)
@@ -281,8 +289,6 @@ def _hmat(device: str, kind: int) -> torch.Tensor:
     return h.to(device=device, dtype=torch.bfloat16 if kind == _HDOT_BF16 else torch.float16).contiguous()
 
 
-# The interpreter (TRITON_INTERPRET=1) has no bf16/fp16 arithmetic for tl.dot: use the float32 dot there.
-_INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
 def _hdot_for(dtype: torch.dtype) -> int:
