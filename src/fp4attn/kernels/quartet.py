@@ -297,10 +297,16 @@ def _hdot_for(dtype: torch.dtype) -> int:
     return {torch.bfloat16: _HDOT_BF16, torch.float16: _HDOT_F16}.get(dtype, _HDOT_F32)
 
 
-def quest_fp8(a: torch.Tensor, block_r: int = 32, block_k: int = 128):
+def _block_rows(R: int) -> int:
+    """32 rows per program for tall operands; 16 for short ones so that every SM gets programs."""
+    return 32 if R >= 8192 else 16
+
+
+def quest_fp8(a: torch.Tensor, block_r: int | None = None, block_k: int = 128):
     """Hadamard + QuEST of a 2-D (R, K) tensor -> (E4M3 uint8 (R, K), mask words int32 (R, K/32),
     row scales float32 (R,)). Dequantized value = e4m3(q8) * rs[:, None]."""
     R, K = a.shape
+    block_r = block_r or _block_rows(R)
     hd = _hdot_for(a.dtype)
     q8 = torch.empty(R, K, dtype=torch.uint8, device=a.device)
     mask = torch.empty(R, K // 32, dtype=torch.int32, device=a.device)
@@ -313,12 +319,13 @@ def quest_fp8(a: torch.Tensor, block_r: int = 32, block_k: int = 128):
 
 
 def sr_fp8(a: torch.Tensor, *, sign_seed: int, noise_seed: int, scale: torch.Tensor | None = None,
-           noise: torch.Tensor | None = None, block_r: int = 32, block_l: int = 128):
+           noise: torch.Tensor | None = None, block_r: int | None = None, block_l: int = 128):
     """Backward operand: random-sign Hadamard along the last dim of the 2-D view ``a`` (R, L), SR of
     3/4 x to MXFP4, FP8 embedding. ``a`` may be a strided view; uint8 ``a`` holds E4M3 bytes to be
     multiplied by ``scale[l]``. Returns (E4M3 uint8 (R, Lp), row scales (R,)), Lp = L rounded up to 32.
     ``noise``: optional (R, Lp) uniforms replacing the Philox draws (tests)."""
     R, L = a.shape
+    block_r = block_r or _block_rows(R)
     LP = (L + 31) // 32 * 32
     a_fp8 = a.dtype == torch.uint8
     hd = _hdot_for(torch.bfloat16 if a_fp8 else a.dtype)  # E4M3 * 2**k * (+-1) is exact in bf16

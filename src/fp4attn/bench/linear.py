@@ -1,0 +1,142 @@
+"""``fp4attn bench linear``: QuartetLinear (MXFP4 via exact FP8 embedding) vs BF16 and FP8 GEMMs.
+
+For each shape (M, K, N) — x (M, K), W (N, K), bf16 — times, in one run on one GPU:
+* ``bf16``: ``F.linear`` forward; forward+backward (dX and dW, autograd);
+* ``fp8``: the speed-of-light reference, ``torch._scaled_mm`` on already-quantized E4M3 operands
+  (forward: one GEMM; forward+backward: the three GEMMs of a linear layer, operands pre-transposed);
+* ``quartet``: ``QuartetLinearCUDA`` forward (Hadamard+QuEST quantizers + FP8 GEMM) and
+  forward+backward (plus the SR quantizers, two GEMMs, mask + inverse Hadamard);
+* the quantization overhead apart: the forward's two quantizer calls, and the backward's four SR
+  quantizers + two epilogues.
+Prints a markdown table (ms, TFLOP/s with 2·M·K·N per GEMM, speedups vs bf16 and vs fp8) and writes
+``linear.csv`` to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import torch
+import torch.nn.functional as F
+
+from .common import device_name, markdown_table, now_utc, time_ms, write_csv
+
+DEFAULT_SHAPES = "8192x8192x8192,16384x4096x4096,16384x4096x14336,16384x14336x4096"
+
+
+def parse_shapes(text: str):
+    return [tuple(int(v) for v in tok.strip().split("x")) for tok in text.split(",") if tok.strip()]
+
+
+def _measure(fn, rep_ms, grad_to_none=None):
+    try:
+        return time_ms(fn, warmup_ms=rep_ms / 4, rep_ms=rep_ms, grad_to_none=grad_to_none), None
+    except Exception as e:  # a provider that cannot run leaves its cells empty
+        return None, f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:160]}"
+
+
+def bench_shape(M, K, N, rep_ms=200.0, dev="cuda"):
+    from ..kernels import quartet as kq
+    from ..reference.quartet import QuartetRNG
+
+    torch.manual_seed(0)
+    x = torch.randn(M, K, device=dev, dtype=torch.bfloat16, requires_grad=True)
+    w = (torch.randn(N, K, device=dev, dtype=torch.bfloat16) * K ** -0.5).requires_grad_()
+    dy = torch.randn(M, N, device=dev, dtype=torch.bfloat16)
+    res, notes = {}, {}
+
+    def put(key, fn, gtn=None):
+        t, err = _measure(fn, rep_ms, gtn)
+        res[key] = t
+        if err:
+            notes[key] = err
+
+    put("bf16 fwd", lambda: F.linear(x, w))
+    put("bf16 fwd+bwd", lambda: F.linear(x, w).backward(dy), [x, w])
+
+    f8 = torch.float8_e4m3fn
+    one = torch.ones((), device=dev)
+    a8, b8 = x.detach().to(f8), w.detach().to(f8)
+    g8, g8t = dy.to(f8), dy.t().contiguous().to(f8)
+    b8t, a8t = w.detach().t().contiguous().to(f8), x.detach().t().contiguous().to(f8)
+
+    def mm(a, b):
+        return torch._scaled_mm(a, b.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16,
+                                use_fast_accum=False)
+
+    put("fp8 fwd", lambda: mm(a8, b8))
+    put("fp8 fwd+bwd", lambda: (mm(a8, b8), mm(g8, b8t), mm(g8t, a8t)))
+
+    rng = QuartetRNG(0)
+
+    def q_fwd():
+        with torch.no_grad():
+            return kq.QuartetLinearCUDA.apply(x, w, None, rng, 32)
+
+    put("quartet fwd", q_fwd)
+    put("quartet fwd+bwd", lambda: kq.QuartetLinearCUDA.apply(x, w, None, rng, 32).backward(dy), [x, w])
+    put("quartet fwd quant", lambda: (kq.quest_fp8(x.detach()), kq.quest_fp8(w.detach())))
+    x8, mx, rsx = kq.quest_fp8(x.detach())
+    w8, mw, rsw = kq.quest_fp8(w.detach())
+    dxq = torch.empty(M, K, device=dev, dtype=torch.bfloat16)
+    dwq = torch.empty(N, K, device=dev, dtype=torch.bfloat16)
+
+    def bwd_quant():
+        kq.sr_fp8(dy, sign_seed=1, noise_seed=2)
+        kq.sr_fp8(w8.t(), sign_seed=1, noise_seed=3, scale=rsw)
+        kq.sr_fp8(dy.t(), sign_seed=4, noise_seed=5)
+        kq.sr_fp8(x8.t(), sign_seed=4, noise_seed=6, scale=rsx)
+        kq.mask_ihadamard(dxq, mx, torch.bfloat16)
+        kq.mask_ihadamard(dwq, mw, torch.bfloat16)
+
+    put("quartet bwd quant", bwd_quant)
+    put("quartet fwd gemm", lambda: kq.fp8_gemm(x8, rsx, w8, rsw, torch.bfloat16))
+    return res, notes
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="fp4attn bench linear", description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default="./fp4attn-out", help="folder for linear.csv")
+    ap.add_argument("--shapes", default=DEFAULT_SHAPES, help="comma list of MxKxN (default: the issue's four)")
+    ap.add_argument("--rep-ms", type=float, default=200.0, help="timing budget per measurement (ms)")
+    args = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("fp4attn bench linear needs a CUDA GPU", file=sys.stderr)
+        return 2
+    from ..kernels import quartet as kq
+
+    shapes = parse_shapes(args.shapes)
+    headers = ["shape (M,K,N)", "bf16 fwd ms", "fp8 fwd ms", "quartet fwd ms", "fwd x bf16", "fwd x fp8",
+               "bf16 f+b ms", "fp8 f+b ms", "quartet f+b ms", "f+b x bf16", "f+b x fp8",
+               "fwd quant ms", "bwd quant ms", "quartet fwd GEMM ms", "fwd TF/s", "f+b TF/s"]
+    rows, all_notes = [], {}
+    for M, K, N in shapes:
+        r, notes = bench_shape(M, K, N, args.rep_ms)
+        for k, v in notes.items():
+            all_notes[f"{k} ({M},{K},{N})"] = v
+
+        def ratio(a, b, r=r):
+            return r[a] / r[b] if r.get(a) and r.get(b) else None
+
+        fl = 2.0 * M * K * N
+        rows.append([f"({M},{K},{N})", r["bf16 fwd"], r["fp8 fwd"], r["quartet fwd"],
+                     ratio("bf16 fwd", "quartet fwd"), ratio("fp8 fwd", "quartet fwd"),
+                     r["bf16 fwd+bwd"], r["fp8 fwd+bwd"], r["quartet fwd+bwd"],
+                     ratio("bf16 fwd+bwd", "quartet fwd+bwd"), ratio("fp8 fwd+bwd", "quartet fwd+bwd"),
+                     r["quartet fwd quant"], r["quartet bwd quant"], r["quartet fwd gemm"],
+                     fl / r["quartet fwd"] / 1e9 if r["quartet fwd"] else None,
+                     3 * fl / r["quartet fwd+bwd"] / 1e9 if r["quartet fwd+bwd"] else None])
+        torch.cuda.empty_cache()
+    print(f"# fp4attn bench linear — {device_name()}, torch {torch.__version__}, {now_utc()}")
+    print(f"(row-wise scaled _scaled_mm used: {dict(kq._ROWWISE_OK)})\n")
+    print(markdown_table(headers, rows, digits=3))
+    for k, v in all_notes.items():
+        print(f"- {k}: {v}")
+    path = write_csv(f"{args.out}/linear.csv", headers, rows)
+    print(f"\nwrote {path}")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
