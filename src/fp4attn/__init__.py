@@ -15,7 +15,7 @@ from .ops.quantize import fake_quantize, quantize
 __version__ = "0.1.0"
 
 __all__ = ["FP4Tensor", "quantize", "fake_quantize", "attention", "attn_qat", "thrift_attention", "nn",
-           "__version__"]
+           "KVCache", "decode", "__version__"]
 
 
 def __getattr__(name):
@@ -29,6 +29,12 @@ def __getattr__(name):
     if name == "attn_qat":
         from .ops.attn_qat import attn_qat
         return attn_qat
+    if name == "KVCache":
+        from .kvcache import KVCache
+        return KVCache
+    if name == "decode":
+        from .ops.decode import decode
+        return decode
     if name == "nn":
         from . import nn
         return nn

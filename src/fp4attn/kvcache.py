@@ -1,0 +1,522 @@
+"""``fp4attn.KVCache``: a paged KV cache holding K and V as NVFP4 (issue 5).
+
+Storage (one object per attention layer; :class:`KVCacheStack` holds one per layer):
+
+* **Pages** of ``page_size`` tokens (default 64, a multiple of 16) in a pool shared by the batch; a
+  page holds all ``Hkv`` heads of one sequence. ``page_table[b, i]`` is the pool index of the i-th
+  page of sequence b (int32, -1 where none).
+* **K** is quantized along D (blocks of 16 channels of one token): ``k_data (P, Hkv, page, D/2)``
+  uint8 (channel 2i in the low nibble) and ``k_scale (P, Hkv, page, D/16)`` float8_e4m3fn.
+* **V** is quantized along tokens (blocks of 16 consecutive tokens of one channel, a *slot*):
+  ``v_data (P, Hkv, page/2, D)`` uint8 (token 2i of the page in the low nibble) and
+  ``v_scale (P, Hkv, page/16, D)`` float8_e4m3fn. This is the layout the FP4 prefill kernels use
+  (scales along the PV reduction dim).
+* **Global scales**: an FP32 decode scale per (sequence, kv head) for K and for V
+  (``k_global_scale``, ``v_global_scale``; value = code · block scale · global scale). Without it a
+  head whose |K| exceeds 6·448 = 2688 would saturate the E4M3 block scales (and tiny values would sink
+  into E4M3 subnormals). Unless given explicitly, it is fixed by the first append that brings tokens
+  to a sequence: ``2**-e`` with ``e = floor(log2(448·6 / (amax · scale_headroom)))`` (a power of two,
+  so the dequantized values do not depend on it except at the ends of the E4M3 range; the
+  ``scale_headroom`` (default 4) leaves room for later tokens up to 4-8x larger than the prefill's).
+* **The raw tail.** A V slot is quantized along its 16 tokens, so it can only be quantized once it is
+  full. The last ``len % 16`` tokens of each sequence (K and V) are kept raw, in the cache dtype, in
+  ``k_tail / v_tail (B, Hkv, 16, D)``; when an append fills the slot, tail + new tokens are quantized
+  together and the remainder becomes the new tail. Quantizing a full slot depends only on its 16
+  tokens and the global scales, so appending in any chunking gives **bit-identical** storage to
+  :meth:`KVCache.from_dense` whenever the global scales are the same (always when they are passed
+  explicitly; with the automatic rule, when the first chunk has the same power-of-two amax bucket).
+  :meth:`decode <fp4attn.decode>` attends to the raw tail tokens in 16 bits; :meth:`dequantize`
+  returns them raw. The tail is counted in :attr:`nbytes`.
+* **Optional 16-bit copy** (``keep_16bit=True``, for ThriftAttention decode): every committed token
+  is also stored raw in ``k16 / v16 (P, Hkv, page, D)`` (cache dtype), plus an FP32 mean of K per
+  full page (``k_page_mean (P, Hkv, D)``, the Thrift block means; the thrift block is the page).
+  This is the paper's design (a full FP16 copy): memory becomes ≈ 1.30x a bf16 cache (1.0 for the
+  copy, 0.016 for the means) instead of ≈ 0.28x, while a Thrift decode step still *reads* only the
+  FP4 pages plus the selected 16-bit pages. :attr:`nbytes_16bit` reports that part separately.
+
+Ragged batches: every sequence has its own length (``seq_lens``); ``append(k, v, lengths=...)``
+takes per-sequence counts of valid new tokens (the rest of the ``n_new`` positions is padding).
+
+Everything here is plain PyTorch (the quantization is ``fp4attn.formats.core``'s, bit-exact to
+SPEC §2) and runs on CPU and CUDA.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+
+from .formats import core
+
+SLOT = 16  # tokens per V quantization block (NVFP4)
+_FP8 = torch.float8_e4m3fn
+_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+def _power_of_two_decode_scale(amax: torch.Tensor, headroom: float) -> torch.Tensor:
+    """amax (float32, >= 0) -> decode scale 2**-e, e = floor(log2(448*6 / (amax*headroom)))."""
+    a = amax.double() * headroom
+    ok = (amax > 0) & torch.isfinite(amax)
+    e = torch.floor(torch.log2((core.E4M3_MAX * core.E2M1_MAX) / torch.where(ok, a, torch.ones_like(a))))
+    e = torch.where(ok, e, torch.zeros_like(e)).clamp(-126, 126)
+    return torch.pow(2.0, -e).float()
+
+
+class KVCache:
+    """Paged NVFP4 KV cache for one attention layer (see the module docstring for the layout).
+
+    Args:
+        batch_size, num_kv_heads, head_dim: B, Hkv, D (D a multiple of 16).
+        dtype: the 16-bit (or fp32) dtype of incoming K/V; inputs are cast to it first. The raw tail
+            and the optional 16-bit copy are stored in it.
+        device: where the pool lives.
+        page_size: tokens per page (a multiple of 16; 64 by default, the Thrift block).
+        keep_16bit: also keep a raw copy of every token (ThriftAttention decode).
+        k_global_scale, v_global_scale: FP32 decode scales (a number or a tensor broadcastable to
+            (B, Hkv)); ``None`` (default) fixes them per sequence at its first append.
+        scale_headroom: headroom factor of the automatic global scales.
+        initial_pages: pool capacity to allocate up front (pages; it grows by doubling).
+    """
+
+    def __init__(self, batch_size: int, num_kv_heads: int, head_dim: int, *, dtype=torch.bfloat16,
+                 device=None, page_size: int = 64, keep_16bit: bool = False, k_global_scale=None,
+                 v_global_scale=None, scale_headroom: float = 4.0, initial_pages: int = 0):
+        for name, val in (("batch_size", batch_size), ("num_kv_heads", num_kv_heads),
+                          ("head_dim", head_dim), ("page_size", page_size)):
+            if isinstance(val, bool) or not isinstance(val, int) or val < 1:
+                raise ValueError(f"{name} must be a positive int, got {val!r}")
+        if head_dim % SLOT:
+            raise ValueError(f"head_dim must be a multiple of {SLOT} (NVFP4 blocks along D), got {head_dim}")
+        if page_size % SLOT:
+            raise ValueError(f"page_size must be a multiple of {SLOT}, got {page_size}")
+        if dtype not in _DTYPES:
+            raise TypeError(f"dtype must be one of {_DTYPES}, got {dtype}")
+        if not (isinstance(scale_headroom, (int, float)) and math.isfinite(scale_headroom)
+                and scale_headroom >= 1):
+            raise ValueError(f"scale_headroom must be a finite number >= 1, got {scale_headroom!r}")
+        self.batch_size, self.num_kv_heads, self.head_dim = batch_size, num_kv_heads, head_dim
+        self.page_size = page_size
+        self.dtype = dtype
+        self.device = torch.device(device) if device is not None else torch.device("cpu")
+        self.keep_16bit = bool(keep_16bit)
+        self.scale_headroom = float(scale_headroom)
+        B, H, D = batch_size, num_kv_heads, head_dim
+        dev = self.device
+        self._lens = [0] * B  # host mirror of seq_lens
+        self.seq_lens = torch.zeros(B, dtype=torch.int32, device=dev)
+        self._pages: list[list[int]] = [[] for _ in range(B)]
+        self.page_table = torch.full((B, 0), -1, dtype=torch.int32, device=dev)
+        self.k_tail = torch.zeros(B, H, SLOT, D, dtype=dtype, device=dev)
+        self.v_tail = torch.zeros(B, H, SLOT, D, dtype=dtype, device=dev)
+        self.k_global_scale = torch.ones(B, H, dtype=torch.float32, device=dev)
+        self.v_global_scale = torch.ones(B, H, dtype=torch.float32, device=dev)
+        self._scale_set = [False] * B
+        if k_global_scale is not None or v_global_scale is not None:
+            if k_global_scale is None or v_global_scale is None:
+                raise ValueError("pass both k_global_scale and v_global_scale, or neither")
+            for name, g, dst in (("k_global_scale", k_global_scale, self.k_global_scale),
+                                 ("v_global_scale", v_global_scale, self.v_global_scale)):
+                g = torch.as_tensor(g, dtype=torch.float32, device=dev)
+                if not bool(torch.isfinite(g).all()) or not bool((g > 0).all()):
+                    raise ValueError(f"{name} must be positive and finite")
+                dst.copy_(torch.broadcast_to(g, (B, H)))
+            self._scale_set = [True] * B
+        self._num_used = 0
+        self._capacity = 0
+        self._alloc_pool(max(0, int(initial_pages)))
+
+    # ------------------------------------------------------------------------------------------
+    # pool management
+    # ------------------------------------------------------------------------------------------
+    def _pool_shapes(self, P: int):
+        H, D, ps = self.num_kv_heads, self.head_dim, self.page_size
+        shapes = {
+            "k_data": ((P, H, ps, D // 2), torch.uint8),
+            "k_scale": ((P, H, ps, D // SLOT), _FP8),
+            "v_data": ((P, H, ps // 2, D), torch.uint8),
+            "v_scale": ((P, H, ps // SLOT, D), _FP8),
+        }
+        if self.keep_16bit:
+            shapes["k16"] = ((P, H, ps, D), self.dtype)
+            shapes["v16"] = ((P, H, ps, D), self.dtype)
+            shapes["k_page_mean"] = ((P, H, D), torch.float32)
+        return shapes
+
+    def _alloc_pool(self, P: int) -> None:
+        old = {n: getattr(self, n, None) for n in self._pool_shapes(0)}
+        for name, (shape, dt) in self._pool_shapes(P).items():
+            t = torch.zeros(shape, dtype=torch.uint8 if dt == _FP8 else dt, device=self.device)
+            if dt == _FP8:
+                t = t.view(_FP8)
+            o = old.get(name)
+            if o is not None and self._num_used:
+                t[: self._num_used] = o[: self._num_used]
+            setattr(self, name, t)
+        self._capacity = P
+
+    def _ensure_pages(self, b: int, n_pages: int) -> None:
+        have = len(self._pages[b])
+        if n_pages <= have:
+            return
+        need = n_pages - have
+        if self._num_used + need > self._capacity:
+            self._alloc_pool(max(self._num_used + need, 2 * self._capacity, 4))
+        new = list(range(self._num_used, self._num_used + need))
+        self._num_used += need
+        self._pages[b].extend(new)
+        if n_pages > self.page_table.shape[1]:
+            cols = max(n_pages, 2 * self.page_table.shape[1])
+            pt = torch.full((self.batch_size, cols), -1, dtype=torch.int32, device=self.device)
+            pt[:, : self.page_table.shape[1]] = self.page_table
+            self.page_table = pt
+        self.page_table[b, have:n_pages] = torch.tensor(new, dtype=torch.int32, device=self.device)
+
+    # ------------------------------------------------------------------------------------------
+    # building
+    # ------------------------------------------------------------------------------------------
+    @classmethod
+    def from_dense(cls, k: torch.Tensor, v: torch.Tensor, *, lengths=None, **kwargs) -> KVCache:
+        """A cache holding (B, Hkv, N, D) k and v (``lengths``: valid tokens per sequence, default N).
+
+        ``kwargs`` go to the constructor (``dtype`` defaults to k's dtype, ``device`` to k's device).
+        """
+        _check_kv(k, v)
+        B, H, _, D = k.shape
+        kwargs.setdefault("dtype", k.dtype if k.dtype in _DTYPES else torch.float32)
+        kwargs.setdefault("device", k.device)
+        c = cls(B, H, D, **kwargs)
+        c.append(k, v, lengths=lengths)
+        return c
+
+    def append(self, k: torch.Tensor, v: torch.Tensor, lengths=None) -> None:
+        """Append new tokens k, v: (B, Hkv, n_new, D) (any n_new >= 0).
+
+        ``lengths`` (optional, a sequence or tensor of B ints in [0, n_new]): how many of the n_new
+        positions are real tokens for each sequence (the leading ones); default all of them.
+        Full 16-token slots are quantized; a partial slot stays raw in the tail until it fills.
+        """
+        _check_kv(k, v)
+        B, H, n, D = k.shape
+        if (B, H, D) != (self.batch_size, self.num_kv_heads, self.head_dim):
+            raise ValueError(f"k must be (B={self.batch_size}, Hkv={self.num_kv_heads}, n, "
+                             f"D={self.head_dim}), got {tuple(k.shape)}")
+        if k.device != self.device:
+            raise ValueError(f"k and v must be on the cache's device {self.device}, got {k.device}")
+        counts = _counts(lengths, B, n)
+        k = k.to(self.dtype)
+        v = v.to(self.dtype)
+        with torch.no_grad():
+            self._set_global_scales(k, v, counts)
+            for b in range(B):
+                if counts[b]:
+                    self._append_seq(b, k[b, :, : counts[b]], v[b, :, : counts[b]])
+        self.seq_lens.copy_(torch.tensor(self._lens, dtype=torch.int32))
+
+    def _set_global_scales(self, k, v, counts) -> None:
+        todo = [b for b in range(self.batch_size) if counts[b] and not self._scale_set[b]]
+        for b in todo:
+            for src, dst in ((k, self.k_global_scale), (v, self.v_global_scale)):
+                x = src[b, :, : counts[b]].float().abs()
+                x = torch.where(torch.isfinite(x), x, torch.zeros_like(x))
+                dst[b] = _power_of_two_decode_scale(x.amax(dim=(1, 2)), self.scale_headroom)
+            self._scale_set[b] = True
+
+    def _append_seq(self, b: int, k: torch.Tensor, v: torch.Tensor) -> None:
+        L = self._lens[b]
+        t = L % SLOT
+        ck = torch.cat([self.k_tail[b, :, :t], k], dim=1)
+        cv = torch.cat([self.v_tail[b, :, :t], v], dim=1)
+        m = ck.shape[1]
+        nfull = m // SLOT * SLOT
+        if nfull:
+            self._commit(b, L - t, ck[:, :nfull], cv[:, :nfull])
+        rem = m - nfull
+        self.k_tail[b].zero_()
+        self.v_tail[b].zero_()
+        self.k_tail[b, :, :rem] = ck[:, nfull:]
+        self.v_tail[b, :, :rem] = cv[:, nfull:]
+        self._lens[b] = L + k.shape[1]
+
+    def _commit(self, b: int, start: int, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Quantize full slots k, v (Hkv, n, D), n % 16 == 0, placed at token ``start`` (16-aligned)."""
+        H, n, D = k.shape
+        ps = self.page_size
+        self._ensure_pages(b, -(-(start + n) // ps))
+        pages = torch.tensor(self._pages[b], dtype=torch.long, device=self.device)
+        s_k = (1.0 / self.k_global_scale[b]).view(H, 1, 1)
+        s_v = (1.0 / self.v_global_scale[b]).view(H, 1, 1)
+        # K along D
+        qk = core.quantize_blocks(k.float().reshape(H, n, D // SLOT, SLOT), "nvfp4", global_scale=True,
+                                  s_enc=s_k)
+        kd = core.pack_last(qk.codes.reshape(H, n, D))
+        # V along tokens (per channel)
+        vt = v.float().transpose(1, 2).reshape(H, D, n // SLOT, SLOT)
+        qv = core.quantize_blocks(vt, "nvfp4", global_scale=True, s_enc=s_v)
+        vd = core.pack_last(qv.codes.reshape(H, D, n)).transpose(1, 2)  # (H, n/2, D)
+        vs = qv.scale_store.transpose(1, 2)  # (H, n/16, D)
+        pos = torch.arange(start, start + n, device=self.device)
+        pg, off = pages[pos // ps], pos % ps
+        self.k_data[pg, :, off] = kd.transpose(0, 1)
+        self.k_scale[pg, :, off] = qk.scale_store.transpose(0, 1)
+        pos2 = torch.arange(start // 2, (start + n) // 2, device=self.device)
+        self.v_data[pages[pos2 // (ps // 2)], :, pos2 % (ps // 2)] = vd.transpose(0, 1)
+        pos16 = torch.arange(start // SLOT, (start + n) // SLOT, device=self.device)
+        self.v_scale[pages[pos16 // (ps // SLOT)], :, pos16 % (ps // SLOT)] = vs.transpose(0, 1)
+        if self.keep_16bit:
+            self.k16[pg, :, off] = k.transpose(0, 1)
+            self.v16[pg, :, off] = v.transpose(0, 1)
+            # the K mean of every page this commit completes (from the stored copy: deterministic)
+            for i in range(start // ps, (start + n) // ps):
+                p = self._pages[b][i]
+                self.k_page_mean[p] = self.k16[p].float().sum(dim=1) / ps
+
+    # ------------------------------------------------------------------------------------------
+    # queries
+    # ------------------------------------------------------------------------------------------
+    @property
+    def lengths(self) -> list[int]:
+        """Per-sequence token counts (host list)."""
+        return list(self._lens)
+
+    def get_seq_length(self) -> int:
+        """The longest sequence's length (what HF's ``Cache.get_seq_length`` reports)."""
+        return max(self._lens) if self._lens else 0
+
+    @property
+    def max_length(self) -> int:
+        return self.get_seq_length()
+
+    def committed_lengths(self) -> list[int]:
+        """Tokens per sequence that are quantized (the rest, < 16, is the raw tail)."""
+        return [L - L % SLOT for L in self._lens]
+
+    def _page_bytes(self, sixteen: bool) -> int:
+        tot = 0
+        for name, (shape, dt) in self._pool_shapes(1).items():
+            is16 = name in ("k16", "v16", "k_page_mean")
+            if is16 == sixteen:
+                tot += math.prod(shape) * (1 if dt == _FP8 else torch.empty((), dtype=dt).element_size())
+        return tot
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held for the stored tokens: the FP4 pages in use (whole pages, the unused part of
+        each sequence's last page included), the raw 16-bit tails, the global scales and the page
+        table. The optional 16-bit copy is *not* included; see :attr:`nbytes_16bit`."""
+        pages = sum(len(p) for p in self._pages)
+        fixed = (self.k_tail.numel() + self.v_tail.numel()) * self.k_tail.element_size()
+        fixed += (self.k_global_scale.numel() + self.v_global_scale.numel()) * 4
+        fixed += self.page_table.numel() * 4 + self.seq_lens.numel() * 4
+        return pages * self._page_bytes(False) + fixed
+
+    @property
+    def nbytes_16bit(self) -> int:
+        """Bytes of the optional 16-bit copy (k16, v16 and the page means) for the pages in use."""
+        if not self.keep_16bit:
+            return 0
+        return sum(len(p) for p in self._pages) * self._page_bytes(True)
+
+    @property
+    def nbytes_allocated(self) -> int:
+        """Bytes of every tensor the cache owns (the whole pool capacity)."""
+        tot = 0
+        for name in self._pool_shapes(0):
+            t = getattr(self, name)
+            tot += t.numel() * t.element_size()
+        for t in (self.k_tail, self.v_tail, self.k_global_scale, self.v_global_scale, self.page_table,
+                  self.seq_lens):
+            tot += t.numel() * t.element_size()
+        return tot
+
+    def bf16_nbytes(self) -> int:
+        """Bytes of a dense bf16 cache holding the same tokens (no padding): 2·2·Hkv·D·Σ lengths."""
+        return 4 * self.num_kv_heads * self.head_dim * sum(self._lens)
+
+    # ------------------------------------------------------------------------------------------
+    # dense views (references, tests)
+    # ------------------------------------------------------------------------------------------
+    def dequantize(self, dtype=torch.float32):
+        """Dense (k, v) of shape (B, Hkv, max_len, D): committed tokens dequantized
+        (code · block scale · global scale), the raw tail as stored, zeros beyond each length."""
+        B, H, D, ps = self.batch_size, self.num_kv_heads, self.head_dim, self.page_size
+        Lmax = self.get_seq_length()
+        k = torch.zeros(B, H, Lmax, D, dtype=torch.float32, device=self.device)
+        v = torch.zeros_like(k)
+        for b in range(B):
+            L = self._lens[b]
+            c = L - L % SLOT
+            if c:
+                pages = torch.tensor(self._pages[b][: -(-c // ps)], dtype=torch.long, device=self.device)
+                kd = self.k_data[pages].transpose(0, 1).reshape(H, -1, D // 2)[:, :c]
+                ks = self.k_scale[pages].transpose(0, 1).reshape(H, -1, D // SLOT)[:, :c].float()
+                kc = core.e2m1_decode(core.unpack_last(kd)).view(H, c, D // SLOT, SLOT) * ks.unsqueeze(-1)
+                k[b, :, :c] = kc.view(H, c, D) * self.k_global_scale[b].view(H, 1, 1)
+                vd = self.v_data[pages].transpose(0, 1).reshape(H, -1, D)[:, : c // 2]
+                vs = self.v_scale[pages].transpose(0, 1).reshape(H, -1, D)[:, : c // SLOT].float()
+                vc = core.e2m1_decode(core.unpack_last(vd.transpose(1, 2)))  # (H, D, c)
+                vc = vc.view(H, D, c // SLOT, SLOT) * vs.transpose(1, 2).unsqueeze(-1)
+                v[b, :, :c] = vc.view(H, D, c).transpose(1, 2) * self.v_global_scale[b].view(H, 1, 1)
+            k[b, :, c:L] = self.k_tail[b, :, : L - c].float()
+            v[b, :, c:L] = self.v_tail[b, :, : L - c].float()
+        return k.to(dtype), v.to(dtype)
+
+    def dense_16bit(self):
+        """Dense raw (k, v) (B, Hkv, max_len, D) in the cache dtype from the 16-bit copy and the
+        tails (``keep_16bit=True`` only)."""
+        if not self.keep_16bit:
+            raise ValueError("dense_16bit needs a cache built with keep_16bit=True")
+        B, H, D, ps = self.batch_size, self.num_kv_heads, self.head_dim, self.page_size
+        Lmax = self.get_seq_length()
+        k = torch.zeros(B, H, Lmax, D, dtype=self.dtype, device=self.device)
+        v = torch.zeros_like(k)
+        for b in range(B):
+            L = self._lens[b]
+            c = L - L % SLOT
+            if c:
+                pages = torch.tensor(self._pages[b][: -(-c // ps)], dtype=torch.long, device=self.device)
+                k[b, :, :c] = self.k16[pages].transpose(0, 1).reshape(H, -1, D)[:, :c]
+                v[b, :, :c] = self.v16[pages].transpose(0, 1).reshape(H, -1, D)[:, :c]
+            k[b, :, c:L] = self.k_tail[b, :, : L - c]
+            v[b, :, c:L] = self.v_tail[b, :, : L - c]
+        return k, v
+
+    def block_means(self):
+        """(B, Hkv, max_pages, D) float32 K means per page over each page's valid tokens (the Thrift
+        key-block means of decode; pages past a sequence's end are 0). Full pages use the stored
+        means; each sequence's last partial page is averaged from the 16-bit copy and the tail."""
+        if not self.keep_16bit:
+            raise ValueError("block means need a cache built with keep_16bit=True")
+        B, H, D, ps = self.batch_size, self.num_kv_heads, self.head_dim, self.page_size
+        npg = -(-self.get_seq_length() // ps)
+        out = torch.zeros(B, H, npg, D, dtype=torch.float32, device=self.device)
+        for b in range(B):
+            L = self._lens[b]
+            full = L // ps
+            if full:
+                pages = torch.tensor(self._pages[b][:full], dtype=torch.long, device=self.device)
+                out[b, :, :full] = self.k_page_mean[pages].transpose(0, 1)
+            if L % ps:
+                c = L - L % SLOT
+                parts = []
+                if c > full * ps:
+                    p = self._pages[b][full]
+                    parts.append(self.k16[p, :, : c - full * ps].float())
+                parts.append(self.k_tail[b, :, : L - c].float())
+                out[b, :, full] = torch.cat(parts, dim=1).sum(dim=1) / (L - full * ps)
+        return out
+
+    # ------------------------------------------------------------------------------------------
+    # generation helpers
+    # ------------------------------------------------------------------------------------------
+    def reorder(self, index) -> None:
+        """Reorder (or repeat) the batch: sequence b becomes old sequence ``index[b]`` (beam search).
+
+        Pages are copied, so repeated sequences never share a page."""
+        idx = [int(i) for i in (index.tolist() if isinstance(index, torch.Tensor) else index)]
+        if len(idx) != self.batch_size or any(not 0 <= i < self.batch_size for i in idx):
+            raise ValueError(f"index must hold {self.batch_size} sequence indices in [0, {self.batch_size})")
+        it = torch.tensor(idx, dtype=torch.long, device=self.device)
+        old_pages = self._pages
+        pool = {n: getattr(self, n) for n in self._pool_shapes(0)}
+        new_num = sum(len(old_pages[i]) for i in idx)
+        self._num_used, self._capacity = 0, 0
+        self._alloc_pool(max(new_num, 4))
+        self._pages = [[] for _ in range(self.batch_size)]
+        self.page_table = torch.full_like(self.page_table, -1)
+        for b, i in enumerate(idx):
+            n = len(old_pages[i])
+            if n:
+                self._ensure_pages(b, n)
+                src = torch.tensor(old_pages[i], dtype=torch.long, device=self.device)
+                dst = torch.tensor(self._pages[b], dtype=torch.long, device=self.device)
+                for name, t in pool.items():
+                    getattr(self, name)[dst] = t[src]
+        self._lens = [self._lens[i] for i in idx]
+        self._scale_set = [self._scale_set[i] for i in idx]
+        self.seq_lens = self.seq_lens[it].contiguous()
+        for name in ("k_tail", "v_tail", "k_global_scale", "v_global_scale"):
+            setattr(self, name, getattr(self, name)[it].contiguous())
+
+    def reset(self) -> None:
+        """Drop every token (keeps the pool allocation and explicit global scales)."""
+        self._lens = [0] * self.batch_size
+        self.seq_lens.zero_()
+        self._pages = [[] for _ in range(self.batch_size)]
+        self.page_table.fill_(-1)
+        self._num_used = 0
+        self.k_tail.zero_()
+        self.v_tail.zero_()
+
+    def __repr__(self) -> str:
+        return (f"KVCache(B={self.batch_size}, Hkv={self.num_kv_heads}, D={self.head_dim}, "
+                f"page_size={self.page_size}, dtype={self.dtype}, lengths={self._lens}, "
+                f"keep_16bit={self.keep_16bit}, nbytes={self.nbytes})")
+
+
+class KVCacheStack:
+    """One :class:`KVCache` per layer (``layer(i)``), for a model's generation loop.
+
+    ``update(k, v, layer_idx)`` appends to layer ``layer_idx`` and returns its cache (the call an HF
+    ``Cache`` subclass forwards to); constructor kwargs are passed to every layer's cache.
+    """
+
+    def __init__(self, num_layers: int, batch_size: int, num_kv_heads: int, head_dim: int, **kwargs):
+        self.layers = [KVCache(batch_size, num_kv_heads, head_dim, **kwargs) for _ in range(num_layers)]
+
+    def layer(self, i: int) -> KVCache:
+        return self.layers[i]
+
+    def __len__(self) -> int:
+        return len(self.layers)
+
+    def __getitem__(self, i: int) -> KVCache:
+        return self.layers[i]
+
+    def update(self, k: torch.Tensor, v: torch.Tensor, layer_idx: int, lengths=None) -> KVCache:
+        c = self.layers[layer_idx]
+        c.append(k, v, lengths=lengths)
+        return c
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return self.layers[layer_idx].get_seq_length()
+
+    def reorder(self, index) -> None:
+        for c in self.layers:
+            c.reorder(index)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(c.nbytes for c in self.layers)
+
+    @property
+    def nbytes_16bit(self) -> int:
+        return sum(c.nbytes_16bit for c in self.layers)
+
+
+def _check_kv(k, v) -> None:
+    for name, t in (("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if not t.is_floating_point():
+            raise TypeError(f"{name} must be a floating-point tensor, got dtype {t.dtype}")
+        if t.dim() != 4:
+            raise ValueError(f"{name} must be 4-D (B, Hkv, n_new, D), got shape {tuple(t.shape)}")
+    if k.shape != v.shape:
+        raise ValueError(f"k and v must have one shape, got {tuple(k.shape)} and {tuple(v.shape)}")
+    if k.device != v.device:
+        raise ValueError(f"k and v must be on one device, got {k.device} and {v.device}")
+
+
+def _counts(lengths, B: int, n: int) -> list[int]:
+    if lengths is None:
+        return [n] * B
+    if isinstance(lengths, torch.Tensor):
+        lengths = lengths.tolist()
+    if not isinstance(lengths, Sequence) or len(lengths) != B:
+        raise ValueError(f"lengths must hold {B} ints, got {lengths!r}")
+    out = [int(x) for x in lengths]
+    if any(not 0 <= x <= n for x in out):
+        raise ValueError(f"lengths must be in [0, n_new={n}], got {out}")
+    return out

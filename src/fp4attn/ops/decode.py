@@ -1,0 +1,172 @@
+"""``fp4attn.decode``: a few new query tokens attending to an NVFP4 :class:`fp4attn.KVCache` (issue 5).
+
+Semantics (what the reference below computes and the CUDA kernel matches within SPEC §6):
+
+* ``q``: (B, Hq, n_q, D), 1 <= n_q <= 16 new query tokens per sequence, **whose K/V were already
+  appended to the cache** (as in HF generation: append this step's K/V, then attend). Sequence b has
+  ``L_b = cache.seq_lens[b]`` tokens (ragged batches allowed); query i (0-based among the n_q) sees
+  the keys ``j <= L_b − n_q + i`` (bottom-right causal, as ``attention(..., causal=True)``).
+* GQA: query head h reads kv head ``h // (Hq / Hkv)``.
+* ``recipe="nvfp4"`` (Attn-QAT Algorithm 1 on the cache): S = scale·ϕ(q)·K̂ᵀ with ϕ(q) NVFP4 along
+  D and K̂ the stored NVFP4 K; P̃ = exp(S − rowmax) (one-shot in the reference), l = rowsum(P̃),
+  O = ϕ(P̃)·V̂ / l with ϕ(P̃) NVFP4 along keys in blocks of 16 (aligned with the cache's slots).
+  The raw tail of the cache (the last ``L_b % 16`` tokens, not yet quantized) is attended in 16 bits:
+  S from the unquantized q and k, unquantized P̃ and v.
+* ``thrift_budget=f`` (ThriftAttention decode; needs ``KVCache(keep_16bit=True)``): the Thrift
+  blocks are the cache pages (``page_size`` tokens, 64 by default). For every sequence and query head,
+  Ŝ_j = q̄·K̄_j with q̄ the mean of the n_q queries and K̄_j the FP32 mean of page j's K over its
+  valid tokens; the top ``k = clamp(round(f·n_b), 1, n_b)`` pages of the n_b pages of the sequence
+  (every page is visible to the last query; ties to the lower index) run in 16 bits (S from q and the
+  16-bit K copy, unquantized P̃ and the 16-bit V copy); the others run FP4 with two-level P
+  (s1 = rowmax(P̃ tile of 64 keys)/(448·6)) as in ``thrift_attention``. One softmax over all.
+
+Returns O in q's dtype (and the natural-log LSE (B, Hq, n_q) float32 with ``return_lse=True``).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import torch
+
+from ..formats.core import fake_quantize_values
+from ..kvcache import SLOT, KVCache
+from ..reference.common import expand_kv, lse_of, normalize, quantize_p, softmax_numerator
+from ..reference.thrift import budget_to_k
+from ._validate import check_bool, check_choice, check_scale
+
+RECIPES = ("nvfp4",)
+MAX_NEW = 16
+
+
+def _check(q, cache, scale, recipe, thrift_budget, layout, return_lse):
+    if not isinstance(cache, KVCache):
+        raise TypeError(f"cache must be an fp4attn.KVCache, got {type(cache).__name__}")
+    if not isinstance(q, torch.Tensor):
+        raise TypeError(f"q must be a torch.Tensor, got {type(q).__name__}")
+    if q.dtype not in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+        raise TypeError(f"q must be a float16, bfloat16 or float32 tensor, got dtype {q.dtype}")
+    check_choice("layout", layout, ("bhsd", "bshd"))
+    check_choice("recipe", recipe, RECIPES)
+    check_bool("return_lse", return_lse)
+    if q.dim() != 4:
+        raise ValueError(f"q must be 4-D (B, Hq, n_q, D) for layout={layout!r}, got shape {tuple(q.shape)}")
+    if layout == "bshd":
+        q = q.transpose(1, 2)
+    B, hq, nq, D = q.shape
+    if B != cache.batch_size:
+        raise ValueError(f"q's batch size ({B}) must equal the cache's ({cache.batch_size})")
+    if D != cache.head_dim:
+        raise ValueError(f"q's head dim D ({D}) must equal the cache's ({cache.head_dim})")
+    if hq % cache.num_kv_heads:
+        raise ValueError(f"the number of query heads ({hq}) must be a multiple of the cache's kv heads "
+                         f"({cache.num_kv_heads}) (GQA/MQA)")
+    if not 1 <= nq <= MAX_NEW:
+        raise ValueError(f"n_q (new query tokens) must be in [1, {MAX_NEW}], got {nq}")
+    if q.device != cache.device:
+        raise ValueError(f"q must be on the cache's device {cache.device}, got {q.device}")
+    if min(cache.lengths) < nq:
+        raise ValueError(f"every sequence must already hold the n_q={nq} new tokens (append their K/V "
+                         f"before decode); cache lengths are {cache.lengths}")
+    if thrift_budget is not None:
+        if isinstance(thrift_budget, bool) or not isinstance(thrift_budget, numbers.Real):
+            raise TypeError(f"thrift_budget must be a float in (0, 1] or None, got {thrift_budget!r}")
+        thrift_budget = float(thrift_budget)
+        if not math.isfinite(thrift_budget) or not 0.0 < thrift_budget <= 1.0:
+            raise ValueError(f"thrift_budget must be in (0, 1], got {thrift_budget}")
+        if not cache.keep_16bit:
+            raise ValueError("thrift_budget needs a cache built with keep_16bit=True (the 16-bit copy)")
+    return q, check_scale(scale, D), thrift_budget
+
+
+def thrift_select(q: torch.Tensor, cache: KVCache, budget: float) -> torch.Tensor:
+    """(B, Hq, max_pages) bool: the pages each (sequence, query head) computes in 16 bits."""
+    B, hq = q.shape[:2]
+    ps = cache.page_size
+    means = expand_kv(cache.block_means(), hq)  # (B, Hq, npg, D)
+    qbar = q.float().mean(dim=2)  # (B, Hq, D)
+    s_hat = torch.einsum("bhd,bhpd->bhp", qbar, means)
+    npg = means.shape[2]
+    n_b = torch.tensor([-(-L // ps) for L in cache.lengths], device=q.device)
+    kk = torch.tensor([budget_to_k(budget, int(n), False) for n in n_b.tolist()], device=q.device)
+    valid = torch.arange(npg, device=q.device).view(1, 1, npg) < n_b.view(B, 1, 1)
+    s_hat = s_hat.masked_fill(~valid, float("-inf"))
+    order = torch.sort(s_hat, dim=-1, descending=True, stable=True).indices
+    rank = torch.empty_like(order)
+    rank.scatter_(-1, order, torch.arange(npg, device=q.device).expand_as(order))
+    sel = (rank < kk.view(B, 1, 1)) & valid
+    out = torch.zeros(B, hq, max(cache.page_table.shape[1], npg), dtype=torch.bool, device=q.device)
+    out[..., :npg] = sel
+    return out
+
+
+def decode_reference(q: torch.Tensor, cache: KVCache, *, scale: float, thrift_budget=None,
+                     selection=None):
+    """The semantics above in PyTorch over ``cache.dequantize()`` (and its 16-bit copy for Thrift).
+
+    q: (B, Hq, n_q, D) bhsd. Returns (out, lse) in float32 (float64 for float64 q)."""
+    cd = torch.float64 if q.dtype == torch.float64 else torch.float32
+    B, hq, nq, D = q.shape
+    k, v = cache.dequantize(cd)
+    Lmax = k.shape[2]
+    lens = torch.tensor(cache.lengths, device=q.device)
+    comm = lens - lens % SLOT
+    j = torch.arange(Lmax, device=q.device)
+    raw = (j.view(1, -1) >= comm.view(-1, 1)).view(B, 1, 1, Lmax)  # the 16-bit tail
+    thrift = thrift_budget is not None or selection is not None
+    if thrift:
+        if selection is None:
+            selection = thrift_select(q, cache, thrift_budget)
+        k16, v16 = (x.to(cd) for x in cache.dense_16bit())
+        sel_tok = selection[..., j // cache.page_size].unsqueeze(2)  # (B, Hq, 1, Lmax)
+        use16 = raw | sel_tok
+    else:
+        k16, v16 = k, v  # only the tail is read from these, and it is raw in both
+        use16 = raw.expand(B, hq, 1, Lmax)
+    qx = q.to(cd)
+    qf = fake_quantize_values(qx, "nvfp4", dim=-1).to(cd)
+    s4 = scale * (qf @ expand_kv(k, hq).transpose(-1, -2))
+    s16 = scale * (qx @ expand_kv(k16, hq).transpose(-1, -2))
+    s = torch.where(use16, s16, s4)
+    i = torch.arange(nq, device=q.device)
+    keep = j.view(1, 1, -1) <= (lens.view(B, 1, 1) - nq + i.view(1, -1, 1))  # (B, nq, Lmax)
+    s = s.masked_fill(~keep.unsqueeze(1), float("-inf"))
+    p, m, l = softmax_numerator(s)
+    zero = torch.zeros_like(p)
+    p4 = quantize_p(torch.where(use16, zero, p), "nvfp4", thrift)  # two-level (64-key tiles) for Thrift
+    o = p4 @ expand_kv(v, hq) + torch.where(use16, p, zero) @ expand_kv(v16, hq)
+    return normalize(o, l), lse_of(m, l)
+
+
+def decode(q, cache: KVCache, *, scale=None, recipe: str = "nvfp4", thrift_budget=None, layout: str = "bhsd",
+           return_lse: bool = False, num_splits: int | None = None):
+    """Attend ``q`` (B, Hq, n_q <= 16, D) new query tokens to the NVFP4 KV ``cache``, which already
+    holds their K/V (see the module docstring for the exact semantics).
+
+    Args:
+        q: (B, Hq, n_q, D) (``layout="bhsd"``) or (B, n_q, Hq, D) (``"bshd"``).
+        cache: the layer's :class:`fp4attn.KVCache` (ragged lengths allowed).
+        scale: softmax scale, default 1/sqrt(D).
+        recipe: ``"nvfp4"``.
+        thrift_budget: ThriftAttention fraction of pages computed in 16 bits (needs
+            ``keep_16bit=True``), or None for pure FP4.
+        return_lse: also return the log-sum-exp (B, Hq, n_q) float32.
+        num_splits: flash-decoding splits along the context (CUDA; default: a heuristic).
+
+    CUDA tensors run the Triton flash-decoding kernel (:mod:`fp4attn.kernels.decode`); CPU tensors the
+    PyTorch reference. No autograd.
+    """
+    qb, scale, thrift_budget = _check(q, cache, scale, recipe, thrift_budget, layout, return_lse)
+    with torch.no_grad():
+        # the flash-decoding kernel lands in the next commit; the reference runs everywhere meanwhile
+        del num_splits
+        out, lse = decode_reference(qb, cache, scale=scale, thrift_budget=thrift_budget)
+    out = out.to(q.dtype)
+    if layout == "bshd":
+        out = out.transpose(1, 2)
+    out = out.contiguous()
+    return (out, lse.float().contiguous()) if return_lse else out
+
+
+__all__ = ["decode", "decode_reference", "thrift_select"]

@@ -1,0 +1,309 @@
+"""NVFP4 KV cache and decode (issue 5): cache round trip, memory, global scales, decode semantics
+(reference vs independent float64 materializations), the flash-decoding kernel under the Triton
+interpreter at tiny sizes, and on GPU (``@pytest.mark.gpu``)."""
+
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import math  # noqa: E402
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+import fp4attn  # noqa: E402
+from fp4attn import reference  # noqa: E402
+from fp4attn.formats import core  # noqa: E402
+from fp4attn.kvcache import KVCache, KVCacheStack  # noqa: E402
+from fp4attn.ops.decode import decode_reference, thrift_select  # noqa: E402
+
+
+def _kv(B, H, N, D, dtype=torch.bfloat16, seed=0, scale=1.0):
+    g = torch.Generator().manual_seed(seed)
+    k = (torch.randn(B, H, N, D, generator=g) * scale).to(dtype)
+    v = (torch.randn(B, H, N, D, generator=g) * scale).to(dtype)
+    return k, v
+
+
+def _storage(c: KVCache):
+    names = ["k_data", "k_scale", "v_data", "v_scale", "k16", "v16", "k_page_mean"] if c.keep_16bit else \
+        ["k_data", "k_scale", "v_data", "v_scale"]
+    out = {}
+    for b in range(c.batch_size):
+        pages = torch.tensor(c._pages[b], dtype=torch.long)
+        for n in names:
+            t = getattr(c, n)[pages]
+            out[(b, n)] = t.view(torch.uint8) if t.dtype == torch.float8_e4m3fn else t
+    out["tails"] = (c.k_tail, c.v_tail)
+    out["scales"] = (c.k_global_scale, c.v_global_scale)
+    return out
+
+
+def _assert_same_storage(a: KVCache, b: KVCache):
+    assert a.lengths == b.lengths
+    sa, sb = _storage(a), _storage(b)
+    assert sa.keys() == sb.keys()
+    for key in sa:
+        x, y = sa[key], sb[key]
+        if isinstance(x, tuple):
+            for u, w in zip(x, y):
+                assert torch.equal(u, w), key
+        else:
+            assert torch.equal(x, y), key
+
+
+# ------------------------------------------------------------------------------------------------
+# cache
+# ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("chunks", [[1] * 40 + [60, 7, 33], [16, 16, 5, 11, 100, 2], [17, 150]])
+def test_append_in_chunks_equals_from_dense(chunks):
+    B, H, N, D = 2, 2, 140, 32
+    k, v = _kv(B, H, N, D)
+    lens = [140, 93]
+    dense = KVCache.from_dense(k, v, lengths=lens, keep_16bit=True)
+    inc = KVCache(B, H, D, keep_16bit=True, k_global_scale=dense.k_global_scale,
+                  v_global_scale=dense.v_global_scale)
+    pos = 0
+    for n in chunks:
+        n = min(n, N - pos)
+        if n <= 0:
+            break
+        inc.append(k[:, :, pos:pos + n], v[:, :, pos:pos + n],
+                   lengths=[max(0, min(n, L - pos)) for L in lens])
+        pos += n
+    _assert_same_storage(dense, inc)
+    kd, vd = dense.dequantize()
+    ki, vi = inc.dequantize()
+    assert torch.equal(kd, ki) and torch.equal(vd, vi)
+
+
+def test_auto_global_scale_chunked_equals_dense_when_first_chunk_holds_the_amax():
+    B, H, N, D = 1, 2, 80, 16
+    k, v = _kv(B, H, N, D, seed=3)
+    k[:, :, 0] *= 10  # the first chunk holds each head's largest |k| and |v|
+    v[:, :, 0] *= 10
+    dense = KVCache.from_dense(k, v)
+    inc = KVCache(B, H, D)
+    for p0 in range(0, N, 7):
+        inc.append(k[:, :, p0:p0 + 7], v[:, :, p0:p0 + 7])
+    _assert_same_storage(dense, inc)
+
+
+def test_dequantize_matches_fake_quantize_and_raw_tail():
+    """Power-of-two global scales leave the values of in-range blocks unchanged: the committed part
+    equals fake_quantize (K along D, V along tokens, no global scale); the tail is raw."""
+    B, H, N, D = 2, 3, 75, 32
+    k, v = _kv(B, H, N, D, seed=1)
+    c = KVCache.from_dense(k, v)
+    kd, vd = c.dequantize()
+    assert c.committed_lengths() == [64, 64]
+    fk = core.fake_quantize_values(k[:, :, :64].float(), "nvfp4", dim=-1)
+    fv = core.fake_quantize_values(v[:, :, :64].float(), "nvfp4", dim=-2)
+    assert torch.equal(kd[:, :, :64], fk) and torch.equal(vd[:, :, :64], fv)
+    assert torch.equal(kd[:, :, 64:], k[:, :, 64:].float()) and torch.equal(vd[:, :, 64:], v[:, :, 64:].float())
+    # the global scales are powers of two
+    g = c.k_global_scale
+    assert torch.equal(torch.log2(g), torch.round(torch.log2(g)))
+
+
+def test_ragged_lengths_and_zero_padding():
+    B, H, N, D = 3, 1, 50, 16
+    k, v = _kv(B, H, N, D, seed=2)
+    c = KVCache.from_dense(k, v, lengths=[50, 0, 17])
+    assert c.lengths == [50, 0, 17] and c.seq_lens.tolist() == [50, 0, 17]
+    kd, vd = c.dequantize()
+    assert kd.shape == (B, H, 50, D)
+    assert torch.count_nonzero(kd[1]) == 0 and torch.count_nonzero(kd[2, :, 17:]) == 0
+    c.append(k[:, :, :3], v[:, :, :3], lengths=[0, 3, 1])
+    assert c.lengths == [50, 3, 18]
+
+
+def test_nbytes_ratio_about_028():
+    B, H, N, D = 1, 2, 4096, 128
+    k, v = _kv(B, H, N, D)
+    c = KVCache.from_dense(k, v)
+    ratio = c.nbytes / c.bf16_nbytes()
+    # per token and head: K and V each D/2 code bytes + D/16 scale bytes = 144 of 512 bytes (0.28125);
+    # plus the fixed tails, global scales and page table
+    assert 0.28125 <= ratio < 0.29, ratio
+    c16 = KVCache.from_dense(k, v, keep_16bit=True)
+    ratio16 = (c16.nbytes + c16.nbytes_16bit) / c16.bf16_nbytes()
+    # the paper's full 16-bit copy (+1.0 of bf16) plus FP32 page means (D·4 bytes per 64 tokens: +1.6%)
+    assert 1.29 < ratio16 < 1.31, ratio16
+    assert c.nbytes_allocated >= c.nbytes
+
+
+def test_global_scale_prevents_saturation_for_large_k():
+    B, H, N, D = 1, 2, 32, 16
+    k, v = _kv(B, H, N, D, dtype=torch.float32, seed=4)
+    k = k * 5000.0  # |K| ~ 1e4: an E4M3 block scale without a global scale saturates at 448 (|x| <= 2688)
+    c = KVCache.from_dense(k, v)
+    kd, _ = c.dequantize()
+    err = ((kd - k).norm() / k.norm()).item()
+    plain = core.fake_quantize_values(k, "nvfp4", dim=-1)
+    err_plain = ((plain - k).norm() / k.norm()).item()
+    assert kd.abs().max() > 2688.0 * 2
+    assert err < 0.12, err  # ordinary NVFP4 error
+    assert err_plain > 0.5, err_plain  # without the global scale the values are clipped
+
+
+def test_reorder_and_stack():
+    B, H, N, D = 3, 1, 40, 16
+    k, v = _kv(B, H, N, D, seed=5)
+    c = KVCache.from_dense(k, v, lengths=[40, 20, 33])
+    kd, vd = c.dequantize()
+    c.reorder([2, 2, 0])
+    kr, vr = c.dequantize()
+    assert c.lengths == [33, 33, 40]
+    assert torch.equal(kr[0, :, :33], kd[2, :, :33]) and torch.equal(kr[2], kd[0])
+    c.append(k[:, :, :1], v[:, :, :1])  # repeated sequences do not share pages
+    k2, _ = c.dequantize()
+    assert torch.equal(k2[0, :, :33], k2[1, :, :33])
+    st = KVCacheStack(2, 1, 1, 16)
+    st.update(k[:1, :, :5], v[:1, :, :5], 1)
+    assert st.layer(1).get_seq_length() == 5 and st.get_seq_length(0) == 0 and len(st) == 2
+
+
+def test_cache_errors():
+    with pytest.raises(ValueError, match="head_dim"):
+        KVCache(1, 1, 20)
+    with pytest.raises(ValueError, match="page_size"):
+        KVCache(1, 1, 16, page_size=24)
+    c = KVCache(2, 1, 16)
+    with pytest.raises(ValueError, match="k must be"):
+        c.append(torch.zeros(2, 2, 3, 16), torch.zeros(2, 2, 3, 16))
+    with pytest.raises(ValueError, match="lengths"):
+        c.append(torch.zeros(2, 1, 3, 16), torch.zeros(2, 1, 3, 16), lengths=[4, 0])
+
+
+# ------------------------------------------------------------------------------------------------
+# decode semantics (CPU = the reference)
+# ------------------------------------------------------------------------------------------------
+def _decode_f64(q, cache, scale, selection=None):
+    """Independent float64 materialization of the decode semantics, one sequence at a time."""
+    B, hq, nq, D = q.shape
+    kq, vq = cache.dequantize(torch.float64)
+    if selection is not None:
+        k16, v16 = (x.double() for x in cache.dense_16bit())
+    G = hq // cache.num_kv_heads
+    out = torch.zeros(B, hq, nq, D, dtype=torch.float64)
+    for b in range(B):
+        L = cache.lengths[b]
+        C = L - L % 16
+        for h in range(hq):
+            kh = h // G
+            qd = q[b, h].double()
+            qf = core.fake_quantize_values(q[b, h].float(), "nvfp4", dim=-1).double()
+            for i in range(nq):
+                last = L - nq + i
+                n = last + 1
+                s4 = scale * (kq[b, kh, :n] @ qf[i])
+                sel = torch.zeros(n, dtype=torch.bool)
+                sel[C:] = True
+                if selection is not None:
+                    sel |= selection[b, h, torch.arange(n) // cache.page_size]
+                    s16 = scale * (k16[b, kh, :n] @ qd[i])
+                    vv16 = v16[b, kh, :n]
+                else:
+                    s16 = scale * (kq[b, kh, :n] @ qd[i])  # only the raw tail is used: raw in kq
+                    vv16 = vq[b, kh, :n]
+                s = torch.where(sel, s16, s4)
+                p = torch.exp(s - s.max())
+                l = p.sum()
+                p4 = torch.where(sel, torch.zeros_like(p), p)
+                if selection is not None:  # two-level, 64-key tiles
+                    pad = (-n) % 64
+                    pt = torch.nn.functional.pad(p4, (0, pad)).view(-1, 64)
+                    s1 = pt.amax(dim=1, keepdim=True) / 2688.0
+                    ok = s1 > 0
+                    pq = core.fake_quantize_values((pt / torch.where(ok, s1, 1.0)).float(), "nvfp4").double()
+                    pq = (pq * torch.where(ok, s1, 0.0)).reshape(-1)[:n]
+                else:
+                    pq = core.fake_quantize_values(p4.float(), "nvfp4").double()
+                o = pq @ vq[b, kh, :n] + torch.where(sel, p, torch.zeros_like(p)) @ vv16
+                out[b, h, i] = o / l
+    return out
+
+
+def _rel(a, b):
+    return ((a.double() - b.double()).norm() / b.double().norm()).item()
+
+
+@pytest.mark.parametrize("nq", [1, 3])
+def test_decode_reference_matches_float64_ragged_gqa(nq):
+    B, Hkv, G, D = 3, 2, 2, 32
+    k, v = _kv(B, Hkv, 150, D, dtype=torch.float32, seed=6)
+    c = KVCache.from_dense(k, v, lengths=[150, 70, 16], dtype=torch.float32)
+    q = torch.randn(B, Hkv * G, nq, D, generator=torch.Generator().manual_seed(7))
+    out = fp4attn.decode(q, c)
+    ref = _decode_f64(q, c, D ** -0.5)
+    assert _rel(out, ref) <= 1e-4
+
+
+def test_decode_equals_causal_attention_nvfp4_without_tail():
+    """No raw tail, in-range values: decode over the cache == attention(causal, recipe='nvfp4')."""
+    B, Hkv, G, N, D, nq = 2, 2, 3, 96, 32, 4
+    k, v = _kv(B, Hkv, N, D, dtype=torch.float32, seed=8)
+    q = torch.randn(B, Hkv * G, nq, D, generator=torch.Generator().manual_seed(9))
+    c = KVCache.from_dense(k, v, dtype=torch.float32)
+    out, lse = fp4attn.decode(q, c, return_lse=True)
+    ref, ref_lse = reference.attention(q, k, v, causal=True, recipe="nvfp4", return_lse=True)
+    assert _rel(out, ref) <= 1e-5
+    assert torch.allclose(lse, ref_lse, atol=1e-5)
+
+
+def test_thrift_decode_reference_matches_float64_and_budget_one_is_16bit():
+    B, Hkv, G, D = 2, 1, 2, 32
+    k, v = _kv(B, Hkv, 200, D, dtype=torch.float32, seed=10)
+    c = KVCache.from_dense(k, v, lengths=[200, 130], keep_16bit=True, dtype=torch.float32)
+    q = torch.randn(B, Hkv * G, 2, D, generator=torch.Generator().manual_seed(11))
+    sel = thrift_select(q, c, 0.5)
+    out, _ = decode_reference(q, c, scale=D ** -0.5, selection=sel)
+    assert _rel(out, _decode_f64(q, c, D ** -0.5, selection=sel)) <= 1e-4
+    # budget 1: every page in 16 bits == exact attention over the raw cache
+    full = fp4attn.decode(q, c, thrift_budget=1.0)
+    exact = torch.stack([reference.attention(q[b:b + 1], k[b:b + 1, :, :L], v[b:b + 1, :, :L], causal=True,
+                                             recipe="bf16")[0] for b, L in enumerate(c.lengths)])
+    assert _rel(full, exact) <= 1e-5
+    # a smaller budget is between FP4 and 16 bits on these inputs
+    e_fp4 = _rel(fp4attn.decode(q, c), exact)
+    e_thr = _rel(fp4attn.decode(q, c, thrift_budget=0.5), exact)
+    assert e_thr < e_fp4
+
+
+def test_thrift_select_top_k_pages():
+    B, Hkv, D = 1, 1, 16
+    k, v = _kv(B, Hkv, 64 * 5 + 10, D, dtype=torch.float32, seed=12)
+    c = KVCache.from_dense(k, v, keep_16bit=True, dtype=torch.float32)
+    q = torch.randn(B, 2, 1, D, generator=torch.Generator().manual_seed(13))
+    sel = thrift_select(q, c, 0.34)  # 6 pages -> k = round(2.04) = 2
+    means = torch.stack([k[0, 0, i * 64:(i + 1) * 64].mean(0) for i in range(6)])
+    for h in range(2):
+        s = means @ q[0, h, 0]
+        want = set(torch.topk(s, 2).indices.tolist())
+        assert set(torch.nonzero(sel[0, h]).flatten().tolist()) == want
+
+
+def test_decode_errors():
+    c = KVCache.from_dense(*_kv(1, 2, 20, 16))
+    q = torch.randn(1, 4, 1, 16)
+    with pytest.raises(TypeError, match="cache"):
+        fp4attn.decode(q, object())
+    with pytest.raises(ValueError, match="n_q"):
+        fp4attn.decode(torch.randn(1, 4, 17, 16), c)
+    with pytest.raises(ValueError, match="multiple"):
+        fp4attn.decode(torch.randn(1, 3, 1, 16), c)
+    with pytest.raises(ValueError, match="keep_16bit"):
+        fp4attn.decode(q, c, thrift_budget=0.1)
+    with pytest.raises(ValueError, match="thrift_budget"):
+        fp4attn.decode(q, KVCache.from_dense(*_kv(1, 2, 20, 16), keep_16bit=True), thrift_budget=0.0)
+    with pytest.raises(ValueError, match="recipe"):
+        fp4attn.decode(q, c, recipe="mxfp4")
+
+
+def test_decode_dispatch_is_reference_on_cpu():
+    c = KVCache.from_dense(*_kv(1, 1, 40, 16, dtype=torch.float32))
+    q = torch.randn(1, 2, 1, 16)
+    ref, _ = decode_reference(q, c, scale=0.25)
+    assert torch.equal(fp4attn.decode(q, c), ref.to(q.dtype))
+    assert math.isclose(fp4attn.decode(q, c, scale=0.25).float().norm().item(), ref.norm().item(), rel_tol=1e-6)
