@@ -55,7 +55,7 @@ import triton
 import triton.language as tl
 
 from ..formats import triton_helpers as _th
-from ..formats.triton_helpers import fake_quant_p, fake_quant_rows
+from ..formats.triton_helpers import fake_quant_blocks, fake_quant_p
 
 if not isinstance(_th._RINT_MAGIC, tl.constexpr) and os.environ.get("TRITON_INTERPRET", "0") in ("", "0"):
     # Workaround (reported to the owner of triton_helpers): a plain float global cannot be read from
@@ -101,6 +101,22 @@ def pad_tokens(n: int) -> int:
     return triton.cdiv(n, N_ALIGN) * N_ALIGN
 
 
+def exact_max(fmt: str) -> bool:
+    """Whether the forward runs the two-pass exact-max variant (EXACT_M in ``_fwd_kernel``).
+
+    P~'s block quantization is not invariant to the non-power-of-two shift between a running max and
+    the final max, so a running-max kernel differs from the one-shot P~ of SPEC §3 by about one
+    quantization error of P. For NVFP4 (fine E4M3 scales) that stays within the §6 tolerance; for
+    MXFP4 (power-of-two scales, blocks of 32) it does not (rel. L2 0.06-0.09 vs the reference on
+    H200 tests), so MXFP4 pays one extra S = QKᵀ pass for the exact max. FP4ATTN_QAT_EXACT_MAX=1/0
+    forces either variant.
+    """
+    env = os.environ.get("FP4ATTN_QAT_EXACT_MAX", "")
+    if env not in ("",):
+        return env != "0"
+    return fmt == "mxfp4"
+
+
 def quant_block(fmt: str) -> tuple[int, bool]:
     if fmt == "nvfp4":
         return 16, False
@@ -117,22 +133,28 @@ def _prep_kernel(X, Y, sx_b, sx_h, sx_n, sx_d, H, N, D, NP,
                  MODE: tl.constexpr,  # 0: copy, 1: fake-quantize along D, 2: along tokens
                  QB: tl.constexpr, IS_MX: tl.constexpr,
                  BLOCK_T: tl.constexpr, DP: tl.constexpr):
+    # The tile is loaded directly as (rows, blocks, QB) so that the block axis is a real tensor axis:
+    # loads and stores then stay vectorized along the contiguous dim (a 2-D load followed by a
+    # reshape made Triton propagate the reshape's layout back to scalar 2-byte loads).
     pid_t = tl.program_id(0)
     pid_bh = tl.program_id(1)
     b = pid_bh // H
     h = pid_bh % H
-    rows = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
-    cols = tl.arange(0, DP)
+    t0 = pid_t * BLOCK_T
     src = X + b.to(tl.int64) * sx_b + h.to(tl.int64) * sx_h
-    msk = (rows[:, None] < N) & (cols[None, :] < D)
-    x = tl.load(src + rows[:, None].to(tl.int64) * sx_n + cols[None, :] * sx_d, mask=msk, other=0.0)
-    x = x.to(tl.float32)
-    if MODE == 1:
-        x = fake_quant_rows(x, QB, IS_MX, True)
-    elif MODE == 2:
-        x = tl.trans(fake_quant_rows(tl.trans(x), QB, IS_MX, True))
     dst = Y + pid_bh.to(tl.int64) * NP * DP
-    tl.store(dst + rows[:, None] * DP + cols[None, :], x.to(Y.dtype.element_ty))
+    if MODE == 2:
+        # element [d, nb, j] = x[t0 + nb * QB + j, d]: blocks of QB consecutive tokens per channel
+        d = tl.arange(0, DP)[:, None, None]
+        t = t0 + tl.arange(0, BLOCK_T // QB)[None, :, None] * QB + tl.arange(0, QB)[None, None, :]
+    else:
+        QD: tl.constexpr = QB if MODE == 1 else 16
+        t = t0 + tl.arange(0, BLOCK_T)[:, None, None]
+        d = tl.arange(0, DP // QD)[None, :, None] * QD + tl.arange(0, QD)[None, None, :]
+    x = tl.load(src + t.to(tl.int64) * sx_n + d * sx_d, mask=(t < N) & (d < D), other=0.0)
+    if MODE != 0:
+        x = fake_quant_blocks(x.to(tl.float32), IS_MX, True)
+    tl.store(dst + t * DP + d, x.to(Y.dtype.element_ty))
 
 
 def prep(x: torch.Tensor, mode: int, fmt: str, dot_dtype: torch.dtype) -> torch.Tensor:
@@ -152,10 +174,36 @@ def prep(x: torch.Tensor, mode: int, fmt: str, dot_dtype: torch.dtype) -> torch.
 # 2. Forward (Algorithm 2)
 # =================================================================================================
 @triton.jit
+def _fwd_rowmax(m_i, q, k_base, offs_m, lo, hi, Nk, causal_off, qk_scale,
+                MASK: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_N: tl.constexpr, DP: tl.constexpr):
+    """EXACT_M pass 1: the row max of S (log2 domain) over key tiles [lo, hi); S only, no PV."""
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, DP)
+    kT_ptrs = k_base + offs_n[None, :] * DP + offs_d[:, None]
+    for start_n in range(lo, hi, BLOCK_N):
+        start_n = tl.multiple_of(start_n, BLOCK_N)
+        s = tl.dot(q, tl.load(kT_ptrs + start_n * DP))
+        if MASK:
+            keys = start_n + offs_n
+            ok = keys[None, :] < Nk
+            if CAUSAL:
+                ok = ok & (keys[None, :] <= offs_m[:, None] + causal_off)
+            s = tl.where(ok, s, float("-inf"))
+        m_i = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
+    return m_i
+
+
+@triton.jit
 def _fwd_inner(acc, acc_hp, l_i, m_i, q, k_base, v_base, offs_m, lo, hi, Nk, causal_off, qk_scale,
                MASK: tl.constexpr, CAUSAL: tl.constexpr, HP_O: tl.constexpr,
-               QB: tl.constexpr, IS_MX: tl.constexpr,
+               QB: tl.constexpr, IS_MX: tl.constexpr, EXACT_M: tl.constexpr,
                BLOCK_N: tl.constexpr, DP: tl.constexpr):
+    """One sweep over key tiles [lo, hi); m_i is the max in the log2 domain.
+
+    EXACT_M: m_i is already the final row max (pass 1), so P~ = exp(S - m) is exactly the
+    reference's one-shot P~ and nothing is ever rescaled. Otherwise m_i is the running max and the
+    accumulators are rescaled by alpha = exp(m_old - m_new) as in FlashAttention.
+    """
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, DP)
     kT_ptrs = k_base + offs_n[None, :] * DP + offs_d[:, None]
@@ -163,27 +211,33 @@ def _fwd_inner(acc, acc_hp, l_i, m_i, q, k_base, v_base, offs_m, lo, hi, Nk, cau
     for start_n in range(lo, hi, BLOCK_N):
         start_n = tl.multiple_of(start_n, BLOCK_N)
         kT = tl.load(kT_ptrs + start_n * DP)
-        s = tl.dot(q, kT) * qk_scale  # log2 domain
+        s = tl.dot(q, kT)  # unscaled; S * log2(e) = s * qk_scale
         if MASK:
             keys = start_n + offs_n
             ok = keys[None, :] < Nk
             if CAUSAL:
                 ok = ok & (keys[None, :] <= offs_m[:, None] + causal_off)
             s = tl.where(ok, s, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(s, 1))
-            m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows that saw no key yet
+        if EXACT_M:
+            m_use = m_i
         else:
-            m_new = tl.maximum(m_i, tl.max(s, 1))
+            m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
             m_use = m_new
-        p = tl.math.exp2(s - m_use[:, None])  # P~ = exp(S - m)
-        alpha = tl.math.exp2(m_i - m_use)
-        l_i = l_i * alpha + tl.sum(p, 1)  # l from the unquantized P~
+            if MASK:
+                m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows that saw no key yet
+            alpha = tl.math.exp2(m_i - m_use)
+            acc = acc * alpha[:, None]
+            if HP_O:
+                acc_hp = acc_hp * alpha[:, None]
+            l_i = l_i * alpha
+            m_i = m_new
+        p = tl.math.exp2(tl.fma(s, qk_scale, -m_use[:, None]))  # P~ = exp(S - m)
+        l_i = l_i + tl.sum(p, 1)  # l from the unquantized P~
         v = tl.load(v_ptrs + start_n * DP)
         p_q = fake_quant_p(p, QB, IS_MX)  # phi(P~) in registers
-        acc = tl.dot(p_q.to(v.dtype), v, acc * alpha[:, None])
+        acc = tl.dot(p_q.to(v.dtype), v, acc)
         if HP_O:
-            acc_hp = tl.dot(p.to(v.dtype), v, acc_hp * alpha[:, None])
-        m_i = m_new
+            acc_hp = tl.dot(p.to(v.dtype), v, acc_hp)
     return acc, acc_hp, l_i, m_i
 
 
@@ -192,7 +246,7 @@ def _fwd_kernel(Qf, Kf, Vf, O, OP, LSE,
                 so_b, so_h, so_n, so_d,
                 qk_scale, Hq, GROUP, Nq, Nk, NQP, NKP, D,
                 CAUSAL: tl.constexpr, HP_O: tl.constexpr, QB: tl.constexpr, IS_MX: tl.constexpr,
-                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DP: tl.constexpr):
+                EXACT_M: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DP: tl.constexpr):
     start_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
     b = pid_bh // Hq
@@ -220,14 +274,20 @@ def _fwd_kernel(Qf, Kf, Vf, O, OP, LSE,
     else:
         hi = Nk
         full_end = n_full
+    if EXACT_M:  # pass 1: the final row max, so that P~ is the one-shot P~ of SPEC §3
+        m_i = _fwd_rowmax(m_i, q, k_base, offs_m, 0, full_end, Nk, causal_off, qk_scale, False, CAUSAL,
+                          BLOCK_N, DP)
+        m_i = _fwd_rowmax(m_i, q, k_base, offs_m, full_end, hi, Nk, causal_off, qk_scale, True, CAUSAL,
+                          BLOCK_N, DP)
+        m_i = tl.where(m_i == float("-inf"), 0.0, m_i)  # rows that see no key: P~ = 0, l = 0
     # tiles every query of this block fully sees: no masks
     acc, acc_hp, l_i, m_i = _fwd_inner(acc, acc_hp, l_i, m_i, q, k_base, v_base, offs_m, 0, full_end,
                                        Nk, causal_off, qk_scale, False, CAUSAL, HP_O, QB, IS_MX,
-                                       BLOCK_N, DP)
+                                       EXACT_M, BLOCK_N, DP)
     # diagonal tiles and the ragged key tail
     acc, acc_hp, l_i, m_i = _fwd_inner(acc, acc_hp, l_i, m_i, q, k_base, v_base, offs_m, full_end, hi,
                                        Nk, causal_off, qk_scale, True, CAUSAL, HP_O, QB, IS_MX,
-                                       BLOCK_N, DP)
+                                       EXACT_M, BLOCK_N, DP)
 
     empty = l_i == 0.0
     inv_l = tl.where(empty, 0.0, 1.0 / tl.where(empty, 1.0, l_i))
@@ -260,7 +320,7 @@ def _prune_fwd(configs, named_args, **kwargs):
     return configs
 
 
-_fwd_tuned = triton.autotune(_fwd_configs(), key=["NKP", "CAUSAL", "HP_O", "QB", "DP"],
+_fwd_tuned = triton.autotune(_fwd_configs(), key=["NKP", "CAUSAL", "HP_O", "QB", "DP", "EXACT_M"],
                              prune_configs_by={"early_config_prune": _prune_fwd})(_fwd_kernel)
 
 
@@ -279,7 +339,7 @@ def forward(qf: torch.Tensor, kf: torch.Tensor, vf: torch.Tensor, o: torch.Tenso
           else torch.empty((0,), device=qf.device, dtype=qf.dtype))
     args = (qf, kf, vf, o, op if hp_o else o, lse, *o.stride(), scale * LOG2E, Hq, Hq // Hkv,
             nq, nk, NQP, NKP, d)
-    meta = dict(CAUSAL=causal, HP_O=hp_o, QB=qb, IS_MX=is_mx, DP=DP)
+    meta = dict(CAUSAL=causal, HP_O=hp_o, QB=qb, IS_MX=is_mx, DP=DP, EXACT_M=exact_max(fmt))
     if config is None and not _autotune():
         config = _default_config("fwd", DP)
     _launch(_fwd_kernel, _fwd_tuned, lambda m: (NQP // m["BLOCK_M"], B * Hq), args, meta, config)
@@ -336,8 +396,8 @@ def _dkdv_inner(dk, dv, k, v, q_base, do_base, LSE, Delta, row_off, offs_n, lo, 
         qT = tl.load(q_base + offs_m[None, :] * DP + offs_d[:, None])
         do = tl.load(do_base + offs_m[:, None] * DP + offs_d[None, :])
         lse, delta = _load_lse2(LSE, Delta, row_off, offs_m)
-        sT = tl.dot(k, qT) * qk_scale  # (BLOCK_N keys, BLOCK_M queries), log2 domain
-        pT = tl.math.exp2(sT - lse[None, :])  # P = exp(S - LSE)
+        sT = tl.dot(k, qT)  # (BLOCK_N keys, BLOCK_M queries), unscaled
+        pT = tl.math.exp2(tl.fma(sT, qk_scale, -lse[None, :]))  # P = exp(S - LSE)
         if MASK:
             pT = tl.where(offs_m[None, :] + causal_off >= offs_n[:, None], pT, 0.0)
         if QUANT_P:  # phi(P) in blocks along keys, the same rounding as the forward
@@ -411,8 +471,8 @@ def _dq_inner(dq, q, do, lse, delta, k_base, v_base, offs_m, lo, hi, causal_off,
         start_n = tl.multiple_of(start_n, BLOCK_N)
         kT = tl.load(kT_ptrs + start_n * DP)
         vT = tl.load(vT_ptrs + start_n * DP)
-        s = tl.dot(q, kT) * qk_scale
-        p = tl.math.exp2(s - lse[:, None])
+        s = tl.dot(q, kT)
+        p = tl.math.exp2(tl.fma(s, qk_scale, -lse[:, None]))
         if MASK:
             keys = start_n + offs_n
             p = tl.where(keys[None, :] <= offs_m[:, None] + causal_off, p, 0.0)
