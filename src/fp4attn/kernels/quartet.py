@@ -425,15 +425,18 @@ def _grad_gemm_dtype(dtype: torch.dtype) -> torch.dtype:
 
 
 class QuartetLinearCUDA(torch.autograd.Function):
-    """``apply(x, weight, bias, rng, hadamard_group)`` on CUDA (see module doc)."""
+    """``apply(x, weight, bias, rng, hadamard_group, w_quantized=None)`` on CUDA (see module doc).
+
+    ``w_quantized``: optional ``quest_fp8(weight)`` computed earlier (QuartetLinear's weight cache).
+    """
 
     @staticmethod
-    def forward(ctx, x, weight, bias, rng, hadamard_group=32):
+    def forward(ctx, x, weight, bias, rng, hadamard_group=32, w_quantized=None):
         K = x.shape[-1]
         N = weight.shape[0]
         x2 = x.reshape(-1, K)
         x8, mx, rsx = quest_fp8(x2)
-        w8, mw, rsw = quest_fp8(weight)
+        w8, mw, rsw = quest_fp8(weight) if w_quantized is None else w_quantized
         out_dtype = x.dtype if x.dtype != torch.float16 else torch.float32
         y = fp8_gemm(x8, rsx, w8, rsw, out_dtype, bias).to(x.dtype)
         ctx.save_for_backward(x8, rsx, mx, w8, rsw, mw)
@@ -446,7 +449,7 @@ class QuartetLinearCUDA(torch.autograd.Function):
         x8, rsx, mx, w8, rsw, mw = ctx.saved_tensors
         needs = ctx.needs_input_grad[:3]
         if not any(needs):
-            return None, None, None, None, None
+            return None, None, None, None, None, None
         xd, wd, bd = ctx.dtypes
         M, K = x8.shape
         N = w8.shape[0]
@@ -467,4 +470,4 @@ class QuartetLinearCUDA(torch.autograd.Function):
             dw = mask_ihadamard(dwq, mw, wd)
         if needs[2]:
             db = dy2.float().sum(0).to(bd)
-        return dx, dw, db, None, None
+        return dx, dw, db, None, None, None

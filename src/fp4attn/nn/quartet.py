@@ -86,7 +86,7 @@ def _compute_dtype(x: torch.Tensor, weight: torch.Tensor) -> torch.dtype | None:
     return None
 
 
-def _apply(x, weight, bias, rng, hadamard_group, w_cache=None):
+def _apply(x, weight, bias, rng, hadamard_group, module=None):
     ac = _compute_dtype(x, weight)
     if ac is not None:  # as F.linear under autocast: compute and return in the autocast dtype
         x = x.to(ac)
@@ -96,8 +96,10 @@ def _apply(x, weight, bias, rng, hadamard_group, w_cache=None):
         raise TypeError(f"x.dtype ({x.dtype}) must equal weight.dtype ({weight.dtype}), as in nn.Linear")
     kq = _kernels() if x.is_cuda else None
     if kq is not None and kq.supported(x, weight, hadamard_group):
-        return kq.QuartetLinearCUDA.apply(x, weight, bias, rng, hadamard_group)
-    return QuartetLinearFunction.apply(x, weight, bias, rng, hadamard_group, w_cache)
+        wq = module._cached_weight("cuda", weight) if module is not None else None
+        return kq.QuartetLinearCUDA.apply(x, weight, bias, rng, hadamard_group, wq)
+    wq = module._cached_weight("reference", weight) if module is not None else None
+    return QuartetLinearFunction.apply(x, weight, bias, rng, hadamard_group, wq)
 
 
 def quartet_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *,
@@ -119,8 +121,9 @@ class QuartetLinear(nn.Linear):
     always 32). Parameters, initialization, bias and dtypes are those of ``nn.Linear``.
 
     ``cache_weight`` (attribute, default False): reuse the quantized weight while ``weight`` is unchanged
-    (checked through its version counter and storage; writes through ``weight.data`` bypass the counter,
-    so keep it off if something updates weights that way). Used on the reference path.
+    (checked through its version counter and storage), e.g. across gradient-accumulation micro-batches
+    or in evaluation. Writes through ``weight.data`` bypass the version counter, so keep it off if
+    something updates weights that way. Both the CUDA and the reference path use it.
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, hadamard_group: int = 32,
@@ -144,19 +147,28 @@ class QuartetLinear(nn.Linear):
         self.cache_weight = False
         self._w_cache = None
 
-    def _cached_weight(self):
+    def _cached_weight(self, kind: str, w: torch.Tensor):
+        """The quantized weight for path ``kind`` ("cuda" | "reference"), reused while unchanged.
+
+        ``w`` is the weight as the op sees it (autocast may have cast it); the cache key is the
+        parameter's version counter and storage plus ``w``'s dtype and device.
+        """
         if not self.cache_weight:
             return None
-        w = self.weight
-        key = (w._version, w.data_ptr(), w.dtype, w.device, tuple(w.shape))
+        p = self.weight
+        key = (kind, p._version, p.data_ptr(), w.dtype, w.device, tuple(w.shape), self.hadamard_group)
         if self._w_cache is None or self._w_cache[0] != key:
-            self._w_cache = (key, quartet_quantize_operand(w.detach(), self.hadamard_group))
+            if kind == "cuda":
+                from ..kernels import quartet as kq
+                val = kq.quest_fp8(w.detach())
+            else:
+                val = quartet_quantize_operand(w.detach(), self.hadamard_group)
+            self._w_cache = (key, val)
         return self._w_cache[1]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         _check_inputs(x, self.weight, self.bias, self.hadamard_group)
-        cache = self._cached_weight() if not x.is_cuda else None
-        return _apply(x, self.weight, self.bias, self.rng, self.hadamard_group, cache)
+        return _apply(x, self.weight, self.bias, self.rng, self.hadamard_group, self)
 
     def extra_repr(self) -> str:
         return (f"{super().extra_repr()}, hadamard_group={self.hadamard_group}, "
