@@ -15,7 +15,7 @@ from .ops.quantize import fake_quantize, quantize
 __version__ = "0.1.0"
 
 __all__ = ["FP4Tensor", "quantize", "fake_quantize", "attention", "attn_qat", "thrift_attention", "nn",
-           "KVCache", "decode", "__version__"]
+           "KVCache", "decode", "sdpa_patch", "__version__"]
 
 
 def __getattr__(name):
@@ -35,6 +35,9 @@ def __getattr__(name):
     if name == "decode":
         from .ops.decode import decode
         return decode
+    if name == "sdpa_patch":
+        from .integrations.sdpa import sdpa_patch
+        return sdpa_patch
     if name == "nn":
         from . import nn
         return nn

@@ -1,0 +1,176 @@
+"""fp4attn as a 🤗 transformers (≥ 5) attention implementation.
+
+```python
+import fp4attn.integrations.transformers as fp4hf
+name = fp4hf.register("nvfp4")                  # -> "fp4attn_nvfp4"
+model = AutoModelForCausalLM.from_pretrained(path, attn_implementation=name)
+# or: model.set_attn_implementation(name)
+```
+
+:func:`register` adds an ``AttentionInterface`` function and, under the same name, the matching
+mask function (transformers' boolean SDPA-style mask, which is ``None`` whenever a plain causal or
+full mask suffices). What runs:
+
+* ``mode="auto"``: :func:`fp4attn.attn_qat` while the attention module is in training mode
+  (Attn-QAT: fake-quantized FP4 forward, Algorithm-3 backward), the inference op in eval mode:
+  :func:`fp4attn.attention` with ``recipe`` (``nvfp4`` / ``mxfp4`` / ``sage3`` / ``bf16``) or
+  :func:`fp4attn.thrift_attention` for ``recipe="thrift"``. ``"qat"`` / ``"infer"`` force one.
+  Training with ``recipe="bf16"`` runs exact (differentiable) attention; Attn-QAT for ``sage3`` and
+  ``thrift`` trains with NVFP4 (their inference formats).
+* GQA: K and V are passed un-repeated (the ops do GQA natively).
+* Masks: ``None`` → ``is_causal`` exactly as transformers' SDPA path (module's ``is_causal``,
+  no causal mask for a single query; keys cropped to the queries for a static-cache prefill).
+  Boolean or additive (0 / -inf or dtype-min) masks: a pure causal mask → ``causal=True``, an
+  all-visible mask → ``causal=False``, padding → one call per sequence on its real tokens (each
+  sequence computed exactly as if it were alone, unpadded), other patterns → exact, slower
+  per-row-group calls (see :mod:`fp4attn.integrations._common`). Masks are never ignored.
+* The inference op has no autograd: calling an eval-mode model with gradients enabled warns once
+  that no gradient flows through attention (``torch.no_grad()`` / ``torch.inference_mode()`` for
+  inference, ``model.train()`` or ``mode="qat"`` to train).
+* Arguments no fp4attn op can honour — dropout > 0, additive masks with real biases (ALiBi-like),
+  ``position_bias``, value head dim ≠ query head dim or > 256 — fall back to transformers' own
+  ``sdpa`` implementation (full precision); ``softcap`` and attention sinks (``s_aux``) to the
+  model's own ``eager_attention_forward``; with a warning once per reason. ``output_attentions``
+  is not supported (weights are returned as ``None``, warned once).
+* Generation: transformers' ``DynamicCache`` keeps K and V in the model's dtype (BF16 for a BF16
+  model); each decode step's attention over the cache runs through the FP4 op. An FP4 KV cache
+  (``fp4attn.KVCache``) as a transformers ``Cache`` is not wired in yet.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ._common import (
+    additive_to_bool,
+    check_recipe_mode,
+    make_op,
+    masked_attention,
+    warn_once,
+)
+
+__all__ = ["register", "registered", "make_attention_function"]
+
+_REGISTERED: dict[str, dict] = {}
+
+
+def _default_name(recipe: str, mode: str, op_kwargs: dict) -> str:
+    name = f"fp4attn_{recipe}" + ("" if mode == "auto" else f"_{mode}")
+    for k in sorted(op_kwargs):
+        name += f"_{k}{op_kwargs[k]}".replace(".", "p")
+    return name
+
+
+def registered() -> dict[str, dict]:
+    """{name: {"recipe", "mode", "op_kwargs"}} of the implementations registered by this process."""
+    return {k: dict(v) for k, v in _REGISTERED.items()}
+
+
+def _fallback(module, query, key, value, attention_mask, scaling, dropout, is_causal, kwargs, reason, eager):
+    """Full-precision attention for a call fp4attn cannot honour: transformers' ``sdpa``, or the model's
+    own ``eager_attention_forward`` for features only eager implements (softcap, sinks)."""
+    if eager:
+        import sys
+        fn = getattr(sys.modules.get(type(module).__module__), "eager_attention_forward", None)
+        if fn is None:
+            raise NotImplementedError(f"fp4attn (transformers): {reason}, and {type(module).__name__}'s module has "
+                                      "no eager_attention_forward to fall back to")
+        warn_once(f"hf:{reason}", f"fp4attn (transformers): {reason}; this call runs the model's full-precision "
+                  "eager attention instead of FP4")
+        return fn(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    warn_once(f"hf:{reason}", f"fp4attn (transformers): {reason}; this call runs transformers' full-precision "
+              "'sdpa' attention instead of FP4")
+    return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                  is_causal=is_causal, **kwargs)
+
+
+def make_attention_function(recipe: str = "nvfp4", mode: str = "auto", **op_kwargs):
+    """The ``AttentionInterface`` function :func:`register` registers (usable on its own)."""
+    check_recipe_mode(recipe, mode)
+    op = make_op(recipe, op_kwargs)
+
+    def fp4attn_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
+                                  value: torch.Tensor, attention_mask: torch.Tensor | None,
+                                  scaling: float | None = None, dropout: float = 0.0,
+                                  is_causal: bool | None = None, **kwargs):
+        """(B, Hq, S, D) query, (B, Hkv, T, D) key/value -> ((B, S, Hq, D) contiguous, None)."""
+        if kwargs.get("output_attentions", False):
+            warn_once("hf:output_attentions", "fp4attn (transformers): output_attentions is not supported; "
+                      "attention weights are returned as None")
+        reason, eager = None, False
+        if dropout and dropout > 0:
+            reason = f"dropout={dropout} is not supported by fp4attn ops"
+        elif kwargs.get("position_bias") is not None:
+            reason = "position_bias (additive score bias) is not supported by fp4attn ops"
+        elif kwargs.get("softcap") is not None:
+            reason, eager = "softcap is not supported by fp4attn ops", True
+        elif kwargs.get("s_aux") is not None or kwargs.get("sinks") is not None:
+            reason, eager = "attention sinks (s_aux) are not supported by fp4attn ops", True
+        elif value.shape[-1] != query.shape[-1] or query.shape[-1] > 256:
+            reason = f"head dims q={query.shape[-1]} v={value.shape[-1]} (need equal and <= 256)"
+        elif query.shape[1] % key.shape[1]:
+            reason = f"{query.shape[1]} query heads not a multiple of {key.shape[1]} key/value heads"
+        allowed = None
+        if reason is None and attention_mask is not None:
+            allowed = additive_to_bool(attention_mask[..., : key.shape[2]])
+            if allowed is None:
+                reason = "additive attention mask with non-zero biases on visible positions"
+        if reason is not None:
+            return _fallback(module, query, key, value, attention_mask, scaling, dropout, is_causal, kwargs,
+                             reason, eager)
+
+        groups = getattr(module, "num_key_value_groups", None)
+        if groups is not None and query.shape[1] != key.shape[1] * groups:
+            raise ValueError(f"fp4attn (transformers): {query.shape[1]} query heads, {key.shape[1]} key/value "
+                             f"heads but module.num_key_value_groups={groups}")
+        train = module.training if mode == "auto" else mode == "qat"
+        if not train and torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value)):
+            warn_once("hf:eval_grad", "fp4attn (transformers): the inference op has no autograd, so no gradient "
+                      "flows through this attention (module in eval mode or mode='infer'); use model.train() "
+                      "with mode='auto', or mode='qat', to train, or torch.no_grad() to silence this")
+
+        S, T = query.shape[2], key.shape[2]
+        if allowed is None:
+            causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
+            causal = bool(causal) and S > 1
+            if causal and T > S:
+                # as transformers' sdpa path: a static-cache prefill (the keys past the queries are empty
+                # slots); SDPA's top-left causal mask on the first S keys
+                key, value = key[:, :, :S], value[:, :, :S]
+            out = op(query, key, value, causal, scaling, train)
+        else:
+            out = masked_attention(op, query, key, value, allowed, scaling, train)
+        return out.transpose(1, 2).contiguous(), None
+
+    fp4attn_attention_forward.fp4attn_config = dict(recipe=recipe, mode=mode, op_kwargs=dict(op_kwargs))
+    return fp4attn_attention_forward
+
+
+def register(recipe: str = "nvfp4", name: str | None = None, mode: str = "auto", **op_kwargs) -> str:
+    """Register fp4attn with transformers' ``AttentionInterface`` and ``AttentionMaskInterface``.
+
+    Args:
+        recipe: ``"nvfp4"``, ``"mxfp4"``, ``"sage3"``, ``"bf16"`` or ``"thrift"``.
+        name: the ``attn_implementation`` name (default ``fp4attn_<recipe>[_<mode>]``).
+        mode: ``"auto"`` (Attn-QAT in training mode, inference op in eval), ``"qat"``, ``"infer"``.
+        op_kwargs: passed on to the op, e.g. ``budget=0.1, block_size=64`` for thrift,
+            ``two_level_p=True`` for the inference recipes, ``backward="naive"`` for Attn-QAT.
+
+    Returns the name, for ``from_pretrained(..., attn_implementation=name)`` or
+    ``model.set_attn_implementation(name)``.
+    """
+    try:
+        from transformers import AttentionInterface
+        from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise ImportError("fp4attn.integrations.transformers needs transformers>=5: "
+                          "pip install 'fp4attn[hf]'") from e
+    check_recipe_mode(recipe, mode)
+    name = name or _default_name(recipe, mode, op_kwargs)
+    if not isinstance(name, str) or not name or "|" in name or "/" in name:
+        raise ValueError(f"name must be a non-empty string without '|' or '/', got {name!r}")
+    AttentionInterface.register(name, make_attention_function(recipe, mode, **op_kwargs))
+    AttentionMaskInterface.register(name, sdpa_mask)
+    _REGISTERED[name] = dict(recipe=recipe, mode=mode, op_kwargs=dict(op_kwargs))
+    return name

@@ -1,0 +1,412 @@
+"""transformers integration (register / AttentionInterface), the SDPA drop-in patch, and the mask
+planner they share, on small randomly initialized models built from configs (no downloads)."""
+
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import fp4attn
+from fp4attn.integrations import _common
+
+transformers = pytest.importorskip("transformers", minversion="5.0")
+fh = pytest.importorskip("fp4attn.integrations.transformers")
+
+ORIG_SDPA = F.scaled_dot_product_attention
+
+
+@pytest.fixture(autouse=True)
+def _fresh_warnings():
+    _common.reset_warnings()
+    yield
+    _common.reset_warnings()
+
+
+def _llama(seed=0, layers=2, heads=4, kv_heads=2, hidden=64):
+    from transformers import LlamaConfig, LlamaForCausalLM
+    cfg = LlamaConfig(vocab_size=96, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+                      num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=512)
+    torch.manual_seed(seed)
+    return LlamaForCausalLM(cfg).eval()
+
+
+def _bert(seed=0):
+    from transformers import BertConfig, BertModel
+    cfg = BertConfig(vocab_size=96, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                     intermediate_size=128, max_position_embeddings=128)
+    torch.manual_seed(seed)
+    return BertModel(cfg, add_pooling_layer=False).eval()
+
+
+class _Mod(torch.nn.Module):
+    def __init__(self, groups=1, is_causal=True):
+        super().__init__()
+        self.num_key_value_groups = groups
+        self.is_causal = is_causal
+        self.eval()  # inference op unless a test switches to training
+
+
+def _qkv(B=2, hq=4, hkv=2, nq=40, nk=40, D=32, seed=0, grad=False):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(B, hq, nq, D, generator=g)
+    k = torch.randn(B, hkv, nk, D, generator=g)
+    v = torch.randn(B, hkv, nk, D, generator=g)
+    if grad:
+        q, k, v = (t.requires_grad_() for t in (q, k, v))
+    return q, k, v
+
+
+def _masked_exact(q, k, v, allowed, scale=None):
+    """Masked softmax attention in float64 with repeated K/V (independent of fp4attn)."""
+    hq, hkv = q.shape[1], k.shape[1]
+    k = k.repeat_interleave(hq // hkv, 1).double()
+    v = v.repeat_interleave(hq // hkv, 1).double()
+    s = (q.double() @ k.transpose(-1, -2)) * (scale or q.shape[-1] ** -0.5)
+    s = s.masked_fill(~allowed, float("-inf"))
+    p = torch.softmax(s, -1).nan_to_num(0.0)
+    return (p @ v).float()
+
+
+# ------------------------------------------------------------------------------------------------
+# the attention function itself: equals the direct op
+# ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("recipe", ["nvfp4", "mxfp4", "sage3"])
+def test_function_equals_direct_op_gqa_causal(recipe):
+    fn = fh.make_attention_function(recipe)
+    q, k, v = _qkv()
+    with torch.no_grad():
+        out, w = fn(_Mod(groups=2), q, k, v, None, scaling=0.2, is_causal=True, extra_kwarg=1)
+    ref = fp4attn.attention(q, k, v, causal=True, scale=0.2, recipe=recipe)
+    assert w is None
+    assert out.shape == (2, 40, 4, 32) and out.is_contiguous()
+    torch.testing.assert_close(out, ref.transpose(1, 2), rtol=0, atol=0)
+
+
+def test_function_thrift_and_noncausal_module():
+    fn = fh.make_attention_function("thrift", budget=0.25, block_size=16)
+    q, k, v = _qkv(nq=64, nk=64)
+    with torch.no_grad():
+        out, _ = fn(_Mod(groups=2, is_causal=False), q, k, v, None)
+    ref = fp4attn.thrift_attention(q, k, v, causal=False, budget=0.25, block_size=16)
+    torch.testing.assert_close(out, ref.transpose(1, 2), rtol=0, atol=0)
+
+
+def test_pure_causal_mask_becomes_causal_flag():
+    fn = fh.make_attention_function("nvfp4")
+    q, k, v = _qkv(nq=8, nk=24)  # decode-like: 8 new queries on 24 keys, bottom-right causal
+    keep = torch.arange(24)[None, :] <= torch.arange(8)[:, None] + 16
+    with torch.no_grad():
+        out_bool, _ = fn(_Mod(2), q, k, v, keep[None, None].expand(2, 1, 8, 24))
+        additive = torch.zeros(2, 1, 8, 24).masked_fill(~keep, torch.finfo(torch.float32).min)
+        out_add, _ = fn(_Mod(2), q, k, v, additive)
+    ref = fp4attn.attention(q, k, v, causal=True).transpose(1, 2)
+    torch.testing.assert_close(out_bool, ref, rtol=0, atol=0)
+    torch.testing.assert_close(out_add, ref, rtol=0, atol=0)
+
+
+def test_padding_mask_is_per_sequence_unpadded_call():
+    """Left padding (sequence 1) and right padding (sequence 0): each real row equals the op on that
+    sequence alone; a fully masked row is zero."""
+    fn = fh.make_attention_function("nvfp4")
+    q, k, v = _qkv(nq=32, nk=32)
+    real = torch.ones(2, 32, dtype=torch.bool)
+    real[0, 20:] = False  # right padding
+    real[1, :9] = False   # left padding
+    allowed = real[:, None, None, :] & torch.tril(torch.ones(32, 32, dtype=torch.bool))[None, None]
+    with torch.no_grad():
+        out, _ = fn(_Mod(2), q, k, v, allowed)
+    a0 = fp4attn.attention(q[:1, :, :20], k[:1, :, :20], v[:1, :, :20], causal=True)
+    a1 = fp4attn.attention(q[1:, :, 9:], k[1:, :, 9:], v[1:, :, 9:], causal=True)
+    torch.testing.assert_close(out[0, :20], a0[0].transpose(0, 1), rtol=0, atol=0)
+    torch.testing.assert_close(out[1, 9:], a1[0].transpose(0, 1), rtol=0, atol=0)
+    assert out[1, :9].abs().max() == 0  # those rows see no key
+    # right-padded rows past the end see all 20 real keys (as transformers' mask says)
+    tail = fp4attn.attention(q[:1, :, 20:], k[:1, :, :20], v[:1, :, :20], causal=False)
+    torch.testing.assert_close(out[0, 20:], tail[0].transpose(0, 1), rtol=0, atol=0)
+    # and the mask matters: ignoring it gives something else
+    with torch.no_grad():
+        ignored, _ = fn(_Mod(2), q, k, v, None, is_causal=True)
+    assert (ignored[1, 9:] - out[1, 9:]).abs().max() > 1e-2
+
+
+@pytest.mark.parametrize("kind", ["sliding", "scattered", "per_head"])
+def test_unusual_masks_exact_with_bf16_recipe(kind):
+    fn = fh.make_attention_function("bf16")
+    q, k, v = _qkv(nq=24, nk=24)
+    i, j = torch.arange(24)[:, None], torch.arange(24)[None, :]
+    if kind == "sliding":
+        allowed = ((j <= i) & (j > i - 5))[None, None].expand(2, 1, 24, 24)
+    elif kind == "scattered":
+        g = torch.Generator().manual_seed(3)
+        allowed = torch.rand(2, 1, 24, 24, generator=g) < 0.5
+        allowed[..., 0] = True
+    else:
+        g = torch.Generator().manual_seed(4)
+        allowed = (torch.rand(2, 4, 24, 24, generator=g) < 0.7) | (j == i)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out, _ = fn(_Mod(2), q, k, v, allowed)
+    ref = _masked_exact(q, k, v, allowed.expand(2, 4, 24, 24)).transpose(1, 2)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_row_runs():
+    m = torch.tril(torch.ones(6, 6, dtype=torch.bool))
+    m[:, 4:] = False  # right padding after 4 tokens
+    assert _common._row_runs(m) == [(0, 4, 0, 4, True), (4, 6, 0, 4, False)]
+    m2 = torch.zeros(3, 5, dtype=torch.bool)
+    m2[0, [0, 2]] = True
+    assert _common._row_runs(m2) is None
+
+
+# ------------------------------------------------------------------------------------------------
+# fallbacks, modes
+# ------------------------------------------------------------------------------------------------
+def test_fallbacks_warn_once_and_match_sdpa():
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    fn = fh.make_attention_function("nvfp4")
+    q, k, v = _qkv(nq=16, nk=16)
+    bias = torch.randn(2, 1, 16, 16)
+    mod = _Mod(2)
+    with torch.no_grad():
+        with pytest.warns(UserWarning, match="non-zero biases"):
+            out, _ = fn(mod, q, k, v, bias)
+        ref, _ = sdpa_attention_forward(mod, q, k, v, bias)
+        torch.testing.assert_close(out, ref)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # the same reason again: no second warning
+            fn(mod, q, k, v, bias)
+        with pytest.warns(UserWarning, match="dropout"):
+            fn(mod, q, k, v, None, dropout=0.1)
+        with pytest.raises(NotImplementedError, match="softcap"):
+            fn(mod, q, k, v, None, softcap=30.0)  # _Mod's module has no eager_attention_forward
+        with pytest.warns(UserWarning, match="output_attentions"):
+            _, w = fn(mod, q, k, v, None, output_attentions=True)
+        assert w is None
+
+
+def test_mode_switching(monkeypatch):
+    calls = []
+    real_qat, real_attn = fp4attn.attn_qat, fp4attn.attention
+
+    def spy(name, f):
+        def wrapped(*a, **kw):
+            calls.append(name)
+            return f(*a, **kw)
+        return wrapped
+
+    monkeypatch.setattr(fp4attn, "attn_qat", spy("qat", real_qat))
+    monkeypatch.setattr(fp4attn, "attention", spy("attention", real_attn))
+    q, k, v = _qkv(nq=16, nk=16, grad=True)
+    mod = _Mod(2)
+    auto = fh.make_attention_function("nvfp4", mode="auto")
+    mod.train()
+    out, _ = auto(mod, q, k, v, None)
+    out.square().sum().backward()
+    assert calls == ["qat"] and q.grad is not None and q.grad.abs().sum() > 0 and k.grad.abs().sum() > 0
+    mod.eval()
+    with torch.no_grad():
+        auto(mod, q, k, v, None)
+    assert calls[-1] == "attention"
+    with torch.no_grad():
+        fh.make_attention_function("nvfp4", mode="qat")(mod, q, k, v, None)
+    assert calls[-1] == "qat"
+    mod.train()
+    with torch.no_grad():
+        fh.make_attention_function("nvfp4", mode="infer")(mod, q, k, v, None)
+    assert calls[-1] == "attention"
+    with pytest.warns(UserWarning, match="no gradient flows"):
+        fh.make_attention_function("nvfp4", mode="infer")(mod, q, k, v, None)
+
+
+def test_register_validates_and_names():
+    assert fh.register("nvfp4") == "fp4attn_nvfp4"
+    assert fh.register("thrift", budget=0.1) == "fp4attn_thrift_budget0p1"
+    assert fh.register("sage3", mode="infer", name="my_fp4") == "my_fp4"
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface
+    assert "my_fp4" in AttentionInterface._global_mapping and "my_fp4" in AttentionMaskInterface._global_mapping
+    with pytest.raises(ValueError, match="recipe"):
+        fh.register("int8")
+    with pytest.raises(ValueError, match="mode"):
+        fh.register("nvfp4", mode="train")
+
+
+# ------------------------------------------------------------------------------------------------
+# whole models
+# ------------------------------------------------------------------------------------------------
+def test_llama_gqa_bf16_recipe_matches_sdpa_and_eager_with_padding():
+    m = _llama()
+    ids = torch.randint(0, 96, (3, 40), generator=torch.Generator().manual_seed(1))
+    am = torch.ones(3, 40, dtype=torch.long)
+    am[1, 30:] = 0
+    am[2, 25:] = 0
+    name = fh.register("bf16")
+    with torch.no_grad():
+        outs = {}
+        for impl in ("sdpa", "eager", name):
+            m.set_attn_implementation(impl)
+            outs[impl] = (m(ids, attention_mask=am).logits, m(ids).logits)
+    real = am.bool()
+    for impl in ("sdpa", "eager"):
+        torch.testing.assert_close(outs[name][0][real], outs[impl][0][real], rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(outs[name][1], outs[impl][1], rtol=1e-4, atol=1e-4)
+
+
+def test_llama_fp4_left_padding_equals_each_sequence_alone():
+    m = _llama()
+    name = fh.register("nvfp4")
+    m.set_attn_implementation(name)
+    g = torch.Generator().manual_seed(2)
+    lens = [40, 31, 22]
+    ids = torch.zeros(3, 40, dtype=torch.long)
+    am = torch.zeros(3, 40, dtype=torch.long)
+    seqs = [torch.randint(1, 96, (L,), generator=g) for L in lens]
+    for b, (s, L) in enumerate(zip(seqs, lens)):
+        ids[b, 40 - L:] = s
+        am[b, 40 - L:] = 1
+    pos = (am.cumsum(-1) - 1).clamp(min=0)
+    with torch.no_grad():
+        out = m(ids, attention_mask=am, position_ids=pos).logits
+        alone = [m(s[None]).logits[0] for s in seqs]
+        m.set_attn_implementation(fh.register("bf16"))
+        exact = m(ids, attention_mask=am, position_ids=pos).logits
+    for b, L in enumerate(lens):
+        torch.testing.assert_close(out[b, 40 - L:], alone[b], rtol=1e-4, atol=1e-4)
+    # FP4 really ran: the logits differ from unquantized attention
+    assert (out[0] - exact[0]).abs().max() > 1e-3
+
+
+def test_bert_padding_mask_honoured():
+    m = _bert()
+    name = fh.register("mxfp4")
+    g = torch.Generator().manual_seed(5)
+    ids = torch.randint(1, 96, (2, 24), generator=g)
+    am = torch.ones(2, 24, dtype=torch.long)
+    am[1, 15:] = 0
+    with torch.no_grad():
+        m.set_attn_implementation("sdpa")
+        ref = m(ids, attention_mask=am).last_hidden_state
+        m.set_attn_implementation(fh.register("bf16"))
+        ours_bf16 = m(ids, attention_mask=am).last_hidden_state
+        m.set_attn_implementation(name)
+        ours = m(ids, attention_mask=am).last_hidden_state
+        alone = m(ids[1:, :15]).last_hidden_state
+        nomask = m(ids).last_hidden_state
+    torch.testing.assert_close(ours_bf16, ref, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(ours[1, :15], alone[0], rtol=1e-4, atol=1e-4)
+    assert (nomask[1, :15] - ours[1, :15]).abs().max() > 1e-2  # the padding mask changed the result
+
+
+def test_llama_training_step_uses_attn_qat_and_generation_runs():
+    m = _llama(layers=1)
+    name = fh.register("nvfp4")
+    m.set_attn_implementation(name)
+    ids = torch.randint(0, 96, (2, 32), generator=torch.Generator().manual_seed(6))
+    m.train()
+    loss = m(ids, labels=ids).loss
+    loss.backward()
+    gq = m.model.layers[0].self_attn.q_proj.weight.grad
+    assert gq is not None and gq.abs().sum() > 0  # gradients flow through the Attn-QAT op
+    m.eval()
+    m.zero_grad()
+    with torch.no_grad():
+        m.set_attn_implementation(fh.register("bf16"))
+        ref = m.generate(ids[:1, :8], max_new_tokens=6, do_sample=False)
+        m.set_attn_implementation("sdpa")
+        sd = m.generate(ids[:1, :8], max_new_tokens=6, do_sample=False)
+        m.set_attn_implementation(name)
+        fp4 = m.generate(ids[:1, :8], max_new_tokens=6, do_sample=False)
+    assert torch.equal(ref, sd)
+    assert fp4.shape == (1, 14)
+
+
+# ------------------------------------------------------------------------------------------------
+# SDPA patch
+# ------------------------------------------------------------------------------------------------
+def test_sdpa_patch_routes_and_restores():
+    q, k, v = _qkv(hkv=4, nq=32, nk=32)
+    with torch.no_grad():
+        with fp4attn.sdpa_patch(recipe="nvfp4") as fn:
+            assert F.scaled_dot_product_attention is fn
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.3)
+        assert F.scaled_dot_product_attention is ORIG_SDPA
+        ref = fp4attn.attention(q, k, v, causal=True, scale=0.3)
+        torch.testing.assert_close(out, ref, rtol=0, atol=0)
+        # GQA through enable_gqa
+        q2, k2, v2 = _qkv(hkv=2, nq=16, nk=16)
+        with fp4attn.sdpa_patch(recipe="sage3"):
+            out2 = F.scaled_dot_product_attention(q2, k2, v2, enable_gqa=True)
+        torch.testing.assert_close(out2, fp4attn.attention(q2, k2, v2, recipe="sage3"), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("nq,nk", [(8, 24), (24, 8), (16, 16)])
+def test_sdpa_patch_top_left_causal_and_masks_exact(nq, nk):
+    q, k, v = _qkv(hkv=4, nq=nq, nk=nk)
+    g = torch.Generator().manual_seed(7)
+    bool_mask = torch.rand(nq, nk, generator=g) < 0.6
+    bool_mask[:, 0] = True
+    add_mask = torch.zeros(nq, nk).masked_fill(~bool_mask, float("-inf"))
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with fp4attn.sdpa_patch(recipe="bf16"):
+            c = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            mb = F.scaled_dot_product_attention(q, k, v, attn_mask=bool_mask)
+            ma = F.scaled_dot_product_attention(q, k, v, attn_mask=add_mask)
+    torch.testing.assert_close(c, ORIG_SDPA(q, k, v, is_causal=True), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(mb, ORIG_SDPA(q, k, v, attn_mask=bool_mask), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(ma, ORIG_SDPA(q, k, v, attn_mask=add_mask), rtol=1e-5, atol=1e-5)
+
+
+def test_sdpa_patch_fallbacks_warn_once_per_reason():
+    q, k, v = _qkv(hkv=4, nq=16, nk=16)
+    bias = torch.randn(16, 16)
+    with torch.no_grad(), fp4attn.sdpa_patch(recipe="nvfp4"):
+        with pytest.warns(UserWarning, match="non-zero biases"):
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+        torch.testing.assert_close(out, ORIG_SDPA(q, k, v, attn_mask=bias))
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            F.scaled_dot_product_attention(q, k, v, attn_mask=bias)  # warned already
+        with pytest.warns(UserWarning, match="dropout_p"):
+            F.scaled_dot_product_attention(q, k, v, dropout_p=0.5)
+        with pytest.warns(UserWarning, match="not 4-D"):
+            out3 = F.scaled_dot_product_attention(q[0], k[0], v[0])
+        torch.testing.assert_close(out3, ORIG_SDPA(q[0], k[0], v[0]))
+        q2, k2, v2 = _qkv(hkv=2, nq=16, nk=16)
+        with pytest.warns(UserWarning, match="enable_gqa"), pytest.raises(RuntimeError):
+            F.scaled_dot_product_attention(q2, k2, v2)  # the original raises, as it would unpatched
+        with pytest.warns(UserWarning, match="dtype"):
+            F.scaled_dot_product_attention(q.double(), k.double(), v.double())
+
+
+def test_sdpa_patch_auto_mode_trains_with_attn_qat():
+    q, k, v = _qkv(hkv=4, nq=16, nk=16, grad=True)
+    with fp4attn.sdpa_patch(recipe="nvfp4"):
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    out.square().sum().backward()
+    q2, k2, v2 = (t.detach().clone().requires_grad_() for t in (q, k, v))
+    ref = fp4attn.attn_qat(q2, k2, v2, causal=True)
+    ref.square().sum().backward()
+    torch.testing.assert_close(out, ref, rtol=0, atol=0)
+    torch.testing.assert_close(q.grad, q2.grad, rtol=0, atol=0)
+    with fp4attn.sdpa_patch(recipe="nvfp4", mode="infer"), pytest.warns(UserWarning, match="gradients"):
+        F.scaled_dot_product_attention(q, k, v)
+
+
+def test_sdpa_patch_on_a_transformers_sdpa_model():
+    m = _llama(layers=1)
+    m.set_attn_implementation("sdpa")
+    ids = torch.randint(0, 96, (2, 20), generator=torch.Generator().manual_seed(8))
+    am = torch.ones(2, 20, dtype=torch.long)
+    am[0, 14:] = 0
+    with torch.no_grad():
+        ref = m(ids, attention_mask=am).logits
+        with fp4attn.sdpa_patch(recipe="bf16"):
+            same = m(ids, attention_mask=am).logits
+        with fp4attn.sdpa_patch(recipe="nvfp4"):
+            fp4 = m(ids, attention_mask=am).logits
+    real = am.bool()
+    torch.testing.assert_close(same[real], ref[real], rtol=1e-4, atol=1e-4)
+    assert (fp4[real] - ref[real]).abs().max() > 1e-3
