@@ -26,8 +26,15 @@ Kernels (all read and write uint8 for the E4M3 bytes, so they need no FP8 suppor
     ``tl.randint(sign_seed, l)``, the same for both operands of one GEMM), Hadamard, SR of 3/4 x with
     "floor" scales (Philox ``tl.rand(noise_seed, r * Lp + l)``), FP8 embedding; L zero-padded to 32.
   * ``_mask_ihadamard_kernel``: ``16/9 *``, trust mask, inverse Hadamard, cast to the gradient dtype.
-RNG: the per-backward seed of :class:`~fp4attn.reference.quartet.QuartetRNG` is split into five
+RNG: the per-backward seed of :class:`~fp4attn.reference.quartet.QuartetRNG` is split into six
 sub-seeds (SplitMix64). Deterministic given the seed; a different stream from the CPU reference.
+
+Native MXFP4 (Blackwell, compute capability >= 10; ``gemm_path``): ``_quest_mxfp4_kernel`` and
+``_sr_mxfp4_kernel`` write packed E2M1 codes (element 2i in the low nibble, as ``FP4Tensor``) and
+E8M0 scale bytes in one pass (no row offset needed), and ``_mxfp4_gemm_kernel`` multiplies them with
+``tl.dot_scaled`` (lowered to ``tcgen05.mma ... kind::mxf4.block_scale`` on sm_100: compile-checked,
+not run or timed here). The same signs and Philox draws as the FP8 path, so both paths agree up to
+float32 accumulation order (tested on CPU with the GEMM emulated).
 """
 
 from __future__ import annotations
@@ -40,12 +47,15 @@ import triton
 import triton.language as tl
 
 from ..formats import triton_helpers as _th
-from ..formats.triton_helpers import block_amax, block_bad, e2m1_round, exp2i, mx_exponent, rint
+from ..formats.core import e2m1_decode as _e2m1_decode_torch
+from ..formats.core import unpack_last
+from ..formats.triton_helpers import block_amax, block_bad, e2m1_code, e2m1_round, exp2i, mx_exponent, rint
 from ..formats.triton_stochastic import e2m1_sr
 from ..reference.quartet import QUEST_EPS, QUEST_STD_FACTOR, SR_RESCALE, _splitmix64, hadamard_matrix
 
 __all__ = ["supported", "QuartetLinearCUDA", "quest_fp8", "sr_fp8", "mask_ihadamard", "fp8_gemm",
-           "fp8_embed", "fp8_embedding_exact", "FP8_EXACT_RANGE"]
+           "fp8_embed", "fp8_embedding_exact", "FP8_EXACT_RANGE", "quest_mxfp4", "sr_mxfp4", "mxfp4_gemm",
+           "mxfp4_dequant", "gemm_path", "quantize_weight"]
 
 FP8_EXACT_RANGE = 14  # groups with e >= rowmax(e) - 14 embed exactly in E4M3
 _OFFSET = 6  # stored magnitudes <= 6 * 2**6 = 384
@@ -279,6 +289,98 @@ def _mask_ihadamard_kernel(D, MASK, OUT, R, K, scale, H,
 
 
 # ----------------------------------------------------------------------------------------------
+# Native MXFP4 (Blackwell): packed quantizers (one pass, no row offset needed) and tl.dot_scaled
+# ----------------------------------------------------------------------------------------------
+@triton.jit
+def _pack_store(P, S, rows64, k0, R, KH, KG, codes, e, bad, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Store E2M1 codes (BR, NG, 32) as packed bytes (element 2i low nibble) and E8M0 scale bytes."""
+    NG: tl.constexpr = BLOCK_K // 32
+    c2 = tl.reshape(codes.to(tl.int32), (BLOCK_R, BLOCK_K // 2, 2))
+    lo, hi = tl.split(c2)
+    byte = (lo | (hi << 4)).to(tl.uint8)
+    bcols = k0 // 2 + tl.arange(0, BLOCK_K // 2)
+    rm = (rows64 < R)[:, None]
+    tl.store(P + rows64[:, None] * KH + bcols[None, :], byte, mask=rm & (bcols < KH)[None, :])
+    gcols = k0 // 32 + tl.arange(0, NG)
+    sb = tl.where(bad != 0, 255, e + 127).to(tl.uint8)
+    tl.store(S + rows64[:, None] * KG + gcols[None, :], sb, mask=rm & (gcols < KG)[None, :])
+
+
+@triton.jit
+def _quest_mxfp4_kernel(X, sxr, sxk, H, P, S, MASK, R, K,
+                        HDOT: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    rows64 = rows.to(tl.int64)
+    k0 = tl.program_id(1) * BLOCK_K
+    cols = k0 + tl.arange(0, BLOCK_K)
+    NG: tl.constexpr = BLOCK_K // 32
+    KG = K // 32
+    hr = tl.arange(0, 32)
+    Hm = tl.load(H + hr[:, None] * 32 + hr[None, :])
+    m2 = (rows < R)[:, None] & (cols < K)[None, :]
+    x = tl.load(X + rows64[:, None] * sxr + cols[None, :] * sxk, mask=m2, other=0.0)
+    xh = _hadamard(x, Hm, HDOT)
+    e = _quest_exp(xh)
+    bad = block_bad(xh)
+    v = xh * tl.expand_dims(exp2i(-e), 2)
+    trust = (tl.abs(v) < 6.0) & tl.expand_dims(bad == 0, 2)
+    _pack_store(P, S, rows64, k0, R, K // 2, KG, e2m1_code(v), e, bad, BLOCK_R, BLOCK_K)
+    lane = tl.arange(0, 32)
+    word = tl.sum(trust.to(tl.int32) << lane[None, None, :], axis=2)
+    gcols = k0 // 32 + tl.arange(0, NG)
+    tl.store(MASK + rows64[:, None] * KG + gcols[None, :], word,
+             mask=(rows < R)[:, None] & (gcols < KG)[None, :])
+
+
+@triton.jit
+def _sr_mxfp4_kernel(A, sar, sal, H, sign_seed, noise_seed, P, S, R, L, LP,
+                     HDOT: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_L: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    rows64 = rows.to(tl.int64)
+    l0 = tl.program_id(1) * BLOCK_L
+    cols = l0 + tl.arange(0, BLOCK_L)
+    NG: tl.constexpr = BLOCK_L // 32
+    hr = tl.arange(0, 32)
+    Hm = tl.load(H + hr[:, None] * 32 + hr[None, :])
+    m2 = (rows < R)[:, None] & (cols < L)[None, :]
+    a = tl.load(A + rows64[:, None] * sar + cols[None, :] * sal, mask=m2, other=0).to(tl.float32)
+    ah = _hadamard(a * _signs(sign_seed, cols)[None, :], Hm, HDOT)
+    e = mx_exponent(block_amax(ah), True)
+    bad = block_bad(ah)
+    offs = rows64[:, None] * LP + cols[None, :]
+    u = tl.reshape(tl.rand(noise_seed, offs.to(tl.int32)), (BLOCK_R, NG, 32))
+    r = e2m1_sr(ah * tl.expand_dims(exp2i(-e), 2) * 0.75, u)
+    _pack_store(P, S, rows64, l0, R, LP // 2, LP // 32, e2m1_code(r), e, bad, BLOCK_R, BLOCK_L)
+
+
+@triton.jit
+def _mxfp4_gemm_kernel(A, SA, B, SB, C, BIAS, M, N, K,
+                       HAS_BIAS: tl.constexpr, FMT: tl.constexpr,
+                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """C (M, N) = A (M, K) @ B (N, K)^T with A, B packed E2M1 (K/2 bytes per row) and E8M0 scales
+    (K/32 per row); float32 accumulation, tl.dot_scaled (native on Blackwell)."""
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    rm = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
+    rn = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)).to(tl.int64)
+    kb = tl.arange(0, BLOCK_K // 2)
+    ks = tl.arange(0, BLOCK_K // 32)
+    KH = K // 2
+    KG = K // 32
+    acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        a = tl.load(A + rm[:, None] * KH + (k0 // 2 + kb)[None, :], mask=(rm < M)[:, None], other=0)
+        b = tl.load(B + rn[:, None] * KH + (k0 // 2 + kb)[None, :], mask=(rn < N)[:, None], other=0)
+        sa = tl.load(SA + rm[:, None] * KG + (k0 // 32 + ks)[None, :], mask=(rm < M)[:, None], other=127)
+        sb = tl.load(SB + rn[:, None] * KG + (k0 // 32 + ks)[None, :], mask=(rn < N)[:, None], other=127)
+        acc = tl.dot_scaled(a, sa, FMT, b.T, sb, FMT, acc)
+    if HAS_BIAS:
+        acc += tl.load(BIAS + rn, mask=rn < N, other=0.0).to(tl.float32)[None, :]
+    tl.store(C + rm[:, None] * N + rn[None, :], acc.to(C.dtype.element_ty),
+             mask=(rm < M)[:, None] & (rn < N)[None, :])
+
+
+# ----------------------------------------------------------------------------------------------
 # Python wrappers
 # ----------------------------------------------------------------------------------------------
 @functools.lru_cache(maxsize=None)
@@ -398,6 +500,78 @@ def unpack_mask(words: torch.Tensor) -> torch.Tensor:
     return ((words.unsqueeze(-1) >> lane) & 1).bool().reshape(words.shape[0], -1)
 
 
+def quest_mxfp4(a: torch.Tensor, block_r: int | None = None, block_k: int = 128):
+    """Hadamard + QuEST of a 2-D (R, K) tensor as packed MXFP4: (codes uint8 (R, K/2), element 2i in the
+    low nibble; E8M0 scale bytes uint8 (R, K/32), 255 = NaN group; mask words int32 (R, K/32)).
+
+    ``FP4Tensor(codes, scales.view(torch.float8_e8m0fnu), None, "mxfp4", 1, a.shape, a.dtype)`` is
+    the quantized operand (its ``dequantize()`` equals the reference QuEST values)."""
+    R, K = a.shape
+    block_r = block_r or _block_rows(R)
+    hd = _hdot_for(a.dtype)
+    p = torch.empty(R, K // 2, dtype=torch.uint8, device=a.device)
+    sc = torch.empty(R, K // 32, dtype=torch.uint8, device=a.device)
+    mask = torch.empty(R, K // 32, dtype=torch.int32, device=a.device)
+    grid = (triton.cdiv(R, block_r), triton.cdiv(K, block_k))
+    _quest_mxfp4_kernel[grid](a, a.stride(0), a.stride(1), _hmat(str(a.device), hd), p, sc, mask, R, K,
+                              HDOT=hd, BLOCK_R=block_r, BLOCK_K=block_k, num_warps=4)
+    return p, sc, mask
+
+
+def sr_mxfp4(a: torch.Tensor, *, sign_seed: int, noise_seed: int, block_r: int | None = None,
+             block_l: int = 128):
+    """The backward operand as packed MXFP4 (same draws as :func:`sr_fp8`): (codes (R, Lp/2),
+    scale bytes (R, Lp/32)) of SR(3/4 * (a diag(signs)) H) along the last dim, L padded to 32."""
+    R, L = a.shape
+    block_r = block_r or _block_rows(R)
+    LP = (L + 31) // 32 * 32
+    hd = _hdot_for(a.dtype)
+    p = torch.empty(R, LP // 2, dtype=torch.uint8, device=a.device)
+    sc = torch.empty(R, LP // 32, dtype=torch.uint8, device=a.device)
+    grid = (triton.cdiv(R, block_r), triton.cdiv(LP, block_l))
+    _sr_mxfp4_kernel[grid](a, a.stride(0), a.stride(1), _hmat(str(a.device), hd), sign_seed, noise_seed,
+                           p, sc, R, L, LP, HDOT=hd, BLOCK_R=block_r, BLOCK_L=block_l, num_warps=4)
+    return p, sc
+
+
+def mxfp4_dequant(p: torch.Tensor, sc: torch.Tensor) -> torch.Tensor:
+    """float32 values of packed MXFP4 rows (codes (R, L/2), E8M0 scale bytes (R, L/32))."""
+    codes = unpack_last(p)
+    R, L = codes.shape
+    s = torch.ldexp(torch.ones(sc.shape, device=p.device), sc.to(torch.int32) - 127)
+    s = torch.where(sc == 255, torch.full_like(s, float("nan")), s)
+    return (_e2m1_decode_torch(codes).reshape(R, L // 32, 32) * s.unsqueeze(-1)).reshape(R, L)
+
+
+def mxfp4_gemm(a: torch.Tensor, sa: torch.Tensor, b: torch.Tensor, sb: torch.Tensor,
+               out_dtype: torch.dtype, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``A @ B^T`` (+ bias) for packed MXFP4 rows A (M, K/2) / B (N, K/2) with E8M0 scales.
+
+    CUDA: the ``tl.dot_scaled`` kernel (native MXFP4 MMA on Blackwell; Triton emulates it elsewhere).
+    CPU: a float32 emulation (tests of the plumbing; the interpreter has no ``dot_scaled``)."""
+    M, N, K = a.shape[0], b.shape[0], a.shape[1] * 2
+    if not a.is_cuda:
+        y = mxfp4_dequant(a, sa) @ mxfp4_dequant(b, sb).t()
+        return (y if bias is None else y + bias.float()).to(out_dtype)
+    c = torch.empty(M, N, dtype=out_dtype, device=a.device)
+    grid = (triton.cdiv(M, 128), triton.cdiv(N, 128))
+    _mxfp4_gemm_kernel[grid](a, sa, b, sb, c, bias if bias is not None else c, M, N, K,
+                             HAS_BIAS=bias is not None, FMT="e2m1", BLOCK_M=128, BLOCK_N=128, BLOCK_K=128,
+                             num_warps=8, num_stages=3)
+    return c
+
+
+def gemm_path(device: torch.device) -> str:
+    """"mxfp4" (native FP4 tensor cores, compute capability >= 10) or "fp8" (the exact FP8 embedding,
+    Hopper/Ada). ``FP4ATTN_QUARTET_GEMM=fp8|mxfp4`` overrides."""
+    env = os.environ.get("FP4ATTN_QUARTET_GEMM", "")
+    if env in ("fp8", "mxfp4"):
+        return env
+    if device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 10:
+        return "mxfp4"
+    return "fp8"
+
+
 # ----------------------------------------------------------------------------------------------
 # Dispatch and autograd
 # ----------------------------------------------------------------------------------------------
@@ -424,10 +598,19 @@ def _grad_gemm_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float32 if dtype == torch.float32 else torch.bfloat16
 
 
+def quantize_weight(weight: torch.Tensor, path: str | None = None):
+    """The forward's weight quantization for ``path`` (``gemm_path`` by default): ``(path, tensors)``."""
+    path = path or gemm_path(weight.device)
+    return path, (quest_mxfp4(weight) if path == "mxfp4" else quest_fp8(weight))
+
+
 class QuartetLinearCUDA(torch.autograd.Function):
     """``apply(x, weight, bias, rng, hadamard_group, w_quantized=None)`` on CUDA (see module doc).
 
-    ``w_quantized``: optional ``quest_fp8(weight)`` computed earlier (QuartetLinear's weight cache).
+    The GEMMs run on FP8 tensor cores through the exact embedding (``gemm_path`` "fp8": Hopper, Ada)
+    or natively in MXFP4 with ``tl.dot_scaled`` ("mxfp4": Blackwell). Both draw the same signs and
+    noise, so they agree up to float32 accumulation order. ``w_quantized``: an earlier
+    ``quantize_weight(weight)`` (QuartetLinear's weight cache); ignored if its path differs.
     """
 
     @staticmethod
@@ -435,38 +618,67 @@ class QuartetLinearCUDA(torch.autograd.Function):
         K = x.shape[-1]
         N = weight.shape[0]
         x2 = x.reshape(-1, K)
-        x8, mx, rsx = quest_fp8(x2)
-        w8, mw, rsw = quest_fp8(weight) if w_quantized is None else w_quantized
+        path = gemm_path(x.device)
+        if w_quantized is None or w_quantized[0] != path:
+            w_quantized = quantize_weight(weight, path)
+        wq = w_quantized[1]
         out_dtype = x.dtype if x.dtype != torch.float16 else torch.float32
-        y = fp8_gemm(x8, rsx, w8, rsw, out_dtype, bias).to(x.dtype)
-        ctx.save_for_backward(x8, rsx, mx, w8, rsw, mw)
+        if path == "mxfp4":
+            xq = quest_mxfp4(x2)
+            y = mxfp4_gemm(xq[0], xq[1], wq[0], wq[1], out_dtype, bias)
+        else:
+            xq = quest_fp8(x2)
+            y = fp8_gemm(xq[0], xq[2], wq[0], wq[2], out_dtype, bias)
+        ctx.save_for_backward(*xq, *wq)
+        ctx.path = path
         ctx.rng = rng
         ctx.dtypes = (x.dtype, weight.dtype, None if bias is None else bias.dtype)
-        return y.reshape(*x.shape[:-1], N)
+        return y.to(x.dtype).reshape(*x.shape[:-1], N)
 
     @staticmethod
     def backward(ctx, dy):
-        x8, rsx, mx, w8, rsw, mw = ctx.saved_tensors
         needs = ctx.needs_input_grad[:3]
         if not any(needs):
             return None, None, None, None, None, None
         xd, wd, bd = ctx.dtypes
-        M, K = x8.shape
-        N = w8.shape[0]
+        s_sign_x, s_g, s_w, s_sign_w, s_gt, s_x = _sub_seeds(ctx.rng.next_seed(), 6)
+        if ctx.path == "mxfp4":
+            xp, xs, mx, wp, ws, mw = ctx.saved_tensors
+            M, N = xp.shape[0], wp.shape[0]
+            # the saved operands as bf16 (E2M1 times a power of two: exact) for the SR quantizers
+            xsrc = mxfp4_dequant(xp, xs).to(torch.bfloat16)
+            wsrc = mxfp4_dequant(wp, ws).to(torch.bfloat16)
+
+            def operand(a, sign_seed, noise_seed, scale=None):
+                return sr_mxfp4(a, sign_seed=sign_seed, noise_seed=noise_seed)
+
+            def gemm(a, b, out_dtype):
+                return mxfp4_gemm(a[0], a[1], b[0], b[1], out_dtype)
+        else:
+            x8, mx, rsx, w8, mw, rsw = ctx.saved_tensors  # quest_fp8 returns (q8, mask, rs)
+            M, N = x8.shape[0], w8.shape[0]
+            xsrc, wsrc = x8, w8
+
+            def operand(a, sign_seed, noise_seed, scale=None):
+                return sr_fp8(a, sign_seed=sign_seed, noise_seed=noise_seed, scale=scale)
+
+            def gemm(a, b, out_dtype):
+                return fp8_gemm(a[0], a[1], b[0], b[1], out_dtype)
+
+        K = mx.shape[1] * 32
         dy2 = dy.reshape(M, N)
         if not dy2.is_contiguous():
             dy2 = dy2.contiguous()
-        s_sign_x, s_g, s_w, s_sign_w, s_gt, s_x = _sub_seeds(ctx.rng.next_seed(), 6)
         dx = dw = db = None
         if needs[0]:
-            g8, rg = sr_fp8(dy2, sign_seed=s_sign_x, noise_seed=s_g)  # (M, N)
-            wt8, rwt = sr_fp8(w8.t(), sign_seed=s_sign_x, noise_seed=s_w, scale=rsw)  # (K, N)
-            dxq = fp8_gemm(g8, rg, wt8, rwt, _grad_gemm_dtype(xd))  # (M, K)
+            g = operand(dy2, s_sign_x, s_g)  # (M, N)
+            wt = operand(wsrc.t(), s_sign_x, s_w, None if ctx.path == "mxfp4" else rsw)  # (K, N)
+            dxq = gemm(g, wt, _grad_gemm_dtype(xd))  # (M, K)
             dx = mask_ihadamard(dxq, mx, xd).reshape(*dy.shape[:-1], K)
         if needs[1]:
-            gt8, rgt = sr_fp8(dy2.t(), sign_seed=s_sign_w, noise_seed=s_gt)  # (N, Mp)
-            xt8, rxt = sr_fp8(x8.t(), sign_seed=s_sign_w, noise_seed=s_x, scale=rsx)  # (K, Mp)
-            dwq = fp8_gemm(gt8, rgt, xt8, rxt, _grad_gemm_dtype(wd))  # (N, K)
+            gt = operand(dy2.t(), s_sign_w, s_gt)  # (N, Mp)
+            xt = operand(xsrc.t(), s_sign_w, s_x, None if ctx.path == "mxfp4" else rsx)  # (K, Mp)
+            dwq = gemm(gt, xt, _grad_gemm_dtype(wd))  # (N, K)
             dw = mask_ihadamard(dwq, mw, wd)
         if needs[2]:
             db = dy2.float().sum(0).to(bd)

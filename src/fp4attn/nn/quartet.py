@@ -157,10 +157,13 @@ class QuartetLinear(nn.Linear):
             return None
         p = self.weight
         key = (kind, p._version, p.data_ptr(), w.dtype, w.device, tuple(w.shape), self.hadamard_group)
+        if kind == "cuda":
+            from ..kernels import quartet as kq
+            key = key + (kq.gemm_path(w.device),)
         if self._w_cache is None or self._w_cache[0] != key:
             if kind == "cuda":
                 from ..kernels import quartet as kq
-                val = kq.quest_fp8(w.detach())
+                val = kq.quantize_weight(w.detach())
             else:
                 val = quartet_quantize_operand(w.detach(), self.hadamard_group)
             self._w_cache = (key, val)
