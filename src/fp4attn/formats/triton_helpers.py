@@ -17,7 +17,7 @@ with the PyTorch formats.
 import triton
 import triton.language as tl
 
-_RINT_MAGIC = 12582912.0  # 1.5 * 2**23
+_RINT_MAGIC = tl.constexpr(12582912.0)  # 1.5 * 2**23 (a constexpr: jit code may only read those)
 
 
 @triton.jit
@@ -38,21 +38,28 @@ def exp2i(e):
 def e2m1_round_abs(a):
     """|v| (float32, >= 0) -> nearest E2M1 magnitude, ties to even code, saturating at 6."""
     q = tl.where(a < 2.0, 0.5, tl.where(a < 4.0, 1.0, 2.0))
-    r = rint(tl.minimum(a, 7.0) / q) * q
+    # multiply by the exact reciprocal 1/q: Triton's `/` is div.full.f32 on GPU (approximate)
+    inv_q = tl.where(a < 2.0, 2.0, tl.where(a < 4.0, 1.0, 0.5))
+    r = rint(tl.minimum(a, 7.0) * inv_q) * q
     return tl.minimum(r, 6.0)
 
 
 @triton.jit
 def e2m1_round(v):
     """float32 -> nearest E2M1 value (float32), sign kept."""
-    r = e2m1_round_abs(tl.abs(v))
-    return tl.where(v < 0, -r, r)
+    # The sign is copied as a bit: Triton's unary minus is 0 - x, which turns -0.0 into +0.0, and
+    # the reference keeps the sign of values that round to zero (-0.1 -> -0.0). NaN -> +0 as there.
+    r = tl.where(v == v, e2m1_round_abs(tl.abs(v)), 0.0)
+    sign = tl.where(v == v, v.to(tl.int32, bitcast=True) & -2147483648, 0)
+    return (r.to(tl.int32, bitcast=True) | sign).to(tl.float32, bitcast=True)
 
 
 @triton.jit
 def e2m1_code(v):
     """float32 -> E2M1 code (uint8, sign in bit 3); NaN -> 0."""
-    r = e2m1_round_abs(tl.abs(v))
+    # NaN must be masked here: tl.minimum inside e2m1_round_abs returns the non-NaN operand on GPU
+    # (min.f32), which made NaN encode as 6 (code 7) there while the interpreter gave 0.
+    r = tl.where(v == v, e2m1_round_abs(tl.abs(v)), 0.0)
     mag = tl.where(r < 2.0, r * 2.0, tl.where(r < 4.0, r + 2.0, r * 0.5 + 4.0))
     sign = ((v.to(tl.int32, bitcast=True) >> 31) & 1) & (v == v).to(tl.int32)
     return (mag.to(tl.int32) | (sign << 3)).to(tl.uint8)
@@ -65,7 +72,8 @@ def e2m1_decode(code):
     m = c & 7
     mf = m.to(tl.float32)
     mag = tl.where(m < 4, mf * 0.5, tl.where(m < 6, mf - 2.0, mf * 2.0 - 8.0))
-    return tl.where((c & 8) != 0, -mag, mag)
+    # sign as a bit (code 0x8 is -0.0): Triton's unary minus is 0 - x and would give +0.0
+    return (mag.to(tl.int32, bitcast=True) | ((c & 8) << 28)).to(tl.float32, bitcast=True)
 
 
 @triton.jit

@@ -1,0 +1,324 @@
+"""Triton quantize / fake_quantize / dequantize kernels vs the PyTorch reference, bit for bit.
+
+CPU tests run the kernels in the Triton interpreter (TRITON_INTERPRET=1, set below before triton is
+imported when there is no GPU; if another module imported the kernels first without it, the CPU tests
+skip; on a GPU machine set TRITON_INTERPRET=1 yourself to run them). GPU tests
+(``-m gpu``) run the compiled kernels at larger sizes. Inputs are random plus adversarial blocks:
+E2M1 ties scaled by exact E4M3 / power-of-two block scales, powers of two, zeros and -0, NaN/Inf,
+magnitudes 1e-30..1e30, float32 subnormals, values near the float32 max.
+"""
+
+import os
+import zlib
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():  # CPU machine: run the kernels in the interpreter
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+from fp4attn.formats import core  # noqa: E402
+
+triton = pytest.importorskip("triton")
+from fp4attn.kernels import quantize as kq  # noqa: E402
+
+_INTERPRETED = type(kq._rows_kernel).__name__ == "InterpretedFunction"
+# numpy inside the interpreter warns about x / 0 in blocks whose scale is 0; those lanes are masked
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
+cpu_only = pytest.mark.skipif(
+    not _INTERPRETED,
+    reason="kernels were imported without TRITON_INTERPRET=1 (run this module alone for the CPU tests)")
+gpu = pytest.mark.gpu
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available() or _INTERPRETED,
+                                reason="needs CUDA and compiled (non-interpreted) Triton kernels")
+
+CONFIGS = [  # (fmt, kwargs)
+    ("nvfp4", {}),
+    ("nvfp4", {"global_scale": True}),
+    ("mxfp4", {}),
+    ("mxfp4", {"scale_mode": "floor"}),
+]
+CFG_IDS = ["nvfp4", "nvfp4-global", "mxfp4-rceil", "mxfp4-floor"]
+DTYPES = [torch.float32, torch.bfloat16, torch.float16]
+TIES = [0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 7.0]
+E4M3_POS = torch.arange(1, 127, dtype=torch.uint8).view(torch.float8_e4m3fn).float()  # all > 0
+
+
+# ------------------------------------------------------------------------------------------ inputs
+def adversarial(shape, dim, dtype, seed, device="cpu"):
+    """float32 data built in segments of 16 along ``dim`` (one pattern per segment), cast to dtype."""
+    g = torch.Generator().manual_seed(seed)
+    d = dim % len(shape)
+    moved = list(shape)
+    L = moved.pop(d)
+    moved.append(L)
+    rows = 1
+    for n in moved[:-1]:
+        rows *= n
+    S = rows * (-(-L // 16))  # segments
+    rn = lambda: torch.randn(S, 16, generator=g)
+    ri = lambda lo, hi, shp: torch.randint(lo, hi, shp, generator=g)
+    sgn = torch.where(torch.rand(S, 16, generator=g) < 0.5, -1.0, 1.0)
+    pos = ri(0, 16, (S, 1))
+    ties = torch.tensor(TIES)[ri(0, len(TIES) - 1, (S, 16))]
+    pats = []
+    # 0: random magnitudes 1e-30..1e30
+    pats.append(rn() * 10.0 ** (torch.rand(S, 1, generator=g) * 60 - 30))
+    # 1: E2M1 ties on an exact E4M3 block scale s (one element is 6 s, so the scale is exactly s)
+    s = E4M3_POS[ri(0, 126, (S, 1))]
+    pats.append((ties * s * sgn).scatter(1, pos, 6 * s * sgn[:, :1]))
+    # 2: powers of two, float32 subnormals included
+    pats.append(torch.exp2(ri(-148, 127, (S, 16)).float()) * sgn)
+    # 3: zeros, some -0
+    pats.append(torch.zeros(S, 16) * sgn)
+    # 4: one NaN / +Inf / -Inf in a random block
+    special = torch.tensor([float("nan"), float("inf"), -float("inf")])[ri(0, 3, (S, 1))]
+    pats.append(rn().scatter(1, pos, special))
+    # 5: float32 subnormals
+    pats.append(rn() * 1e-40)
+    # 6: E2M1 ties on a power-of-two block scale 2**e (amax = 6 * 2**e)
+    p2 = torch.exp2(ri(-126, 120, (S, 1)).float())
+    pats.append((ties * p2 * sgn).scatter(1, pos, 6 * p2))
+    # 7: near the float32 max
+    pats.append(rn() * 1e38)
+    # 8: one huge element, the rest tiny (codes underflow to +-0)
+    pats.append((rn() * 1e-30).scatter(1, pos, torch.full((S, 1), 1e30)))
+    # 9: N(0, 1)
+    pats.append(rn())
+    kind = ri(0, len(pats), (1, S, 1)).expand(1, S, 16)
+    x = torch.stack(pats).gather(0, kind)[0]
+    x = x.reshape(rows, -1)[:, :L].reshape(moved).movedim(-1, d).contiguous()
+    return x.to(dtype).to(device)
+
+
+def threshold_sweep(device="cpu"):
+    """Blocks whose NVFP4 scale is exactly each positive E4M3 value s (amax = 6 s) and whose other
+    elements sit on and within 7 ulps of every E2M1 decision point t*s, both signs: this pins down
+    the division-free comparison used by the kernels against the reference's IEEE division."""
+    vals = []
+    for s in E4M3_POS.tolist():
+        for t in (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0):
+            b = torch.tensor(t * s, dtype=torch.float32).view(torch.int32)
+            vals.append((b + torch.arange(-7, 8, dtype=torch.int32)).view(torch.float32))
+    v = torch.cat(vals)
+    v = torch.cat([v, -v])
+    n = v.numel()
+    per = 15
+    nb = -(-n // per)
+    v = torch.cat([v, torch.zeros(nb * per - n)]).reshape(nb, per)
+    # a per-row scale: amax element 6*s with the s the row's points were built for
+    s_of = torch.repeat_interleave(E4M3_POS, 7 * 15)
+    s_of = torch.cat([s_of, s_of, torch.zeros(nb * per - n)]).reshape(nb, per).abs().amax(dim=1)
+    x = torch.cat([v, (6 * s_of)[:, None]], dim=1)  # (nb, 16): the rows mix only one s each
+    return x.to(device)
+
+
+# ------------------------------------------------------------------------------------ comparisons
+_BITS = {torch.float64: torch.int64, torch.float32: torch.int32, torch.float16: torch.int16,
+         torch.bfloat16: torch.int16}
+
+
+def assert_same_values(got, want):
+    assert got.shape == want.shape and got.dtype == want.dtype, (got.shape, want.shape, got.dtype)
+    gn, wn = torch.isnan(got), torch.isnan(want)
+    assert torch.equal(gn, wn), f"NaN positions differ ({(gn != wn).sum().item()} elements)"
+    bits = _BITS[got.dtype]
+    gb = got.masked_fill(gn, 0).view(bits)
+    wb = want.masked_fill(wn, 0).view(bits)
+    bad = gb != wb
+    assert not bad.any(), (f"{bad.sum().item()} of {bad.numel()} values differ, e.g. "
+                           f"got {got[bad][:4].tolist()} want {want[bad][:4].tolist()}")
+
+
+def assert_same_fp4(got: core.FP4Tensor, want: core.FP4Tensor):
+    assert (got.fmt, got.dim, got.shape, got.dtype) == (want.fmt, want.dim, want.shape, want.dtype)
+    assert got.data.dtype == torch.uint8 and got.data.shape == want.data.shape
+    assert got.scales.dtype == want.scales.dtype and got.scales.shape == want.scales.shape
+    bad = got.data != want.data
+    assert not bad.any(), f"{bad.sum().item()} of {bad.numel()} packed bytes differ"
+    gs, ws = got.scales.view(torch.uint8), want.scales.view(torch.uint8)
+    bad = gs != ws
+    assert not bad.any(), (f"{bad.sum().item()} of {bad.numel()} scale bytes differ: "
+                           f"got {gs[bad][:4].tolist()} want {ws[bad][:4].tolist()}")
+    if want.global_scale is None:
+        assert got.global_scale is None
+    else:
+        assert got.global_scale.dtype == torch.float32 and got.global_scale.shape == ()
+        assert torch.equal(got.global_scale.view(torch.int32), want.global_scale.view(torch.int32))
+
+
+def check_all(x, fmt, dim, kw, *, fast=True, dequant=True):
+    d = dim % x.dim()
+    old = kq._FAST
+    kq._FAST = fast
+    try:
+        if x.shape[d] % core.block_size(fmt) == 0:
+            want = core.quantize_reference(x, fmt, d, **kw)
+            got = kq.quantize(x, fmt, d, **kw)
+            assert_same_fp4(got, want)
+            if dequant:
+                for dt in (torch.float32, x.dtype):
+                    assert_same_values(kq.dequantize(got, dt), want.dequantize(dt))
+        want_f = core.fake_quantize_values(x, fmt, d, **kw).to(x.dtype)
+        assert_same_values(kq.fake_quantize(x, fmt, d, **kw), want_f)
+    finally:
+        kq._FAST = old
+
+
+# ------------------------------------------------------------------------------- CPU (interpreter)
+F32, BF16, F16 = torch.float32, torch.bfloat16, torch.float16
+CPU_CASES = [  # (shape, dim, dtype): every load mode of the rows kernel, both cols kernels' dtypes
+    ((3, 64), -1, F32), ((3, 64), -1, BF16), ((3, 64), -1, F16), ((5, 3, 32), -1, BF16),
+    ((2, 64, 3), -2, F32), ((2, 64, 3), -2, BF16), ((2, 64, 3), -2, F16), ((64, 5), 0, BF16),
+    ((3, 32, 2, 5), 1, F16),
+]
+
+
+@cpu_only
+@pytest.mark.parametrize("fmt,kw", CONFIGS, ids=CFG_IDS)
+@pytest.mark.parametrize("shape,dim,dtype", CPU_CASES,
+                         ids=[f"{s}@{d}-{str(t)[6:]}" for s, d, t in CPU_CASES])
+def test_cpu_bit_exact(fmt, kw, dtype, shape, dim):
+    x = adversarial(shape, dim, dtype, seed=zlib.crc32(f"{fmt}{kw}{dtype}{shape}".encode()))
+    check_all(x, fmt, dim, kw)
+
+
+@cpu_only
+@pytest.mark.parametrize("fmt,kw", CONFIGS, ids=CFG_IDS)
+def test_cpu_helper_path_bit_exact(fmt, kw):
+    """The div_rn + shared e2m1_code path (FAST=False) gives the same bits."""
+    x = adversarial((4, 64), -1, torch.float32, seed=7)
+    check_all(x, fmt, -1, kw, fast=False, dequant=False)
+    x = adversarial((2, 64, 3), -2, torch.bfloat16, seed=8)
+    check_all(x, fmt, -2, kw, fast=False, dequant=False)
+
+
+@cpu_only
+@pytest.mark.parametrize("fast", [True, False], ids=["fast", "div_rn"])
+def test_cpu_threshold_sweep_every_e4m3_scale(fast):
+    x = threshold_sweep()
+    check_all(x, "nvfp4", -1, {}, fast=fast, dequant=False)
+
+
+@cpu_only
+@pytest.mark.parametrize("fmt,kw", CONFIGS, ids=CFG_IDS)
+@pytest.mark.parametrize("shape,dim", [((3, 37), -1), ((2, 21, 3), 1), ((5,), 0), ((45, 2), 0)])
+def test_cpu_fake_quantize_pads(fmt, kw, shape, dim):
+    x = adversarial(shape, dim, torch.bfloat16, seed=11)
+    check_all(x, fmt, dim, kw)
+
+
+@cpu_only
+@pytest.mark.parametrize("fmt,kw", CONFIGS, ids=CFG_IDS)
+def test_cpu_cols_3d_tile_variant(fmt, kw, monkeypatch):
+    """The (blocks, Q, pairs) tile kernel for dim != last (the default is the looped 2-D one)."""
+    monkeypatch.setattr(kq, "_COLS_CFG", dict(kq._COLS_CFG, loop=False, BQ=64))
+    x = adversarial((2, 64, 5), -2, torch.bfloat16, seed=31)
+    check_all(x, fmt, -2, kw)
+    check_all(x, fmt, -2, kw, fast=False, dequant=False)
+    x = adversarial((3, 40, 2), 1, torch.float32, seed=32)  # padded fake_quantize
+    check_all(x, fmt, 1, kw)
+
+
+@cpu_only
+def test_cpu_special_blocks():
+    nan, inf = float("nan"), float("inf")
+    rows = [
+        [0.0] * 16,
+        [-0.0] * 16,
+        [nan] + [1.0] * 15,
+        [nan] + [0.0] * 15,  # NaN with zero finite amax: NVFP4 codes zeroed, scale NaN
+        [inf, -inf] + [3.0] * 14,
+        [-inf] + [-0.0] * 15,
+        [1e-45] * 16,  # smallest subnormal: NVFP4 scale rounds to 0
+        [3e38, -3e38] + [1.0] * 14,  # E4M3 scale saturates at 448
+        [6 * 2.0 ** -9] + [2.0 ** -11] * 15,  # smallest E4M3 subnormal scale, tie at 0.25
+        [6 * 2.0 ** -126] + [2.0 ** -128, 3 * 2.0 ** -130] * 7 + [0.0],  # MX e = -126/-127
+    ]
+    x = torch.tensor(rows, dtype=torch.float32).reshape(5, 32)
+    for fmt, kw in CONFIGS:
+        check_all(x, fmt, -1, kw)
+        check_all(x.t().contiguous(), fmt, 0, kw)
+
+
+@cpu_only
+def test_cpu_global_scale_edge_cases():
+    # all zero (S_enc = 1), all non-finite, subnormal amax (S_enc clamped to the float32 max)
+    for x in (torch.zeros(2, 32), torch.full((2, 32), float("nan")), torch.full((1, 16), 1e-45),
+              torch.tensor([[float("inf")] + [2.0] * 15])):
+        check_all(x, "nvfp4", -1, {"global_scale": True})
+
+
+@cpu_only
+def test_cpu_non_contiguous_and_float64_inputs():
+    x = adversarial((64, 6), 0, torch.float32, seed=3)
+    check_all(x.t(), "nvfp4", -1, {})  # non-contiguous view
+    check_all(x[:, ::2], "mxfp4", 0, {})
+    check_all(x.double(), "nvfp4", 0, {"global_scale": True})
+
+
+@cpu_only
+def test_cpu_empty_and_errors():
+    x = torch.empty(0, 32)
+    for fmt, kw in CONFIGS:
+        check_all(x, fmt, -1, kw)
+    with pytest.raises(ValueError, match="multiple of the nvfp4 block size 16"):
+        kq.quantize(torch.zeros(2, 24), "nvfp4", 1)
+
+
+def test_device_guard_without_interpreter(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    with pytest.raises(RuntimeError, match="CUDA"):
+        kq.quantize(torch.zeros(2, 32), "nvfp4", 1)
+
+
+# ------------------------------------------------------------------------------------------- GPU
+GPU_LAYOUTS = [((257, 1024), -1), ((2, 4, 300, 64), -2), ((3, 5, 7, 96), -1), ((4, 64, 3, 33), 1)]
+
+
+@gpu
+@needs_cuda
+@pytest.mark.parametrize("fmt,kw", CONFIGS, ids=CFG_IDS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "bf16", "f16"])
+@pytest.mark.parametrize("shape,dim", GPU_LAYOUTS, ids=[f"{s}@{d}" for s, d in GPU_LAYOUTS])
+def test_gpu_bit_exact_adversarial(fmt, kw, dtype, shape, dim):
+    x = adversarial(shape, dim, dtype, seed=sum(shape), device="cuda")
+    check_all(x, fmt, dim, kw)
+    if dtype == torch.bfloat16 and shape[0] == 257:  # the div_rn + e2m1_code path, compiled
+        check_all(x, fmt, dim, kw, fast=False, dequant=False)
+
+
+@gpu
+@needs_cuda
+@pytest.mark.parametrize("fast", [True, False], ids=["fast", "div_rn"])
+def test_gpu_threshold_sweep_every_e4m3_scale(fast):
+    check_all(threshold_sweep("cuda"), "nvfp4", -1, {}, fast=fast, dequant=False)
+
+
+@gpu
+@needs_cuda
+@pytest.mark.parametrize("fmt,kw", CONFIGS, ids=CFG_IDS)
+def test_gpu_matches_cpu_reference_and_public_ops(fmt, kw):
+    """Kernel on CUDA == reference on CPU (not only the reference on CUDA), through fp4attn.*."""
+    import fp4attn
+
+    x = adversarial((16, 256), -1, torch.bfloat16, seed=21)
+    want = core.quantize_reference(x, fmt, -1, **kw)
+    got = fp4attn.quantize(x.cuda(), fmt, -1, **kw)
+    assert got.data.is_cuda
+    assert_same_fp4(core.FP4Tensor(got.data.cpu(), got.scales.cpu(),
+                                   None if got.global_scale is None else got.global_scale.cpu(),
+                                   got.fmt, got.dim, got.shape, got.dtype), want)
+    xf = adversarial((3, 250, 7), 1, torch.float16, seed=22)
+    want_f = core.fake_quantize_values(xf, fmt, 1, **kw).to(xf.dtype)
+    got_f = fp4attn.fake_quantize(xf.cuda(), fmt, 1, **kw)
+    assert_same_values(got_f.cpu(), want_f)
+
+
+@gpu
+@needs_cuda
+def test_gpu_large_random_all_configs():
+    x = (torch.randn(1024, 4096, device="cuda") * 3).to(torch.bfloat16)
+    for fmt, kw in CONFIGS:
+        for dim in (-1, 0):
+            check_all(x, fmt, dim, kw)
