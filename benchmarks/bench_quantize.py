@@ -65,7 +65,9 @@ def main(argv=None) -> int:
         ("quantize nvfp4", x, lambda t: kq.quantize(t, "nvfp4", t.dim() - 2), -2, qbytes(n, 16)),
     ]
     if v is not None:
-        cases.append(("quantize nvfp4 (V, B,H,N,D)", v, lambda t: kq.quantize(t, "nvfp4", 2), -2,
+        cases.append(("quantize nvfp4 (Q/K, B,H,N,D along D=128)", v, lambda t: kq.quantize(t, "nvfp4", 3), -1,
+                      qbytes(n, 16)))
+        cases.append(("quantize nvfp4 (V, B,H,N,D along N)", v, lambda t: kq.quantize(t, "nvfp4", 2), -2,
                       qbytes(n, 16)))
     cases += [
         ("quantize nvfp4 global_scale (2 passes)", x,
@@ -77,7 +79,11 @@ def main(argv=None) -> int:
         ("fake_quantize mxfp4", x, lambda t: kq.fake_quantize(t, "mxfp4", 1), -1, 4 * n),
     ]
     for label, inp, fn, dim, nbytes in cases:
-        t = _bench(lambda fn=fn, inp=inp: fn(inp))
+        try:
+            t = _bench(lambda fn=fn, inp=inp: fn(inp))
+        except Exception as e:  # noqa: BLE001 - report and go on
+            print(f"{label} dim={dim}: failed: {type(e).__name__}: {str(e)[-300:]}")
+            continue
         rows.append((label, tuple(inp.shape), dim, nbytes, t))
     qt = kq.quantize(x, "nvfp4", 1)
     t = _bench(lambda: kq.dequantize(qt, torch.bfloat16))
@@ -120,8 +126,12 @@ def main(argv=None) -> int:
             cfg = dict(NB=NB, BQ=BQ, num_warps=nw, loop=loop)
             cases = [("cols dim=-2 (M,K)", x, 0)] + ([("cols V (B,H,N,D)", v, 2)] if v is not None else [])
             for label, inp, d in cases:
-                t = _bench(lambda inp=inp, d=d, cfg=cfg: kq._launch(inp, "nvfp4", d, "rceil", False, False,
-                                                                     cols_cfg=cfg), rep=100)
+                try:
+                    t = _bench(lambda inp=inp, d=d, cfg=cfg: kq._launch(inp, "nvfp4", d, "rceil", False, False,
+                                                                         cols_cfg=cfg), rep=100)
+                except Exception as e:  # noqa: BLE001 - report and go on
+                    print(f"| {label} | {cfg} | True | failed: {type(e).__name__} | | |")
+                    continue
                 print(f"| {label} | {cfg} | True | {t:.3f} | {nb / t / 1e6:.0f} | {nb / t / 1e6 / copy_gbs:.1%} |")
 
     if args.check:
