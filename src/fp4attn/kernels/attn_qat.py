@@ -157,16 +157,29 @@ def _prep_kernel(X, Y, sx_b, sx_h, sx_n, sx_d, H, N, D, NP,
     tl.store(dst + t * DP + d, x.to(Y.dtype.element_ty))
 
 
+def _prep_configs():
+    return [triton.Config({"BLOCK_T": bt}, num_warps=w) for bt, w in ((32, 4), (64, 4), (64, 8), (128, 8))]
+
+
+def _prune_prep(configs, named_args, **kwargs):
+    dp = kwargs.get("DP", named_args.get("DP"))
+    return [c for c in configs if c.kwargs["BLOCK_T"] * dp <= 64 * 128] if dp and dp > 128 else configs
+
+
+_prep_tuned = triton.autotune(_prep_configs(), key=["NP", "DP", "MODE", "QB"],
+                              prune_configs_by={"early_config_prune": _prune_prep})(_prep_kernel)
+
+
 def prep(x: torch.Tensor, mode: int, fmt: str, dot_dtype: torch.dtype) -> torch.Tensor:
     """(B, H, N, D) bhsd view (any strides) -> padded contiguous (B, H, N_pad, D_pad) buffer."""
     B, H, N, D = x.shape
     NP, DP = pad_tokens(N), head_dim_padded(D)
     y = torch.empty((B, H, NP, DP), device=x.device, dtype=dot_dtype)
     qb, is_mx = quant_block(fmt)
-    block_t = 64 if DP <= 128 else 32
-    _prep_kernel[(NP // block_t, B * H)](
-        x, y, *x.stride(), H, N, D, NP, MODE=mode, QB=qb, IS_MX=is_mx, BLOCK_T=block_t, DP=DP,
-        num_warps=4)
+    args = (x, y, *x.stride(), H, N, D, NP)
+    meta = dict(MODE=mode, QB=qb, IS_MX=is_mx, DP=DP)
+    cfg = None if _autotune() else {"BLOCK_T": 64 if DP <= 128 else 32, "num_warps": 4}
+    _launch(_prep_kernel, _prep_tuned, lambda m: (NP // m["BLOCK_T"], B * H), args, meta, cfg)
     return y
 
 
@@ -388,26 +401,33 @@ def _load_lse2(LSE, Delta, row_off, offs_m):
 def _dkdv_inner(dk, dv, k, v, q_base, do_base, LSE, Delta, row_off, offs_n, lo, hi, causal_off,
                 qk_scale, MASK: tl.constexpr, QUANT_P: tl.constexpr, QB: tl.constexpr,
                 IS_MX: tl.constexpr, BLOCK_M: tl.constexpr, DP: tl.constexpr):
+    """dK, dV of one key tile over query tiles [lo, hi).
+
+    P is computed as (queries, keys), the orientation of the forward's S, so that the blocks of 16
+    (32) keys of ϕ(P) lie along the accumulator's columns: each thread then holds 4 elements of a
+    block (the (keys, queries) orientation of the Triton tutorial gives it 2, doubling the per-block
+    scale arithmetic). The two products that need Pᵀ / dSᵀ take a transposed register operand.
+    """
     offs_d = tl.arange(0, DP)
     offs_mb = tl.arange(0, BLOCK_M)
     for start_m in range(lo, hi, BLOCK_M):
         start_m = tl.multiple_of(start_m, BLOCK_M)
         offs_m = start_m + offs_mb
-        qT = tl.load(q_base + offs_m[None, :] * DP + offs_d[:, None])
+        q = tl.load(q_base + offs_m[:, None] * DP + offs_d[None, :])
         do = tl.load(do_base + offs_m[:, None] * DP + offs_d[None, :])
         lse, delta = _load_lse2(LSE, Delta, row_off, offs_m)
-        sT = tl.dot(k, qT)  # (BLOCK_N keys, BLOCK_M queries), unscaled
-        pT = tl.math.exp2(tl.fma(sT, qk_scale, -lse[None, :]))  # P = exp(S - LSE)
+        s = tl.dot(q, tl.trans(k))  # (BLOCK_M queries, BLOCK_N keys), unscaled
+        p = tl.math.exp2(tl.fma(s, qk_scale, -lse[:, None]))  # P = exp(S - LSE)
         if MASK:
-            pT = tl.where(offs_m[None, :] + causal_off >= offs_n[:, None], pT, 0.0)
+            p = tl.where(offs_m[:, None] + causal_off >= offs_n[None, :], p, 0.0)
         if QUANT_P:  # phi(P) in blocks along keys, the same rounding as the forward
-            pT_q = tl.trans(fake_quant_p(tl.trans(pT), QB, IS_MX))
+            p_q = fake_quant_p(p, QB, IS_MX)
         else:
-            pT_q = pT
-        dv = tl.dot(pT_q.to(do.dtype), do, dv)
-        dpT = tl.dot(v, tl.trans(do))
-        dsT = pT * (dpT - delta[None, :])
-        dk = tl.dot(dsT.to(qT.dtype), tl.trans(qT), dk)
+            p_q = p
+        dv = tl.dot(tl.trans(p_q.to(do.dtype)), do, dv)
+        dp = tl.dot(do, tl.trans(v))
+        ds = p * (dp - delta[:, None])
+        dk = tl.dot(tl.trans(ds.to(q.dtype)), q, dk)
     return dk, dv
 
 
@@ -524,7 +544,9 @@ def _bwd_dq_kernel(Qb, Kb, Vb, DOb, LSE, Delta, DQ,
 def _bwd_configs(kind):
     cfgs = []
     if kind == "dkdv":
-        for bm, bn, w, s in ((32, 128, 8, 2), (64, 128, 8, 2), (64, 64, 4, 3), (32, 64, 4, 2)):
+        # (BLOCK_M queries x BLOCK_N keys; 128 x 64 on 8 warps: no spills, ~32 instructions per P
+        # element for phi(P) by PTX count)
+        for bm, bn, w, s in ((128, 64, 8, 2), (128, 64, 8, 3), (64, 64, 4, 3), (128, 32, 8, 2)):
             cfgs.append(triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s))
     else:
         for bm, bn, w, s in ((64, 64, 4, 3), (64, 32, 4, 2), (128, 64, 8, 2), (128, 32, 8, 3)):
@@ -539,8 +561,15 @@ def _prune_bwd(configs, named_args, **kwargs):
     return configs
 
 
+def _prune_dkdv(configs, named_args, **kwargs):
+    dp = kwargs.get("DP", named_args.get("DP"))
+    if dp is not None and dp >= 256:  # dK, dV accumulators of BLOCK_N x 256: only 128 x 32 does not spill
+        return [c for c in configs if c.kwargs["BLOCK_N"] <= 32]
+    return configs
+
+
 _dkdv_tuned = triton.autotune(_bwd_configs("dkdv"), key=["NQP", "NKP", "CAUSAL", "QUANT_P", "QB", "DP"],
-                              prune_configs_by={"early_config_prune": _prune_bwd})(_bwd_dkdv_kernel)
+                              prune_configs_by={"early_config_prune": _prune_dkdv})(_bwd_dkdv_kernel)
 _dq_tuned = triton.autotune(_bwd_configs("dq"), key=["NQP", "NKP", "CAUSAL", "DP"],
                             prune_configs_by={"early_config_prune": _prune_bwd})(_bwd_dq_kernel)
 
@@ -591,8 +620,8 @@ def _default_config(kind: str, dp: int) -> dict:
         return ({"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2} if big
                 else {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2})
     if kind == "dkdv":
-        return ({"BLOCK_M": 32, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2} if big
-                else {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3})
+        return ({"BLOCK_M": 128, "BLOCK_N": 32, "num_warps": 8, "num_stages": 2} if big
+                else {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2})
     return ({"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2} if big
             else {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3})
 
