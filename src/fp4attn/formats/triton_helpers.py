@@ -167,3 +167,74 @@ def fake_quant_p(p, BLOCK: tl.constexpr, IS_MX: tl.constexpr):
         inv = tl.where(s > 0, 1.0 / s, 0.0)
     q = e2m1_round_abs(pb * inv[:, :, None]) * s[:, :, None]
     return tl.reshape(q, (R, C))
+
+
+# ----------------------------------------------------------------------------------------------
+# Packed nibbles and exact 16-bit decodes (added for the FP4 attention kernels, issue 4)
+#
+# Bit plumbing only, no rounding: these move already-quantized FP4 data between its packed storage
+# form (SPEC §2: two codes per byte, element 2i in the low nibble) and registers.
+# ----------------------------------------------------------------------------------------------
+@triton.jit
+def unpack_nibbles(b):
+    """(..., C) packed uint8 bytes -> (..., 2C) uint8 codes along the last axis (element 2i = low
+    nibble of byte i)."""
+    return tl.interleave(b & 0xF, (b >> 4) & 0xF)
+
+
+@triton.jit
+def pack_nibbles(codes):
+    """(R, C) uint8 codes (C even) -> (R, C/2) bytes, element 2i in the low nibble."""
+    R: tl.constexpr = codes.shape[0]
+    C: tl.constexpr = codes.shape[1]
+    lo, hi = tl.split(tl.reshape(codes, (R, C // 2, 2)))
+    return (lo & 0xF) | ((hi & 0xF) << 4)
+
+
+@triton.jit
+def e2m1_decode_f16(code):
+    """E2M1 code (integer, low 4 bits) -> its exact float16 value.
+
+    The three magnitude bits (2 exponent, 1 mantissa) are placed at the bottom of the fp16 exponent
+    field and the top of its mantissa, which gives the value times 2**-14 (code 1 lands on the
+    subnormal 2**-15); one exact fp16 multiply by 2**14 restores it. No float conversion, no select.
+    """
+    c = code.to(tl.int16)
+    bits = ((c & 7) << 9) | ((c & 8) << 12)
+    return bits.to(tl.float16, bitcast=True) * 16384.0
+
+
+@triton.jit
+def e4m3_decode_f16(b):
+    """float8_e4m3fn byte (integer, sign bit ignored: block scales are >= 0) -> exact float16 value.
+
+    E4M3's 4 exponent / 3 mantissa bits shifted into fp16's exponent / mantissa give the value times
+    2**-8 (E4M3 subnormals land on fp16 subnormals); one exact multiply by 2**8 restores it. The NaN
+    byte 0x7F decodes to NaN.
+    """
+    m = b.to(tl.int16) & 0x7F
+    v = (m << 7).to(tl.float16, bitcast=True) * 256.0
+    return tl.where(m == 0x7F, float("nan"), v)
+
+
+@triton.jit
+def e4m3_to_bits(s):
+    """An E4M3-representable float32 s >= 0 (e.g. from ``e4m3_round``) -> its float8_e4m3fn byte
+    (int32). No rounding happens here: the value is already on the E4M3 grid."""
+    bits = s.to(tl.int32, bitcast=True)
+    e = (bits >> 23) & 0xFF
+    normal = ((e - 120) << 3) | ((bits >> 20) & 7)
+    sub = (s * 512.0).to(tl.int32)  # subnormal E4M3: j * 2**-9, j in 0..7
+    return tl.where(e >= 121, normal, sub)
+
+
+@triton.jit
+def unpack_nibbles_words(w):
+    """(R, C) int32 words (4 packed bytes each, little-endian) -> (R, 8C) uint8 codes along the last
+    axis: code 8j+i is nibble i of word j (the byte order of SPEC §2 packing). Loading packed FP4 as
+    32-bit words keeps global loads vectorized."""
+    R: tl.constexpr = w.shape[0]
+    C: tl.constexpr = w.shape[1]
+    sh = tl.arange(0, 8) * 4
+    c = (w[:, :, None] >> sh[None, None, :]) & 0xF
+    return tl.reshape(c, (R, C * 8)).to(tl.uint8)

@@ -1,13 +1,17 @@
 """Public inference attention op ``attention`` (recipes nvfp4 / mxfp4 / sage3 / bf16).
 
-Validation here; CUDA tensors go to Triton kernels where a kernel exists for the recipe, everything
-else to :mod:`fp4attn.reference` (same semantics, SPEC §3)."""
+Validation here. CUDA tensors (Triton available, ``FP4ATTN_FORCE_REFERENCE`` unset) run the FP4
+kernels of :mod:`fp4attn.kernels.attention` for nvfp4 / mxfp4 / sage3 and any override flags
+(fp16/fp8 tensor cores on Hopper, ``tl.dot_scaled`` on Blackwell); ``bf16`` runs PyTorch SDPA where
+it has the same semantics (no LSE requested, causal only with Nq == Nk) and the reference otherwise.
+Everything else (CPU tensors) runs :mod:`fp4attn.reference` (same semantics, SPEC §3)."""
 
 from __future__ import annotations
 
 import torch
 
 from .. import reference
+from ._dispatch import use_kernels
 from ._validate import check_attention_args, check_bool, check_choice, from_bhsd
 
 
@@ -40,8 +44,41 @@ def attention(q, k, v, *, causal=False, scale=None, recipe="nvfp4", layout="bhsd
     check_bool("return_lse", return_lse)
     for name, val in (("smooth_q", smooth_q), ("smooth_k", smooth_k), ("two_level_p", two_level_p)):
         check_bool(name, val, allow_none=True)
+    if use_kernels(q, k, v):
+        with torch.no_grad():
+            res = _attention_cuda(q, k, v, causal=causal, scale=scale, recipe=recipe, layout=layout,
+                                  return_lse=return_lse, smooth_q=smooth_q, smooth_k=smooth_k,
+                                  two_level_p=two_level_p)
+        if res is not None:
+            return res
     with torch.no_grad():
         out, lse = reference.attention(q, k, v, causal=causal, scale=scale, recipe=recipe,
                                        smooth_q=smooth_q, smooth_k=smooth_k, two_level_p=two_level_p,
                                        return_lse=True)
+    return finish(out, lse, q.dtype, layout, return_lse)
+
+
+def _empty_out(q: torch.Tensor, layout: str) -> torch.Tensor:
+    """Output buffer contiguous in the caller's layout, returned as its bhsd view (no copy later)."""
+    B, H, N, D = q.shape
+    if layout == "bshd":
+        return torch.empty((B, N, H, D), dtype=q.dtype, device=q.device).transpose(1, 2)
+    return torch.empty((B, H, N, D), dtype=q.dtype, device=q.device)
+
+
+def _attention_cuda(q, k, v, *, causal, scale, recipe, layout, return_lse, smooth_q, smooth_k, two_level_p):
+    """The CUDA path; returns None where the reference must run instead (bf16 cases SDPA lacks)."""
+    fmt, quantized, sq, sk, tlp = reference.recipe_flags(recipe, smooth_q, smooth_k, two_level_p)
+    if not quantized:
+        nq, nk = q.shape[2], k.shape[2]
+        if return_lse or sq or sk or tlp or (causal and nq != nk):
+            return None
+        out = torch.nn.functional.scaled_dot_product_attention(
+            q, k, v, is_causal=causal, scale=scale, enable_gqa=q.shape[1] != k.shape[1])
+        return finish(out, None, q.dtype, layout, False)
+    from ..kernels.attention import attention_fwd
+
+    out = _empty_out(q, layout)
+    out, lse = attention_fwd(q, k, v, causal=causal, scale=scale, fmt=fmt, smooth_q=sq, smooth_k=sk,
+                             two_level_p=tlp, out=out)
     return finish(out, lse, q.dtype, layout, return_lse)

@@ -1,0 +1,884 @@
+"""FP4 inference attention kernels (SPEC §3 ``fp4attn.attention``, issue 4): nvfp4 / mxfp4 / sage3.
+
+Two kernels, read top to bottom:
+
+1. **Pre-pass** (``_prep_qk_kernel``, ``_prep_v_kernel``): one memory-bound sweep per tensor writes the
+   quantized operands in their *storage* form, packed E2M1 codes (two per byte, element 2i in the low
+   nibble) plus one scale byte per block (E4M3 for NVFP4, E8M0 for MXFP4):
+
+   * Q and K quantized along D: codes ``(B, H, N_pad, D_pad/2)``, scales ``(B, H, N_pad, D_pad/QB)``.
+   * V quantized along tokens (blocks of 16/32 consecutive keys per channel) and packed along tokens,
+     so that the P·V product reads it along its reduction dim: codes ``(B, H, N_pad/2, D_pad)``
+     (byte (t, d) = keys 2t, 2t+1 of channel d), scales ``(B, H, D_pad, N_pad/QB)``.
+   * SageAttention3 smoothing is fused: ``smooth_k`` subtracts the per-head token mean k̄ (one torch
+     reduction computes k̄; the subtraction happens in the kernel before quantizing); ``smooth_q``
+     subtracts the per-128-query-block mean q̄ᵢ, computed inside the 128-row tile, and stores q̄ᵢ in
+     FP32 for the main kernel, which adds q̄ᵢ·γ(K)ᵀ back in FP32 with the *unquantized* smoothed K
+     (kept in bf16 by the K pre-pass, as the reference uses it; the dequantized K̂ instead moves the
+     result by ~0.05 relative L2 at small sizes, at the SPEC §6 limit).
+   * Optional *staged* operands (``staged=True`` / ``FP4ATTN_ATTN_OPERANDS=staged``): K̂ and V̂ᵀ are
+     also written once per tensor in the tensor-core dtype (exact fp16 NVFP4 values / the FP8 MXFP4
+     embedding below), so the main loop loads them instead of dequantizing the packed codes again in
+     every query tile. The packed form stays the storage of record; default is in-register.
+   * MXFP4 V also records, per (head, channel), the largest block exponent over all tokens
+     (``atomic_max``): the FP8 embedding below needs it.
+
+   Rounding is the reference's (IEEE division by the NVFP4 scale, exact power-of-two scaling for MXFP4,
+   ties to the even code), from ``fp4attn.formats.triton_helpers``; the codes are bit-identical to
+   ``fp4attn.quantize`` for finite inputs.
+
+2. **Main kernel** (``_attn_fwd_kernel``): FlashAttention-2 style forward. Per BLOCK_M-query tile it
+   streams key tiles: S = scale·Q̂K̂ᵀ (log2 domain) [+ scale·q̄ᵢ·K̂ⱼᵀ for smooth_q], online softmax with
+   the running max m and l = rowsum of the *unquantized* P̃ = exp(S − m), P̃ quantized in registers
+   in blocks of 16 (NVFP4) / 32 (MXFP4) keys, O += ϕ(P̃)·V̂. Two-level P (sage3): per row and key tile
+   s1 = rowmax(P̃)/(448·6), O += s1·(ϕ(P̃/s1)·V̂). Causal is bottom-right aligned; tiles above the
+   diagonal are skipped and only diagonal / ragged-tail tiles are masked. GQA reads kv head
+   h // (Hq/Hkv) (nothing repeated in memory). Output in q's dtype, LSE in FP32 (natural log).
+
+   The operand path is a constexpr ``PATH``:
+
+   * ``PATH_HOPPER`` (sm_80 … sm_90), the fast path on H100/H200:
+
+     - **NVFP4 on FP16 tensor cores.** An NVFP4 value q·s (E2M1 times an E4M3 scale, no global scale)
+       has at most 6 significant bits and lies in [2⁻¹⁰, 2688]: it is *exact* in float16 (normal
+       range). Codes and scales are decoded with bit shifts straight into fp16
+       (``e2m1_decode_f16``/``e4m3_decode_f16``), multiplied in fp16 (exact) and fed to fp16
+       ``tl.dot`` with FP32 accumulation. ϕ(P̃) (and ϕ(P̃/s1)) are exact in fp16 too. Same products as
+       a bf16 emulation, with half the conversion work. (The issue says bf16; fp16 is equally exact
+       here and cheaper to produce from the bits.)
+     - **MXFP4 on FP8 tensor cores.** An MXFP4 value is c·2ᵉ with c ∈ {0, ±0.5, …, ±6}. For each row
+       of Q and K (each query / key) take the largest block exponent E of the row and store
+       c·2^(e − E + 6) in float8e4nv: 6·2⁶ = 384 ≤ 448, and c·2^k is a multiple of 2^(k−1), which
+       E4M3 represents exactly (down to its subnormal step 2⁻⁹) as long as k ≥ −8, i.e. for every
+       block at most **14 binades below its row's largest block** (e ≥ E − 14). QKᵀ then runs as an
+       fp8 ``tl.dot`` (products of two such values are exact in FP32, and so are the sums up to
+       FP32 accumulation order), and the offsets are folded back in the FP32 scale of S:
+       S = dot · 2^(E_q − 6) · 2^(E_k − 6) · scale. Hopper's FP8 MMA accumulates with reduced
+       precision (about 14 bits survive; Triton's sm_90 default lets it run over the whole K), so the
+       QKᵀ dot promotes to the FP32 accumulator after every 32 products (``max_num_imprecise_acc=32``:
+       one MXFP4 block, whose products share one scale); without it S was off by ~1e-4 relative at a
+       14-binade span on the H200. The P·V dot keeps the fast accumulation (its ~2⁻¹⁴ relative
+       rounding is far below the FP4 error; SPEC §6 checks pass). V uses the largest block exponent of each
+       *channel* over all tokens (the P·V reduction runs over tokens), folded into the output
+       columns. ϕ(P̃) ≤ 1 has block exponents ≤ −2 and is stored as ϕ(P̃)·2⁸ (ϕ(P̃/s1) ≤ 3072 for
+       two-level P as ϕ·2⁻³), exact for blocks down to 2⁻¹⁶ (2⁻⁵ for the two-level ϕ values, i.e.
+       P̃ ≥ ~2⁻¹⁶·s1·…); smaller P̃ blocks are rounded by the FP8 conversion (round to nearest) and
+       contribute below 2⁻¹⁴ of the row's largest weight. **Exactness condition:** every Q/K block
+       within 14 binades of its row's largest block, every V block within 14 binades of its channel's
+       largest block, every ϕ(P̃) block exponent ≥ −16 (−5 for two-level); blocks outside it are
+       rounded to the E4M3 grid (they underflow), nothing else changes.
+       ``tests/test_attention_kernels.py`` checks S bit for bit against an FP32 emulation on inputs
+       inside the condition.
+
+   * ``PATH_BLACKWELL`` (sm_100 / sm_120): the same kernel feeds the packed codes and the scale bytes
+     straight to ``tl.dot_scaled`` (native block-scaled MMA: ``tcgen05.mma … block_scale`` on
+     sm_100, ``mma.sync … kind::mxf4nvf4`` on sm_120). MXFP4: e2m1 with e8m0 scales (group 32).
+     NVFP4: Triton 3.6 treats a ``float8e4nv`` scale tensor as group 16 (``scale_vec::4X``,
+     ``ue4m3``), i.e. exactly NVFP4 without a global scale. ϕ(P̃) is re-quantized to codes and
+     scale bytes in registers. ``tests/test_blackwell_ptx.py`` compiles this path for sm_100 and
+     sm_120 on CPU and checks the PTX; we have no Blackwell GPU, so no speed claims. On Hopper,
+     Triton emulates MXFP4 ``dot_scaled`` (bf16 upcast), which lets the GPU tests run this path's
+     logic for ``mxfp4`` numerically.
+
+   * ``PATH_INTERP`` (``TRITON_INTERPRET=1``): the interpreter has no ``dot_scaled`` and no
+     fp16/fp8 ``tl.dot``; the same decoded values (exact in FP32 as well) go through an fp32 dot.
+
+Softmax max. The reference quantizes P̃ = exp(S − m) against the *one-shot* row max. One-pass online
+softmax quantizes early tiles against a smaller running max, i.e. P̃·exp(m_final − m_run), which the
+block scales round differently (measured: ~0.05 relative L2 for nvfp4 and ~0.12 for mxfp4 against the
+reference on N(0,1) inputs, while the error against exact attention is unchanged). So single-level P
+runs two passes by default (``PMAX=1`` writes the exact row max, ``PMAX=2`` runs attention with it,
+no rescaling) and matches the reference's quantization decisions; ``online=True`` is the one-pass
+variant. Two-level P is max-invariant (P̃/s1 = 2688·exp(S − tile max)) and always runs one pass.
+
+Differences from the reference (all within SPEC §6): FP32 vs float64 arithmetic and accumulation
+order; the two-level s1 is per kernel key tile (BLOCK_N keys; the defaults use 64, as the
+reference); the smooth_q correction reads K in bf16. Non-finite inputs are not flagged (the
+reference returns NaN for them).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import NamedTuple
+
+import torch
+import triton
+import triton.language as tl
+
+from ..formats import triton_helpers as _th
+from ..formats.triton_helpers import (
+    block_amax,
+    e2m1_code,
+    e2m1_decode_f16,
+    e4m3_decode_f16,
+    e4m3_round,
+    e4m3_to_bits,
+    exp2i,
+    fake_quant_p,
+    mx_exponent,
+    pack_nibbles,
+    unpack_nibbles_words,
+)
+
+if not isinstance(_th._RINT_MAGIC, tl.constexpr):
+    # A plain float module global cannot be read by compiled (non-interpreted) @triton.jit code in
+    # Triton 3.6; the same value wrapped as a constexpr can (the attn_qat kernels do the same).
+    _th._RINT_MAGIC = tl.constexpr(_th._RINT_MAGIC)
+
+
+def _interpreter_numpy_compat() -> None:
+    """Triton 3.6's interpreter turns a scalar into a 1-element numpy array and implements
+    ``tensor.__index__`` as ``int(array)``, which NumPy >= 2.4 rejects for arrays with ndim > 0: every
+    ``range(lo, hi)`` over runtime bounds then fails under TRITON_INTERPRET=1. Re-register
+    ``__index__`` on the size-1 array's element (same value; interpreter only)."""
+    try:
+        from triton.runtime import interpreter as _itp
+    except Exception:  # pragma: no cover
+        return
+    orig = getattr(_itp, "_patch_lang_tensor", None)
+    if orig is None or getattr(orig, "_fp4attn_compat", False):
+        return
+
+    def patched(tensor, scope):
+        orig(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
+
+    patched._fp4attn_compat = True
+    _itp._patch_lang_tensor = patched
+
+
+if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+    _interpreter_numpy_compat()
+
+__all__ = ["PackedQKV", "quantize_qkv", "attention_packed", "attention_fwd", "default_path",
+           "PATH_INTERP", "PATH_HOPPER", "PATH_BLACKWELL"]
+
+PATH_INTERP = 0
+PATH_HOPPER = 1
+PATH_BLACKWELL = 2
+PATH_NAMES = {"interp": PATH_INTERP, "hopper": PATH_HOPPER, "blackwell": PATH_BLACKWELL}
+
+LOG2E = 1.4426950408889634
+N_ALIGN = 128  # token padding of the buffers (multiple of every BLOCK_M / BLOCK_N and of 128)
+SMOOTH_Q_BLOCK = 128
+E4M3_TIMES_E2M1 = 448.0 * 6.0
+
+
+def _interpret() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def default_path(device: torch.device | None = None) -> int:
+    """Operand path for a device: interpreter, Hopper/Ampere (fp16 / fp8 dots) or Blackwell
+    (``tl.dot_scaled``). ``FP4ATTN_ATTN_PATH=hopper|blackwell`` overrides on GPU."""
+    if _interpret():
+        return PATH_INTERP
+    env = os.environ.get("FP4ATTN_ATTN_PATH", "")
+    if env:
+        return PATH_NAMES[env]
+    major, _ = torch.cuda.get_device_capability(device)
+    return PATH_BLACKWELL if major >= 10 else PATH_HOPPER
+
+
+def quant_block(fmt: str) -> tuple[int, bool]:
+    if fmt == "nvfp4":
+        return 16, False
+    if fmt == "mxfp4":
+        return 32, True
+    raise ValueError(f"fmt must be 'nvfp4' or 'mxfp4', got {fmt!r}")
+
+
+def head_dim_padded(d: int, path: int = PATH_HOPPER) -> int:
+    """Internal head dim: next power of two >= D, at least 32 (64 on Blackwell: the FP4 MMA's K)."""
+    p = 64 if path == PATH_BLACKWELL else 32
+    while p < d:
+        p *= 2
+    return p
+
+
+def pad_tokens(n: int) -> int:
+    return triton.cdiv(n, N_ALIGN) * N_ALIGN
+
+
+# =================================================================================================
+# 1. Pre-pass
+# =================================================================================================
+@triton.jit
+def _quant_rows(x, QB: tl.constexpr, IS_MX: tl.constexpr):
+    """(R, C) float32 tile, blocks of QB along the last axis -> (codes (R, C) uint8 with sign bit 3,
+    scale bytes (R, C/QB) uint8). Same rounding as ``fp4attn.formats.core.quantize_blocks``."""
+    R: tl.constexpr = x.shape[0]
+    C: tl.constexpr = x.shape[1]
+    xb = tl.reshape(x, (R, C // QB, QB))
+    amax = block_amax(xb)
+    if IS_MX:
+        e = mx_exponent(amax, False)
+        v = xb * exp2i(-e)[:, :, None]  # exact: x / 2**e
+        sb = (e + 127).to(tl.uint8)
+    else:
+        s = e4m3_round(tl.math.div_rn(amax, 6.0))
+        pos = s > 0
+        v = tl.math.div_rn(xb, tl.where(pos, s, 1.0)[:, :, None])
+        v = tl.where(pos[:, :, None], v, 0.0)  # a block whose scale rounds to 0 stores codes 0
+        sb = e4m3_to_bits(s).to(tl.uint8)
+    codes = e2m1_code(v)
+    return tl.reshape(codes, (R, C)), sb
+
+
+@triton.jit
+def _prep_qk_kernel(X, sx_b, sx_h, sx_n, sx_d, C, S, SUB, QBAR, XS, H, N, D, NP,
+                    SUB_MODE: tl.constexpr,  # 0: none, 1: subtract SUB (k̄ per head), 2: per-tile mean
+                    STORE_X: tl.constexpr,  # also store the (smoothed) unquantized x into XS
+                    QB: tl.constexpr, IS_MX: tl.constexpr, BLOCK_T: tl.constexpr, DP: tl.constexpr):
+    """Q or K (bhsd, any strides) -> packed codes along D + scale bytes (+ q̄ for SUB_MODE 2)."""
+    pid_t = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // H
+    h = pid_bh % H
+    rows = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
+    cols = tl.arange(0, DP)
+    msk = (rows[:, None] < N) & (cols[None, :] < D)
+    src = X + b.to(tl.int64) * sx_b + h.to(tl.int64) * sx_h
+    x = tl.load(src + rows[:, None].to(tl.int64) * sx_n + cols[None, :] * sx_d, mask=msk, other=0.0)
+    x = x.to(tl.float32)
+    if SUB_MODE == 1:
+        sub = tl.load(SUB + pid_bh.to(tl.int64) * DP + cols)
+        x = tl.where(msk, x - sub[None, :], 0.0)
+    elif SUB_MODE == 2:
+        cnt = tl.minimum(N - pid_t * BLOCK_T, BLOCK_T).to(tl.float32)
+        mean = tl.sum(x, axis=0) / cnt
+        tl.store(QBAR + (pid_bh.to(tl.int64) * (NP // BLOCK_T) + pid_t) * DP + cols, mean)
+        x = tl.where(msk, x - mean[None, :], 0.0)
+    r64 = rows[:, None].to(tl.int64)
+    if STORE_X:
+        tl.store(XS + pid_bh.to(tl.int64) * NP * DP + r64 * DP + cols[None, :], x.to(XS.dtype.element_ty))
+    codes, sb = _quant_rows(x, QB, IS_MX)
+    packed = pack_nibbles(codes)
+    tl.store(C + pid_bh.to(tl.int64) * NP * (DP // 2) + r64 * (DP // 2) + tl.arange(0, DP // 2)[None, :],
+             packed)
+    tl.store(S + pid_bh.to(tl.int64) * NP * (DP // QB) + r64 * (DP // QB) + tl.arange(0, DP // QB)[None, :],
+             sb)
+
+
+@triton.jit
+def _prep_v_kernel(X, sx_b, sx_h, sx_n, sx_d, C, S, VEXP, H, N, D, NP,
+                   QB: tl.constexpr, IS_MX: tl.constexpr, BLOCK_T: tl.constexpr, DP: tl.constexpr):
+    """V (bhsd, any strides) -> codes packed along tokens (DP, NP/2), scale bytes (DP, NP/QB) and,
+    for MXFP4, atomic max of each channel's block exponent into VEXP (DP,)."""
+    pid_t = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // H
+    h = pid_bh % H
+    rows = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
+    cols = tl.arange(0, DP)
+    msk = (rows[:, None] < N) & (cols[None, :] < D)
+    src = X + b.to(tl.int64) * sx_b + h.to(tl.int64) * sx_h
+    x = tl.load(src + rows[:, None].to(tl.int64) * sx_n + cols[None, :] * sx_d, mask=msk, other=0.0)
+    xt = tl.trans(x.to(tl.float32))  # (DP, BLOCK_T): blocks along tokens
+    codes, sb = _quant_rows(xt, QB, IS_MX)
+    packed = pack_nibbles(codes)  # (DP, BLOCK_T/2)
+    t2 = pid_t * (BLOCK_T // 2) + tl.arange(0, BLOCK_T // 2)
+    vrow = pid_bh.to(tl.int64) * DP + cols[:, None].to(tl.int64)
+    tl.store(C + vrow * (NP // 2) + t2[None, :], packed)
+    tb = pid_t * (BLOCK_T // QB) + tl.arange(0, BLOCK_T // QB)
+    tl.store(S + pid_bh.to(tl.int64) * DP * (NP // QB) + cols[:, None].to(tl.int64) * (NP // QB) + tb[None, :],
+             sb)
+    if IS_MX:
+        emax = tl.max(sb.to(tl.int32), axis=1) - 127
+        tl.atomic_max(VEXP + pid_bh.to(tl.int64) * DP + cols, emax)
+
+
+@triton.jit
+def _stage_kernel(Cw, Sb, EREF, OUT, NROWS, NCOLS,
+                  USE_EREF: tl.constexpr, QB: tl.constexpr, IS_MX: tl.constexpr,
+                  ROWS_T: tl.constexpr, COLS_T: tl.constexpr):
+    """Staged operands: packed codes (NROWS, NCOLS/8 words) + scale bytes (NROWS, NCOLS/QB) ->
+    the tensor-core operand (NROWS, NCOLS) in OUT's dtype, once per tensor instead of once per query
+    tile: NVFP4 exact fp16 values; MXFP4 the FP8 embedding c·2^(e − E + 6) with E the row's largest
+    block exponent (K rows; COLS_T must cover the row) or EREF[row] (V channels)."""
+    pid_r = tl.program_id(0)
+    pid_c = tl.program_id(1)
+    rows = (pid_r * ROWS_T + tl.arange(0, ROWS_T)).to(tl.int64)
+    w = tl.load(Cw + rows[:, None] * (NCOLS // 8) + pid_c * (COLS_T // 8) + tl.arange(0, COLS_T // 8)[None, :])
+    sb = tl.load(Sb + rows[:, None] * (NCOLS // QB) + pid_c * (COLS_T // QB)
+                 + tl.arange(0, COLS_T // QB)[None, :])
+    if IS_MX:
+        if USE_EREF:
+            eref = tl.load(EREF + rows)
+        else:
+            eref = _row_exp(sb)
+    else:
+        eref = rows
+    v = _fp4_tile_f16(unpack_nibbles_words(w), sb, eref, QB, IS_MX)
+    cols = pid_c * COLS_T + tl.arange(0, COLS_T)
+    tl.store(OUT + rows[:, None] * NCOLS + cols[None, :], v.to(OUT.dtype.element_ty))
+
+
+def stage_operands(pk: "PackedQKV") -> tuple[torch.Tensor, torch.Tensor]:
+    """K̂ (B, Hkv, NKP, DP) and V̂ᵀ (B, Hkv, DP, NKP) in the tensor-core operand dtype (fp16 NVFP4
+    values, FP8 MXFP4 embedding; fp32 under the interpreter)."""
+    qb, is_mx = quant_block(pk.fmt)
+    B, Hkv, NKP, DP2 = pk.kc.shape
+    DP = DP2 * 2
+    if pk.path == PATH_INTERP:
+        dt = torch.float32
+    else:
+        dt = torch.float8_e4m3fn if is_mx else torch.float16
+    kh = torch.empty((B, Hkv, NKP, DP), device=pk.kc.device, dtype=dt)
+    vh = torch.empty((B, Hkv, DP, NKP), device=pk.kc.device, dtype=dt)
+    i32 = torch.int32
+    rt = 32
+    _stage_kernel[(B * Hkv * NKP // rt, 1)](pk.kc.view(i32), pk.ks, pk.ks, kh, B * Hkv * NKP, DP,
+                                            USE_EREF=False, QB=qb, IS_MX=is_mx, ROWS_T=rt, COLS_T=DP,
+                                            num_warps=4)
+    ct = 128
+    _stage_kernel[(B * Hkv * DP // rt, NKP // ct)](pk.vc.view(i32), pk.vs, pk.vexp if is_mx else pk.vs, vh,
+                                                   B * Hkv * DP, NKP, USE_EREF=True, QB=qb, IS_MX=is_mx,
+                                                   ROWS_T=rt, COLS_T=ct, num_warps=4)
+    return kh, vh
+
+
+class PackedQKV(NamedTuple):
+    """The pre-pass output: what the main kernel reads (all padded, contiguous)."""
+
+    qc: torch.Tensor  # uint8 (B, Hq, NQP, DP/2)
+    qs: torch.Tensor  # uint8 (B, Hq, NQP, DP/QB)
+    kc: torch.Tensor  # uint8 (B, Hkv, NKP, DP/2)
+    ks: torch.Tensor  # uint8 (B, Hkv, NKP, DP/QB)
+    vc: torch.Tensor  # uint8 (B, Hkv, DP, NKP/2): channel-major, packed along tokens
+    vs: torch.Tensor  # uint8 (B, Hkv, DP, NKP/QB)
+    vexp: torch.Tensor  # int32 (B, Hkv, DP) (MXFP4) or empty
+    qbar: torch.Tensor  # float32 (B, Hq, NQP/128, DP) (smooth_q) or empty
+    kx: torch.Tensor  # bf16 (B, Hkv, NKP, DP): smoothed unquantized K for the smooth_q correction, or empty
+    kbar: torch.Tensor | None  # float32 (B, Hkv, D) (smooth_k) or None
+    fmt: str
+    nq: int
+    nk: int
+    d: int
+    path: int
+    kh: torch.Tensor | None = None  # staged K̂ (B, Hkv, NKP, DP) fp16 / fp8 (see stage_operands) or None
+    vh: torch.Tensor | None = None  # staged V̂ᵀ (B, Hkv, DP, NKP) or None
+
+
+def default_staged() -> bool:
+    """``FP4ATTN_ATTN_OPERANDS=staged`` makes the op stage K̂/V̂ once per tensor (see the module
+    docstring); the default ``packed`` dequantizes K and V in registers in every query tile."""
+    return os.environ.get("FP4ATTN_ATTN_OPERANDS", "packed") == "staged"
+
+
+def quantize_qkv(q, k, v, *, fmt: str = "nvfp4", smooth_q: bool = False, smooth_k: bool = False,
+                 path: int | None = None, staged: bool | None = None) -> PackedQKV:
+    """The quantization pre-pass on bhsd views (any strides). ``staged``: also write K̂ and V̂ᵀ in the
+    tensor-core operand dtype (Hopper/interpreter paths only)."""
+    if path is None:
+        path = default_path(q.device)
+    if staged is None:
+        staged = default_staged()
+    B, Hq, Nq, D = q.shape
+    Hkv, Nk = k.shape[1], k.shape[2]
+    qb, is_mx = quant_block(fmt)
+    DP = head_dim_padded(D, path)
+    NQP, NKP = pad_tokens(Nq), pad_tokens(Nk)
+    dev = q.device
+    u8 = torch.uint8
+    qc = torch.empty((B, Hq, NQP, DP // 2), device=dev, dtype=u8)
+    qs = torch.empty((B, Hq, NQP, DP // qb), device=dev, dtype=u8)
+    kc = torch.empty((B, Hkv, NKP, DP // 2), device=dev, dtype=u8)
+    ks = torch.empty((B, Hkv, NKP, DP // qb), device=dev, dtype=u8)
+    vc = torch.empty((B, Hkv, DP, NKP // 2), device=dev, dtype=u8)
+    vs = torch.empty((B, Hkv, DP, NKP // qb), device=dev, dtype=u8)
+    vexp = (torch.full((B, Hkv, DP), -127, device=dev, dtype=torch.int32) if is_mx
+            else torch.empty((0,), device=dev, dtype=torch.int32))
+    qbar = (torch.empty((B, Hq, NQP // SMOOTH_Q_BLOCK, DP), device=dev, dtype=torch.float32) if smooth_q
+            else torch.empty((0,), device=dev, dtype=torch.float32))
+    kbar = None
+    ksub = torch.empty((0,), device=dev, dtype=torch.float32)
+    # smooth_q: the q̄·γ(K)ᵀ correction reads the unquantized (smoothed) K, as the reference, kept in
+    # bf16 (fp32 under the interpreter) next to the FP4 codes
+    kx_dt = torch.float32 if path == PATH_INTERP else torch.bfloat16
+    kx = (torch.empty((B, Hkv, NKP, DP), device=dev, dtype=kx_dt) if smooth_q
+          else torch.empty((0,), device=dev, dtype=kx_dt))
+    if smooth_k:
+        kbar = k.float().mean(dim=2)  # (B, Hkv, D), as the reference
+        ksub = torch.nn.functional.pad(kbar, (0, DP - D)).contiguous()
+    nw = 4
+    bt = 64 if DP <= 128 else 32
+    # Q: tiles of 128 rows when smoothing (the q̄ blocks), else bt
+    bq = SMOOTH_Q_BLOCK if smooth_q else bt
+    _prep_qk_kernel[(NQP // bq, B * Hq)](q, *q.stride(), qc, qs, qs, qbar, qs, Hq, Nq, D, NQP,
+                                         SUB_MODE=2 if smooth_q else 0, STORE_X=False, QB=qb, IS_MX=is_mx, BLOCK_T=bq,
+                                         DP=DP, num_warps=8 if smooth_q else nw)
+    _prep_qk_kernel[(NKP // bt, B * Hkv)](k, *k.stride(), kc, ks, ksub, ks, kx, Hkv, Nk, D, NKP,
+                                          SUB_MODE=1 if smooth_k else 0, STORE_X=smooth_q, QB=qb, IS_MX=is_mx,
+                                          BLOCK_T=bt, DP=DP, num_warps=nw)
+    _prep_v_kernel[(NKP // bt, B * Hkv)](v, *v.stride(), vc, vs, vexp, Hkv, Nk, D, NKP,
+                                         QB=qb, IS_MX=is_mx, BLOCK_T=bt, DP=DP, num_warps=nw)
+    pk = PackedQKV(qc, qs, kc, ks, vc, vs, vexp, qbar, kx, kbar, fmt, Nq, Nk, D, path)
+    if staged and path != PATH_BLACKWELL:
+        kh, vh = stage_operands(pk)
+        pk = pk._replace(kh=kh, vh=vh)
+    return pk
+
+
+# =================================================================================================
+# 2. Main kernel
+# =================================================================================================
+@triton.jit
+def _fp4_tile_f16(codes, sbytes, eref, QB: tl.constexpr, IS_MX: tl.constexpr):
+    """E2M1 codes (R, C) + scale bytes (R, C/QB) -> (R, C) float16.
+
+    NVFP4: the exact value code·scale. MXFP4: code·2^(e − eref + 6) with eref (R,) the row's
+    reference exponent (exact inside the FP8 condition, see the module docstring).
+    """
+    R: tl.constexpr = codes.shape[0]
+    C: tl.constexpr = codes.shape[1]
+    cv = tl.reshape(e2m1_decode_f16(codes), (R, C // QB, QB))
+    if IS_MX:
+        k = sbytes.to(tl.int32) - 127 - eref[:, None] + 6
+        f = exp2i(tl.maximum(k, -149)).to(tl.float16)
+    else:
+        f = e4m3_decode_f16(sbytes)
+    return tl.reshape(cv * f[:, :, None], (R, C))
+
+
+@triton.jit
+def _row_exp(sbytes):
+    """Largest block exponent of each row of an E8M0 scale-byte tile (int32, (R,))."""
+    return tl.max(sbytes.to(tl.int32), axis=1) - 127
+
+
+@triton.jit
+def _mx_q_operand(qb, qsb, PATH: tl.constexpr, QB: tl.constexpr):
+    """MXFP4 Q tile (packed bytes, E8M0 bytes) -> (FP8 operand c·2^(e − E_row + 6), row factor
+    2^(E_row − 6)); fp32 operand under the interpreter (same values)."""
+    eq = _row_exp(qsb)
+    q16 = _fp4_tile_f16(unpack_nibbles_words(qb), qsb, eq, QB, True)
+    if PATH == 1:
+        q_op = q16.to(tl.float8e4nv)
+    else:
+        q_op = q16.to(tl.float32)
+    return q_op, exp2i(eq - 6)
+
+
+@triton.jit
+def _mx_qk(q_op, qfac, kb, ks, PATH: tl.constexpr, QB: tl.constexpr):
+    """Q̂K̂ᵀ for MXFP4 on FP8 tensor cores: K rows embedded like Q's, offsets folded into FP32."""
+    ek = _row_exp(ks)
+    k16 = _fp4_tile_f16(unpack_nibbles_words(kb), ks, ek, QB, True)
+    return _mx_qk_dot(q_op, tl.trans(k16), qfac, ek, PATH)
+
+
+@triton.jit
+def _mx_qk_dot(q_op, kT, qfac, ek, PATH: tl.constexpr):
+    """The FP8 QKᵀ with the row offsets folded back. ``max_num_imprecise_acc=32``: Hopper's FP8 MMA
+    accumulates with reduced precision (~14 bits kept; Triton's sm_90 default lets it run over the
+    whole K); promoting to the FP32 accumulator after every 32 products (one MXFP4 block, whose
+    products share one scale) keeps S exact inside the condition."""
+    if PATH == 1:
+        qk = tl.dot(q_op, kT.to(tl.float8e4nv), max_num_imprecise_acc=32)
+    else:
+        qk = tl.dot(q_op, kT.to(tl.float32))
+    return qk * qfac[:, None] * exp2i(ek - 6)[None, :]
+
+
+@triton.jit
+def _mx_qk_probe_kernel(Qc, Qs, Kc, Ks, S, PATH: tl.constexpr, QB: tl.constexpr, BLOCK_M: tl.constexpr,
+                        BLOCK_N: tl.constexpr, DP: tl.constexpr):
+    """Test probe: S = Q̂K̂ᵀ of the first (BLOCK_M, BLOCK_N) tile of one head through the main
+    kernel's MXFP4 FP8 code (``_mx_q_operand`` / ``_mx_qk``), unscaled."""
+    m = tl.arange(0, BLOCK_M)
+    n = tl.arange(0, BLOCK_N)
+    d8 = tl.arange(0, DP // 8)
+    dq = tl.arange(0, DP // QB)
+    qb = tl.load(Qc + m[:, None] * (DP // 8) + d8[None, :])
+    qsb = tl.load(Qs + m[:, None] * (DP // QB) + dq[None, :])
+    kb = tl.load(Kc + n[:, None] * (DP // 8) + d8[None, :])
+    ks = tl.load(Ks + n[:, None] * (DP // QB) + dq[None, :])
+    q_op, qfac = _mx_q_operand(qb, qsb, PATH, QB)
+    s = _mx_qk(q_op, qfac, kb, ks, PATH, QB)
+    tl.store(S + m[:, None] * BLOCK_N + n[None, :], s)
+
+
+def mx_qk_probe(pk: PackedQKV, block_m: int = 64, block_n: int = 64) -> torch.Tensor:
+    """S = Q̂K̂ᵀ (unscaled, FP32) of the first tile of head 0 computed by the main kernel's MXFP4
+    path (FP8 tensor cores on GPU). For the exactness tests."""
+    assert pk.fmt == "mxfp4"
+    DP = pk.qc.shape[3] * 2
+    out = torch.empty((block_m, block_n), device=pk.qc.device, dtype=torch.float32)
+    _mx_qk_probe_kernel[(1,)](pk.qc.view(torch.int32), pk.qs, pk.kc.view(torch.int32), pk.ks, out,
+                              PATH=pk.path, QB=32, BLOCK_M=block_m,
+                              BLOCK_N=block_n, DP=DP, num_warps=4)
+    return out
+
+
+@triton.jit
+def _p_codes(p, QB: tl.constexpr, IS_MX: tl.constexpr):
+    """P̃ tile (R, C) >= 0 -> (packed codes (R, C/2), scales (R, C/QB)) for ``tl.dot_scaled``:
+    the same values as ``fake_quant_p``. Scales: uint8 E8M0 bytes or float8e4nv."""
+    R: tl.constexpr = p.shape[0]
+    C: tl.constexpr = p.shape[1]
+    pb = tl.reshape(p, (R, C // QB, QB))
+    amax = tl.max(pb, axis=2)
+    if IS_MX:
+        e = mx_exponent(amax, False)
+        inv = exp2i(-e)
+        sc = (e + 127).to(tl.uint8)
+    else:
+        s = e4m3_round(amax * (1.0 / 6.0))
+        inv = tl.where(s > 0, 1.0 / s, 0.0)
+        sc = s.to(tl.float8e4nv)  # exact: s is on the E4M3 grid
+    codes = e2m1_code(pb * inv[:, :, None])
+    return pack_nibbles(tl.reshape(codes, (R, C))), sc
+
+
+@triton.jit
+def _attn_inner(acc, l_i, m_i, q_op, q_sc, qfac, qbar, Kc, Ks, KX, Vc, Vs, vexp, KH, VH,
+                offs_m, lo, hi, Nk, causal_off, qk_scale, NKP,
+                PMAX: tl.constexpr, MASK: tl.constexpr, CAUSAL: tl.constexpr, IS_MX: tl.constexpr,
+                TWO_LEVEL: tl.constexpr, STAGED: tl.constexpr, SMOOTH_Q: tl.constexpr, PATH: tl.constexpr,
+                QB: tl.constexpr,
+                BLOCK_N: tl.constexpr, DP: tl.constexpr):
+    offs_n = tl.arange(0, BLOCK_N)
+    d2 = tl.arange(0, DP // 2)
+    d8 = tl.arange(0, DP // 8)
+    dq = tl.arange(0, DP // QB)
+    # Blackwell: Triton 3.6 fails to lower (sm_100, "uninitialized tmem_alloc") a tl.dot_scaled with
+    # no accumulator inside a loop; a loop-carried zero tile (not constant-foldable) works around it
+    s_zero = tl.zeros([acc.shape[0], BLOCK_N], tl.float32)
+    for start_n in range(lo, hi, BLOCK_N):
+        start_n = tl.multiple_of(start_n, BLOCK_N)
+        kn = start_n + offs_n
+        ks = tl.load(Ks + kn[:, None] * (DP // QB) + dq[None, :])  # (BLOCK_N, DP/QB)
+        # ---- S = Q̂ K̂ᵀ (log2 domain) ----------------------------------------------------------
+        if PATH == 2:
+            kT = tl.load(Kc.to(tl.pointer_type(tl.uint8)) + kn[None, :] * (DP // 2) + d2[:, None])  # (DP/2, BLOCK_N)
+            if IS_MX:
+                qk = tl.dot_scaled(q_op, q_sc, "e2m1", kT, ks, "e2m1", s_zero)
+            else:
+                qk = tl.dot_scaled(q_op, q_sc, "e2m1", kT, ks.to(tl.float8e4nv, bitcast=True), "e2m1", s_zero)
+            s_zero = qk * 0.0
+            s = qk * qk_scale
+        elif STAGED:
+            kT = tl.load(KH + kn[None, :] * DP + tl.arange(0, DP)[:, None])  # (DP, BLOCK_N) staged operand
+            if IS_MX:
+                s = _mx_qk_dot(q_op, kT, qfac, _row_exp(ks), PATH)
+            else:
+                s = tl.dot(q_op, kT.to(q_op.dtype)) * qk_scale
+        else:
+            kb = tl.load(Kc + kn[:, None] * (DP // 8) + d8[None, :])  # (BLOCK_N, DP/8) words
+            if IS_MX:
+                s = _mx_qk(q_op, qfac, kb, ks, PATH, QB)
+            else:
+                k16 = _fp4_tile_f16(unpack_nibbles_words(kb), ks, offs_n, QB, False)
+                if PATH == 1:
+                    qk = tl.dot(q_op, tl.trans(k16))
+                else:
+                    qk = tl.dot(q_op, tl.trans(k16.to(tl.float32)))
+                s = qk * qk_scale
+        if SMOOTH_Q:
+            # SageAttention3's correction q̄ᵢ·γ(K)ᵀ in FP32 with the unquantized smoothed K
+            kx = tl.load(KX + kn[:, None] * DP + tl.arange(0, DP)[None, :]).to(tl.float32)
+            s += (tl.sum(kx * qbar[None, :], axis=1) * qk_scale)[None, :]
+        # ---- softmax -----------------------------------------------------------------------------
+        if MASK:
+            ok = kn[None, :] < Nk
+            if CAUSAL:
+                ok = ok & (kn[None, :] <= offs_m[:, None] + causal_off)
+            s = tl.where(ok, s, float("-inf"))
+        if PMAX == 1:  # max-only pass
+            m_i = tl.maximum(m_i, tl.max(s, 1))
+        else:
+            if PMAX == 2:  # the exact row max is known: no rescaling
+                m_use = tl.where(m_i == float("-inf"), 0.0, m_i)
+                p = tl.math.exp2(s - m_use[:, None])
+                alpha = tl.zeros_like(l_i) + 1.0
+                l_i = l_i + tl.sum(p, 1)
+            else:  # online softmax
+                m_new = tl.maximum(m_i, tl.max(s, 1))
+                if MASK:
+                    m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows that saw no key yet
+                else:
+                    m_use = m_new
+                p = tl.math.exp2(s - m_use[:, None])  # P̃ = exp(S − m)
+                alpha = tl.math.exp2(m_i - m_use)
+                l_i = l_i * alpha + tl.sum(p, 1)  # l from the unquantized P̃
+                m_i = m_new
+            acc = _pv_update(acc, p, alpha, Vc, Vs, vexp, VH, start_n, NKP, IS_MX, TWO_LEVEL, STAGED, PATH,
+                             QB, BLOCK_N, DP)
+    return acc, l_i, m_i
+
+
+@triton.jit
+def _pv_update(acc, p, alpha, Vc, Vs, vexp, VH, start_n, NKP, IS_MX: tl.constexpr, TWO_LEVEL: tl.constexpr,
+               STAGED: tl.constexpr, PATH: tl.constexpr, QB: tl.constexpr, BLOCK_N: tl.constexpr, DP: tl.constexpr):
+    """acc·alpha + ϕ(P̃)·V̂ (two-level: + s1·(ϕ(P̃/s1)·V̂)) for one key tile."""
+    dd = tl.arange(0, DP)
+    n2 = tl.arange(0, BLOCK_N // 2)
+    n8 = tl.arange(0, BLOCK_N // 8)
+    nq = tl.arange(0, BLOCK_N // QB)
+    if TWO_LEVEL:
+        s1 = tl.max(p, 1) * (1.0 / 2688.0)
+        p = p * tl.where(s1 > 0, 1.0 / s1, 0.0)[:, None]
+    # ---- O += ϕ(P̃) V̂ -----------------------------------------------------------------------
+    if PATH == 2:
+        pc, psc = _p_codes(p, QB, IS_MX)
+        vb = tl.load(Vc.to(tl.pointer_type(tl.uint8)) + dd[None, :] * (NKP // 2) + (start_n // 2 + n2)[:, None])
+        vs = tl.load(Vs + dd[:, None] * (NKP // QB) + (start_n // QB + nq)[None, :])  # (DP, BLOCK_N/QB)
+        if IS_MX:
+            vsc = vs
+        else:
+            vsc = vs.to(tl.float8e4nv, bitcast=True)
+        if TWO_LEVEL:
+            # acc·alpha + s1·(ϕ(P̃/s1)V̂) as s1·(acc·alpha/s1 + ϕ(P̃/s1)V̂): the MMA accumulates in place
+            # (and the accumulator-less form hits the same Triton 3.6 sm_100 lowering bug as above)
+            s1s = tl.where(s1 > 0, s1, 1.0)
+            acc = tl.dot_scaled(pc, psc, "e2m1", vb, vsc, "e2m1", acc * (alpha / s1s)[:, None]) * s1s[:, None]
+        else:
+            acc = tl.dot_scaled(pc, psc, "e2m1", vb, vsc, "e2m1", acc * alpha[:, None])
+    else:
+        if STAGED:
+            vT16 = tl.load(VH + dd[:, None] * NKP + (start_n + tl.arange(0, BLOCK_N))[None, :])  # (DP, BLOCK_N)
+        else:
+            vTw = tl.load(Vc + dd[:, None] * (NKP // 8) + (start_n // 8 + n8)[None, :])  # (DP, BLOCK_N/8) words
+            vs = tl.load(Vs + dd[:, None] * (NKP // QB) + (start_n // QB + nq)[None, :])  # (DP, BLOCK_N/QB)
+            vT16 = _fp4_tile_f16(unpack_nibbles_words(vTw), vs, vexp, QB, IS_MX)  # (DP, BLOCK_N)
+        pq = fake_quant_p(p, QB, IS_MX)
+        if IS_MX:
+            if TWO_LEVEL:
+                pq = pq * 0.125  # ϕ(P̃/s1) <= 3072 -> <= 384
+            else:
+                pq = pq * 256.0  # ϕ(P̃) <= 1.5 -> <= 384
+        if PATH == 1:
+            if IS_MX:
+                pop = pq.to(tl.float8e4nv)
+                vop = tl.trans(vT16.to(tl.float8e4nv))
+            else:
+                pop = pq.to(tl.float16)
+                vop = tl.trans(vT16)
+        else:
+            pop = pq
+            vop = tl.trans(vT16.to(tl.float32))
+        if TWO_LEVEL:
+            pv = tl.dot(pop, vop)
+            if IS_MX:
+                acc = acc * alpha[:, None] + pv * (s1 * 8.0)[:, None]
+            else:
+                acc = acc * alpha[:, None] + pv * s1[:, None]
+        else:
+            acc = tl.dot(pop, vop, acc * alpha[:, None])
+    return acc
+
+
+@triton.jit
+def _attn_fwd_kernel(Qc, Qs, Kc, Ks, KX, Vc, Vs, VEXP, QBAR, O, LSE, MBUF, KH, VH,
+                     so_b, so_h, so_n, so_d,
+                     qk_scale, Hq, GROUP, Nq, Nk, NQP, NKP, D,
+                     PMAX: tl.constexpr,  # 0: online softmax, 1: row-max pass, 2: with the exact row max
+                     CAUSAL: tl.constexpr, IS_MX: tl.constexpr, TWO_LEVEL: tl.constexpr, STAGED: tl.constexpr,
+                     SMOOTH_Q: tl.constexpr, PATH: tl.constexpr, QB: tl.constexpr,
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DP: tl.constexpr):
+    start_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // Hq
+    h = pid_bh % Hq
+    kv_bh = (b * (Hq // GROUP) + h // GROUP).to(tl.int64)  # GQA: no repeated K/V in memory
+    m0 = start_m * BLOCK_M
+    offs_m = m0 + tl.arange(0, BLOCK_M)
+    d2 = tl.arange(0, DP // 2)
+    dq = tl.arange(0, DP // QB)
+    dd = tl.arange(0, DP)
+
+    qsb = tl.load(Qs + pid_bh.to(tl.int64) * NQP * (DP // QB) + offs_m[:, None] * (DP // QB) + dq[None, :])
+    qfac = tl.full([BLOCK_M], 1.0, tl.float32) * qk_scale
+    if PATH == 2:
+        q_op = tl.load(Qc.to(tl.pointer_type(tl.uint8)) + pid_bh.to(tl.int64) * NQP * (DP // 2)
+                       + offs_m[:, None] * (DP // 2) + d2[None, :])
+        if IS_MX:
+            q_sc = qsb
+        else:
+            q_sc = qsb.to(tl.float8e4nv, bitcast=True)
+    else:
+        q_sc = qsb
+        qb_ = tl.load(Qc + pid_bh.to(tl.int64) * NQP * (DP // 8) + offs_m[:, None] * (DP // 8)
+                      + tl.arange(0, DP // 8)[None, :])
+        if IS_MX:
+            q_op, qfac = _mx_q_operand(qb_, qsb, PATH, QB)
+            qfac = qfac * qk_scale
+        else:
+            q16 = _fp4_tile_f16(unpack_nibbles_words(qb_), qsb, offs_m, QB, False)
+            if PATH == 1:
+                q_op = q16
+            else:
+                q_op = q16.to(tl.float32)
+    if SMOOTH_Q:
+        qbar = tl.load(QBAR + (pid_bh.to(tl.int64) * (NQP // 128) + m0 // 128) * DP + dd)
+    else:
+        qbar = tl.zeros([DP], tl.float32)
+    if IS_MX:
+        vexp = tl.load(VEXP + kv_bh * DP + dd)
+    else:
+        vexp = tl.zeros([DP], tl.int32)
+
+    Kc_h = Kc + kv_bh * NKP * (DP // 8)  # int32 words
+    Ks_h = Ks + kv_bh * NKP * (DP // QB)
+    KX_h = KX + kv_bh * NKP * DP
+    Vc_h = Vc + kv_bh * DP * (NKP // 8)  # int32 words
+    Vs_h = Vs + kv_bh * DP * (NKP // QB)
+    KH_h = KH + kv_bh * NKP * DP
+    VH_h = VH + kv_bh * DP * NKP
+
+    if PMAX == 2:
+        m_i = tl.load(MBUF + pid_bh.to(tl.int64) * NQP + offs_m)
+    else:
+        m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, DP], dtype=tl.float32)
+
+    causal_off = Nk - Nq  # bottom-right: query i sees keys j <= i + Nk - Nq
+    n_full = (Nk // BLOCK_N) * BLOCK_N
+    if CAUSAL:
+        hi = tl.minimum(tl.maximum(m0 + BLOCK_M + causal_off, 0), Nk)
+        full_end = tl.minimum((tl.maximum(m0 + causal_off + 1, 0) // BLOCK_N) * BLOCK_N, n_full)
+    else:
+        hi = Nk
+        full_end = n_full
+    acc, l_i, m_i = _attn_inner(acc, l_i, m_i, q_op, q_sc, qfac, qbar, Kc_h, Ks_h, KX_h, Vc_h, Vs_h, vexp,
+                                KH_h, VH_h,
+                                offs_m, 0, full_end, Nk, causal_off, qk_scale, NKP, PMAX,
+                                False, CAUSAL, IS_MX, TWO_LEVEL, STAGED, SMOOTH_Q, PATH, QB, BLOCK_N, DP)
+    acc, l_i, m_i = _attn_inner(acc, l_i, m_i, q_op, q_sc, qfac, qbar, Kc_h, Ks_h, KX_h, Vc_h, Vs_h, vexp,
+                                KH_h, VH_h,
+                                offs_m, full_end, hi, Nk, causal_off, qk_scale, NKP, PMAX,
+                                True, CAUSAL, IS_MX, TWO_LEVEL, STAGED, SMOOTH_Q, PATH, QB, BLOCK_N, DP)
+    if PMAX == 1:
+        tl.store(MBUF + pid_bh.to(tl.int64) * NQP + offs_m, m_i)
+        return
+
+    empty = l_i == 0.0
+    inv_l = tl.where(empty, 0.0, 1.0 / tl.where(empty, 1.0, l_i))
+    lse = tl.where(empty, float("-inf"), (m_i + tl.math.log2(tl.where(empty, 1.0, l_i))) * 0.6931471805599453)
+    tl.store(LSE + pid_bh.to(tl.int64) * NQP + offs_m, lse)
+    o = acc * inv_l[:, None]
+    if IS_MX:
+        if PATH != 2:
+            vf = exp2i(vexp - 6)
+            if not TWO_LEVEL:
+                vf = vf * (1.0 / 256.0)
+            o = o * vf[None, :]
+    o_ptrs = (O + b.to(tl.int64) * so_b + h.to(tl.int64) * so_h + offs_m[:, None].to(tl.int64) * so_n
+              + dd[None, :] * so_d)
+    tl.store(o_ptrs, o.to(O.dtype.element_ty), mask=(offs_m[:, None] < Nq) & (dd[None, :] < D))
+
+
+def default_config(dp: int, path: int, causal: bool = False, two_level: bool = False) -> dict:
+    """Tile config without autotuning (tests; first calls). Under the interpreter: small tiles."""
+    if path == PATH_INTERP:
+        return {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 1}
+    if dp >= 256:
+        return {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2}
+    return {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2}
+
+
+def attention_packed(pk: PackedQKV, *, causal: bool, scale: float, two_level_p: bool, B: int, Hq: int,
+                     Hkv: int, out: torch.Tensor, online: bool | None = None,
+                     config: dict | None = None) -> torch.Tensor:
+    """Main kernel on the pre-pass buffers; writes ``out`` (a bhsd view, any strides) and returns
+    the padded LSE (B, Hq, NQP) float32 (natural log, relative to the smoothed K if smooth_k).
+
+    ``online=False`` (default for single-level P) runs a row-max pass first (S only) and then the
+    attention pass with the exact row max, so ϕ(P̃) is quantized against the one-shot max exactly as
+    the reference defines it. With the running max of one-pass online softmax, P̃ of early tiles is
+    P̃·exp(m_final − m_run), which the block scales round differently: measured on N(0,1) inputs
+    (N=1024, D=128) that alone moves the output by ~0.05 relative L2 for nvfp4 and ~0.12 for mxfp4
+    against the reference (its error against exact attention is the same as the reference's). Two-level
+    P is invariant to the max (P̃/s1 = 2688·exp(S − tile max)), so it always runs one pass.
+    """
+    qb, is_mx = quant_block(pk.fmt)
+    NQP, DP = pk.qc.shape[2], pk.qc.shape[3] * 2
+    NKP = pk.kc.shape[2]
+    lse = torch.empty((B, Hq, NQP), device=out.device, dtype=torch.float32)
+    smooth_q = pk.qbar.numel() > 0
+    if online is None:
+        online = two_level_p
+    c = dict(config or default_config(DP, pk.path, causal, two_level_p))
+    nw, ns = c.pop("num_warps", 4), c.pop("num_stages", 2)
+    bm, bn = c["BLOCK_M"], c["BLOCK_N"]
+    assert SMOOTH_Q_BLOCK % bm == 0 and bn % qb == 0 and N_ALIGN % bn == 0, c
+    vexp = pk.vexp if is_mx else lse  # unused pointer when not MX
+    qbar = pk.qbar if smooth_q else lse
+    mbuf = lse if online else torch.empty((B, Hq, NQP), device=out.device, dtype=torch.float32)
+    kx = pk.kx if smooth_q else lse
+    i32 = torch.int32  # packed codes are read as 32-bit words (vectorized loads)
+    staged = pk.kh is not None
+    kh = pk.kh if staged else lse
+    vh = pk.vh if staged else lse
+    args = (pk.qc.view(i32), pk.qs, pk.kc.view(i32), pk.ks, kx, pk.vc.view(i32), pk.vs, vexp, qbar, out, lse, mbuf,
+            kh, vh, *out.stride(),
+            scale * LOG2E, Hq, Hq // Hkv, pk.nq, pk.nk, NQP, NKP, pk.d)
+    meta = dict(CAUSAL=causal, IS_MX=is_mx, TWO_LEVEL=two_level_p, STAGED=staged, SMOOTH_Q=smooth_q, PATH=pk.path,
+                QB=qb,
+                BLOCK_M=bm, BLOCK_N=bn, DP=DP, num_warps=nw, num_stages=ns)
+    grid = (NQP // bm, B * Hq)
+    if online:
+        _attn_fwd_kernel[grid](*args, PMAX=0, **meta)
+    else:
+        _attn_fwd_kernel[grid](*args, PMAX=1, **meta)
+        _attn_fwd_kernel[grid](*args, PMAX=2, **meta)
+    return lse
+
+
+def attention_fwd(q, k, v, *, causal: bool = False, scale: float | None = None, fmt: str = "nvfp4",
+                  smooth_q: bool = False, smooth_k: bool = False, two_level_p: bool = False,
+                  out: torch.Tensor | None = None, path: int | None = None, online: bool | None = None,
+                  staged: bool | None = None, config: dict | None = None):
+    """Pre-pass + main kernel on bhsd views (any strides). Returns (out (B, Hq, Nq, D) in q's dtype,
+    lse (B, Hq, Nq) float32)."""
+    B, Hq, Nq, D = q.shape
+    Hkv = k.shape[1]
+    scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
+    if path is None:
+        path = default_path(q.device)
+    pk = quantize_qkv(q, k, v, fmt=fmt, smooth_q=smooth_q, smooth_k=smooth_k, path=path, staged=staged)
+    if out is None:
+        out = torch.empty((B, Hq, Nq, D), device=q.device, dtype=q.dtype)
+    lse = attention_packed(pk, causal=causal, scale=scale, two_level_p=two_level_p, B=B, Hq=Hq, Hkv=Hkv,
+                           out=out, online=online, config=config)
+    lse = lse[:, :, :Nq]
+    if pk.kbar is not None:
+        # K smoothing shifts every score of a row by scale·q·k̄ (softmax-invariant); LSE refers to the
+        # true scores, as the reference's
+        g = Hq // Hkv
+        kb = pk.kbar.repeat_interleave(g, dim=1) if g > 1 else pk.kbar
+        lse = lse + scale * torch.einsum("bhnd,bhd->bhn", q.float(), kb)
+    return out, lse
+
+
+# =================================================================================================
+# Ahead-of-time compilation for a target without its GPU (tests/test_blackwell_ptx.py, CI)
+# =================================================================================================
+def compile_for_target(capability: int, *, fmt: str = "nvfp4", causal: bool = False,
+                       two_level_p: bool = False, smooth_q: bool = False, pmax: int = 0, staged: bool = False,
+                       path: int | None = None, dp: int = 128, block_m: int = 128, block_n: int = 64,
+                       num_warps: int = 8, num_stages: int = 2):
+    """Compile the main kernel for ``cuda:capability`` (e.g. 90, 100, 120) with Triton's AOT API and
+    return the compiled kernel (``.asm["ptx"]``, ``.asm["cubin"]``). No GPU is needed."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    if path is None:
+        path = PATH_BLACKWELL if capability >= 100 else PATH_HOPPER
+    qb, is_mx = quant_block(fmt)
+    ptrs = {"Qc": "*i32", "Qs": "*u8", "Kc": "*i32", "Ks": "*u8", "KX": "*bf16", "Vc": "*i32", "Vs": "*u8",
+            "VEXP": "*i32", "QBAR": "*fp32", "O": "*bf16", "LSE": "*fp32", "MBUF": "*fp32",
+            "KH": "*fp8e4nv" if is_mx else "*fp16", "VH": "*fp8e4nv" if is_mx else "*fp16"}
+    ints = {n: "i32" for n in ("so_b", "so_h", "so_n", "so_d")}
+    sig = {**ptrs, **ints, "qk_scale": "fp32", "Hq": "i32", "GROUP": "i32", "Nq": "i32", "Nk": "i32",
+           "NQP": "i32", "NKP": "i32", "D": "i32"}
+    consts = dict(PMAX=pmax, CAUSAL=causal, IS_MX=is_mx, TWO_LEVEL=two_level_p, STAGED=staged, SMOOTH_Q=smooth_q,
+                  PATH=path, QB=qb, BLOCK_M=block_m, BLOCK_N=block_n, DP=dp)
+    sig.update({k: "constexpr" for k in consts})
+    src = ASTSource(_attn_fwd_kernel, sig, consts)
+    return triton.compile(src, target=GPUTarget("cuda", capability, 32),
+                          options={"num_warps": num_warps, "num_stages": num_stages})
