@@ -54,15 +54,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..formats import triton_helpers as _th
 from ..formats.triton_helpers import fake_quant_blocks, fake_quant_p
-
-if not isinstance(_th._RINT_MAGIC, tl.constexpr) and os.environ.get("TRITON_INTERPRET", "0") in ("", "0"):
-    # Workaround (reported to the owner of triton_helpers): a plain float global cannot be read from
-    # a compiled @triton.jit function ("Cannot access global variable _RINT_MAGIC"); only the
-    # interpreter accepts it (and only a plain float there). Same value, wrapped as the constexpr the
-    # compiler requires.
-    _th._RINT_MAGIC = tl.constexpr(_th._RINT_MAGIC)
 
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
