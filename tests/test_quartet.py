@@ -536,3 +536,35 @@ def test_rng_seed_from_global_state():
     torch.manual_seed(15)
     b = QuartetRNG()
     assert a.seed == b.seed
+
+
+# ----------------------------------------------------------------------------------------------
+# Experiment / benchmark entry points (smoke)
+# ----------------------------------------------------------------------------------------------
+def test_quartet_train_smoke(tmp_path, capsys):
+    from fp4attn.bench import quartet_train as qt
+
+    data = tmp_path / "t.txt"
+    data.write_text("To be, or not to be, that is the question.\n" * 40)
+    rc = qt.main(["--data", str(data), "--device", "cpu", "--steps", "2", "--d-model", "32", "--layers", "1",
+                  "--heads", "2", "--ffn", "64", "--seq", "16", "--batch", "2", "--val-batches", "1",
+                  "--log-every", "0", "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert rc == 0 and (tmp_path / "quartet_train.csv").exists()
+    for m in ("bf16", "quartet", "rtn"):
+        assert f"| {m} |" in out
+    # the swaps hit every block linear and keep the LM head
+    model = qt.TinyLlama(10, 32, 1, 2, 64)
+    swap_linear_layers(model, seed=0)
+    assert type(model.lm_head) is nn.Linear and isinstance(model.layers[0].down_proj, QuartetLinear)
+    model = qt.swap_rtn(qt.TinyLlama(10, 32, 1, 2, 64))
+    assert type(model.lm_head) is nn.Linear and isinstance(model.layers[0].q_proj, qt.RTNLinear)
+
+
+def test_bench_linear_needs_cuda(capsys):
+    from fp4attn.bench import linear
+
+    if torch.cuda.is_available():
+        pytest.skip("CUDA present: the benchmark would run")
+    assert linear.main(["--shapes", "64x64x64"]) == 2
+    assert linear.parse_shapes("1x2x3, 4x5x6") == [(1, 2, 3), (4, 5, 6)]
