@@ -435,6 +435,19 @@ def test_module_dtypes_and_bias(dtype, bias):
         assert torch.allclose(m.bias.grad.float(), torch.full((40,), 12.0))
 
 
+def test_module_under_autocast_computes_in_autocast_dtype():
+    torch.manual_seed(16)
+    m = QuartetLinear(64, 32, seed=3)
+    x = torch.randn(6, 64, requires_grad=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = m(x)
+    assert y.dtype == torch.bfloat16
+    ref, _ = quartet_forward(x.detach().bfloat16(), m.weight.detach().bfloat16(), m.bias.detach().bfloat16())
+    assert torch.equal(y, ref.bfloat16())  # the float32 GEMM was not itself autocast to bf16
+    y.float().sum().backward()
+    assert x.grad.dtype == torch.float32 and m.weight.grad.dtype == torch.float32
+
+
 def test_module_loads_linear_state_dict_and_validates():
     lin = nn.Linear(64, 32)
     m = QuartetLinear(64, 32)

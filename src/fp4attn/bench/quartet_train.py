@@ -198,7 +198,7 @@ def train_one(method, args, train, val, vocab, device, log=print):
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         sched.step()
-        curve.append(float(loss))
+        curve.append(float(loss.detach()))
         if not math.isfinite(curve[-1]):
             log(f"{method}: loss is not finite at step {step}; stopping")
             break

@@ -623,12 +623,13 @@ class QuartetLinearCUDA(torch.autograd.Function):
             w_quantized = quantize_weight(weight, path)
         wq = w_quantized[1]
         out_dtype = x.dtype if x.dtype != torch.float16 else torch.float32
-        if path == "mxfp4":
-            xq = quest_mxfp4(x2)
-            y = mxfp4_gemm(xq[0], xq[1], wq[0], wq[1], out_dtype, bias)
-        else:
-            xq = quest_fp8(x2)
-            y = fp8_gemm(xq[0], xq[2], wq[0], wq[2], out_dtype, bias)
+        with torch.autocast(x.device.type, enabled=False):
+            if path == "mxfp4":
+                xq = quest_mxfp4(x2)
+                y = mxfp4_gemm(xq[0], xq[1], wq[0], wq[1], out_dtype, bias)
+            else:
+                xq = quest_fp8(x2)
+                y = fp8_gemm(xq[0], xq[2], wq[0], wq[2], out_dtype, bias)
         ctx.save_for_backward(*xq, *wq)
         ctx.path = path
         ctx.rng = rng

@@ -284,8 +284,9 @@ class QuartetLinearFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, weight, bias, rng, hadamard_group=32, w_quantized=None):
-        y, q = quartet_forward(x.detach(), weight.detach(), None if bias is None else bias.detach(),
-                               hadamard_group, w_quantized)
+        with torch.autocast(x.device.type, enabled=False):  # float32 GEMM even inside autocast
+            y, q = quartet_forward(x.detach(), weight.detach(), None if bias is None else bias.detach(),
+                                   hadamard_group, w_quantized)
         ctx.save_for_backward(q.x_q, q.w_q, q.m_x, q.m_w)  # saved tensors: checkpointing can drop them
         ctx.rng = rng
         ctx.hadamard_group = hadamard_group
