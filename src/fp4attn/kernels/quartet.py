@@ -369,10 +369,17 @@ def _mxfp4_gemm_kernel(A, SA, B, SB, C, BIAS, M, N, K,
     KG = K // 32
     acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
     for k0 in range(0, K, BLOCK_K):
-        a = tl.load(A + rm[:, None] * KH + (k0 // 2 + kb)[None, :], mask=(rm < M)[:, None], other=0)
-        b = tl.load(B + rn[:, None] * KH + (k0 // 2 + kb)[None, :], mask=(rn < N)[:, None], other=0)
-        sa = tl.load(SA + rm[:, None] * KG + (k0 // 32 + ks)[None, :], mask=(rm < M)[:, None], other=127)
-        sb = tl.load(SB + rn[:, None] * KG + (k0 // 32 + ks)[None, :], mask=(rn < N)[:, None], other=127)
+        # K is a multiple of 32, not necessarily of BLOCK_K: the tail codes load as 0 (value 0)
+        kbm = (k0 // 2 + kb) < KH
+        ksm = (k0 // 32 + ks) < KG
+        a = tl.load(A + rm[:, None] * KH + (k0 // 2 + kb)[None, :], mask=(rm < M)[:, None] & kbm[None, :],
+                    other=0)
+        b = tl.load(B + rn[:, None] * KH + (k0 // 2 + kb)[None, :], mask=(rn < N)[:, None] & kbm[None, :],
+                    other=0)
+        sa = tl.load(SA + rm[:, None] * KG + (k0 // 32 + ks)[None, :], mask=(rm < M)[:, None] & ksm[None, :],
+                     other=127)
+        sb = tl.load(SB + rn[:, None] * KG + (k0 // 32 + ks)[None, :], mask=(rn < N)[:, None] & ksm[None, :],
+                     other=127)
         acc = tl.dot_scaled(a, sa, FMT, b.T, sb, FMT, acc)
     if HAS_BIAS:
         acc += tl.load(BIAS + rn, mask=rn < N, other=0.0).to(tl.float32)[None, :]
