@@ -118,7 +118,10 @@ class QuartetLinear(nn.Linear):
     """Drop-in ``nn.Linear`` training in MXFP4 with Quartet (forward QuEST, backward unbiased SR).
 
     ``in_features`` must be a multiple of ``hadamard_group`` (32, 64, 128 or 256; the MXFP4 groups are
-    always 32). Parameters, initialization, bias and dtypes are those of ``nn.Linear``.
+    always 32). Parameters, initialization, bias and dtypes are those of ``nn.Linear``; under autocast
+    the output has the autocast dtype, as ``F.linear``'s. CUDA inputs run the kernels when
+    ``hadamard_group == 32``, both feature counts are multiples of 32 and the GPU has FP8 (or FP4)
+    tensor cores (compute capability >= 8.9); anything else runs the reference (same semantics).
 
     ``cache_weight`` (attribute, default False): reuse the quantized weight while ``weight`` is unchanged
     (checked through its version counter and storage), e.g. across gradient-accumulation micro-batches
