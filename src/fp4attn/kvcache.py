@@ -268,9 +268,9 @@ class KVCache:
             self.k16[pg, :, off] = k.transpose(0, 1)
             self.v16[pg, :, off] = v.transpose(0, 1)
             # the K mean of every page this commit completes (from the stored copy: deterministic)
-            for i in range(start // ps, (start + n) // ps):
-                p = self._pages[b][i]
-                self.k_page_mean[p] = self.k16[p].float().sum(dim=1) / ps
+            done = pages[start // ps:(start + n) // ps]
+            if done.numel():
+                self.k_page_mean[done] = self.k16[done].float().sum(dim=2) / ps
 
     # ------------------------------------------------------------------------------------------
     # queries
@@ -385,26 +385,36 @@ class KVCache:
     def block_means(self):
         """(B, Hkv, max_pages, D) float32 K means per page over each page's valid tokens (the Thrift
         key-block means of decode; pages past a sequence's end are 0). Full pages use the stored
-        means; each sequence's last partial page is averaged from the 16-bit copy and the tail."""
+        means; each sequence's last partial page is averaged from the 16-bit copy and the tail.
+        Device ops only (no host sync; CUDA-graph capturable)."""
         if not self.keep_16bit:
             raise ValueError("block means need a cache built with keep_16bit=True")
-        B, H, D, ps = self.batch_size, self.num_kv_heads, self.head_dim, self.page_size
-        npg = -(-self.get_seq_length() // ps)
-        out = torch.zeros(B, H, npg, D, dtype=torch.float32, device=self.device)
-        for b in range(B):
-            L = self._lens[b]
-            full = L // ps
-            if full:
-                pages = torch.tensor(self._pages[b][:full], dtype=torch.long, device=self.device)
-                out[b, :, :full] = self.k_page_mean[pages].transpose(0, 1)
-            if L % ps:
-                c = L - L % SLOT
-                parts = []
-                if c > full * ps:
-                    p = self._pages[b][full]
-                    parts.append(self.k16[p, :, : c - full * ps].float())
-                parts.append(self.k_tail[b, :, : L - c].float())
-                out[b, :, full] = torch.cat(parts, dim=1).sum(dim=1) / (L - full * ps)
+        B, ps = self.batch_size, self.page_size
+        npg = max(1, -(-self.get_seq_length() // ps))
+        dev = self.device
+        lens = self.seq_lens.long()
+        pt = self.page_table[:, :npg].long()
+        if pt.shape[1] < npg:
+            pt = torch.nn.functional.pad(pt, (0, npg - pt.shape[1]), value=-1)
+        pt = pt.clamp(min=0)
+        nfull = lens // ps
+        j = torch.arange(npg, device=dev)
+        out = self.k_page_mean[pt].permute(0, 2, 1, 3)  # (B, H, npg, D)
+        out = torch.where((j.view(1, -1) < nfull.view(-1, 1)).view(B, 1, npg, 1), out, torch.zeros_like(out))
+        # the partial page of each sequence: committed tokens of that page (16-bit copy) + the tail
+        pidx = nfull.clamp(max=npg - 1)
+        ppage = pt.gather(1, pidx.view(B, 1)).view(B)
+        comm = lens - lens % SLOT
+        in_page = (comm - nfull * ps).clamp(min=0)
+        tok = self.k16[ppage].float()  # (B, H, ps, D)
+        tok = tok * (torch.arange(ps, device=dev).view(1, ps) < in_page.view(B, 1)).view(B, 1, ps, 1)
+        tail = self.k_tail.float() * (torch.arange(SLOT, device=dev).view(1, SLOT)
+                                      < (lens - comm).view(B, 1)).view(B, 1, SLOT, 1)
+        cnt = (lens - nfull * ps).clamp(min=1).float().view(B, 1, 1)
+        part = (tok.sum(dim=2) + tail.sum(dim=2)) / cnt  # (B, H, D)
+        has_part = (lens % ps != 0).view(B, 1, 1)
+        bi = torch.arange(B, device=dev)
+        out[bi, :, pidx] = torch.where(has_part, part, out[bi, :, pidx])
         return out
 
     # ------------------------------------------------------------------------------------------

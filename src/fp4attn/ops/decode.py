@@ -33,7 +33,6 @@ import torch
 from ..formats.core import fake_quantize_values
 from ..kvcache import SLOT, KVCache
 from ..reference.common import expand_kv, lse_of, normalize, quantize_p, softmax_numerator
-from ..reference.thrift import budget_to_k
 from ._validate import check_bool, check_choice, check_scale
 
 RECIPES = ("nvfp4",)
@@ -81,24 +80,28 @@ def _check(q, cache, scale, recipe, thrift_budget, layout, return_lse):
 
 
 def thrift_select(q: torch.Tensor, cache: KVCache, budget: float) -> torch.Tensor:
-    """(B, Hq, max_pages) bool: the pages each (sequence, query head) computes in 16 bits."""
+    """(B, Hq, max_pages) bool: the pages each (sequence, query head) computes in 16 bits.
+
+    Device ops only (no host sync): usable inside a CUDA graph."""
     B, hq = q.shape[:2]
     ps = cache.page_size
     means = expand_kv(cache.block_means(), hq)  # (B, Hq, npg, D)
     qbar = q.float().mean(dim=2)  # (B, Hq, D)
     s_hat = torch.einsum("bhd,bhpd->bhp", qbar, means)
     npg = means.shape[2]
-    n_b = torch.tensor([-(-L // ps) for L in cache.lengths], device=q.device)
-    kk = torch.tensor([budget_to_k(budget, int(n), False) for n in n_b.tolist()], device=q.device)
+    n_b = (cache.seq_lens.long() + ps - 1) // ps
+    # budget_to_k(budget, n, causal=False) = clamp(round(f·n), 1, n), round half to even as Python's
+    kk = torch.minimum(torch.round(n_b.double() * budget).long().clamp(min=1), n_b)
     valid = torch.arange(npg, device=q.device).view(1, 1, npg) < n_b.view(B, 1, 1)
     s_hat = s_hat.masked_fill(~valid, float("-inf"))
     order = torch.sort(s_hat, dim=-1, descending=True, stable=True).indices
     rank = torch.empty_like(order)
-    rank.scatter_(-1, order, torch.arange(npg, device=q.device).expand_as(order))
+    rank.scatter_(-1, order, torch.arange(npg, device=q.device).expand_as(order).contiguous())
     sel = (rank < kk.view(B, 1, 1)) & valid
-    out = torch.zeros(B, hq, max(cache.page_table.shape[1], npg), dtype=torch.bool, device=q.device)
-    out[..., :npg] = sel
-    return out
+    width = max(cache.page_table.shape[1], npg)
+    if width > npg:
+        sel = torch.nn.functional.pad(sel, (0, width - npg), value=False)
+    return sel
 
 
 def decode_reference(q: torch.Tensor, cache: KVCache, *, scale: float, thrift_budget=None,

@@ -1,4 +1,7 @@
-"""Public ``thrift_attention`` (ThriftAttention, SPEC §3): validation, then kernel or reference."""
+"""Public ``thrift_attention`` (ThriftAttention, SPEC §3): validation, then kernel or reference.
+
+CUDA tensors with ``fmt="nvfp4"``, ``block_size=64`` and D <= 256 run the Triton selection kernel and the
+fused mixed-precision kernel (:mod:`fp4attn.kernels.thrift`); everything else runs the reference."""
 
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ import numbers
 import torch
 
 from .. import reference
+from ._dispatch import use_kernels
 from ._validate import check_attention_args, check_bool, check_fmt
 from .attention import finish
 
@@ -37,6 +41,10 @@ def thrift_attention(q, k, v, *, causal=False, scale=None, budget=0.05, block_si
             or block_size % 16:
         raise ValueError(f"block_size must be a positive multiple of 16, got {block_size!r}")
     with torch.no_grad():
-        out, lse = reference.thrift_attention(q, k, v, causal=causal, scale=scale, budget=budget,
-                                              block_size=block_size, fmt=fmt, return_lse=True)
+        if use_kernels(q, k, v) and fmt == "nvfp4" and block_size == 64 and q.dtype != torch.float64:
+            from ..kernels.thrift import thrift_fwd
+            out, lse = thrift_fwd(q, k, v, causal=causal, scale=scale, budget=budget)
+        else:
+            out, lse = reference.thrift_attention(q, k, v, causal=causal, scale=scale, budget=budget,
+                                                  block_size=block_size, fmt=fmt, return_lse=True)
     return finish(out, lse, q.dtype, layout, return_lse)

@@ -1,0 +1,295 @@
+"""ThriftAttention prefill kernels (SPEC §3 ``thrift_attention``, issue 5): selection + one fused kernel.
+
+1. ``_block_mean_kernel``: FP32 means of Q and K over blocks of ``block_size`` (= 64) tokens, a tail block
+   averaging its valid tokens (as ``reference.thrift.block_means``).
+2. ``_select_kernel``: one program per (sequence, query head, query block i): Ŝᵢⱼ = Q̄ᵢ·K̄ⱼ for every key
+   block j (kv head of the GQA group), invisible blocks (bottom-right causal) at −inf, then the top-k by k
+   rounds of argmax (the first maximum wins: ties go to the lower index, as the reference's stable sort).
+   Writes the selected indices (B, Hq, nqb, k) (−1 padded) and a (B, Hq, nqb, nkb) int8 mask.
+3. ``_thrift_fwd_kernel``: one program per (query block, sequence·head), BLOCK_M = BLOCK_N = 64 (the
+   Thrift block), one online softmax in two phases:
+
+   * **FP4 phase** over every causally visible key tile: S = scale·Q̂K̂ᵀ from the fake-quantized
+     operands (NVFP4 values are exact in fp16/bf16: tensor-core products are the FP4 products), the
+     tiles selected for this query block masked out (−inf), two-level P (s1 = rowmax(P̃ tile)/(448·6),
+     O += s1·ϕ(P̃/s1)·V̂).
+   * **16-bit phase** over the k selected tiles only (their indices, not a scan): the 16-bit Q tile is
+     loaded here (scoped to this phase), S from the input-dtype q, k (FP32 accumulate), unquantized P̃
+     and V. Tiles of no selected block are never loaded in 16 bits.
+
+   The FP4 operands come from the committed Attn-QAT quantization pre-pass
+   (``kernels.attn_qat.prep``: fake-quantized, zero-padded (B, H, N_pad, D_pad) buffers) and the 16-bit
+   ones from its copy mode. Masked selected tiles keep the FP4 loop free of branches (it pipelines); they
+   cost ~budget of extra FP4 MMA work.
+
+``DOT_F32`` (the interpreter) runs the same values through FP32 dots.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+from ..formats import triton_helpers as _th
+from ..formats.triton_helpers import fake_quant_p
+from ..reference.thrift import budget_to_k
+from .attn_qat import head_dim_padded, pad_tokens, prep
+
+if not isinstance(_th._RINT_MAGIC, tl.constexpr):
+    _th._RINT_MAGIC = tl.constexpr(_th._RINT_MAGIC)  # same workaround as kernels/attn_qat.py
+
+LOG2E = 1.4426950408889634
+BLOCK = 64  # the Thrift block (queries and keys); the kernels require block_size == 64
+
+
+def _interpret() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+# =================================================================================================
+# 1-2. Selection
+# =================================================================================================
+@triton.jit
+def _block_mean_kernel(X, M, sx_b, sx_h, sx_n, H, N, NB, D,
+                       BS: tl.constexpr, DP: tl.constexpr):
+    j = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = bh // H
+    h = bh % H
+    rows = j * BS + tl.arange(0, BS)
+    cols = tl.arange(0, DP)
+    msk = (rows[:, None] < N) & (cols[None, :] < D)
+    x = tl.load(X + b.to(tl.int64) * sx_b + h.to(tl.int64) * sx_h + rows[:, None].to(tl.int64) * sx_n
+                + cols[None, :], mask=msk, other=0.0).to(tl.float32)
+    cnt = tl.minimum(N - j * BS, BS).to(tl.float32)
+    tl.store(M + (bh.to(tl.int64) * NB + j) * DP + cols, tl.sum(x, 0) / cnt)
+
+
+@triton.jit
+def _select_kernel(QM, KM, SELI, SELM, Hq, GROUP, NQB, NKB, Nq, Nk, KSEL,
+                   CAUSAL: tl.constexpr, NKB_P2: tl.constexpr, CH: tl.constexpr, DP: tl.constexpr,
+                   KMAX_P2: tl.constexpr):
+    i = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = bh // Hq
+    h = bh % Hq
+    kvh = b * (Hq // GROUP) + h // GROUP
+    cols = tl.arange(0, DP)
+    qm = tl.load(QM + (bh.to(tl.int64) * NQB + i) * DP + cols)
+    idx = tl.arange(0, NKB_P2)
+    scores = tl.full([NKB_P2], float("-inf"), tl.float32)
+    if CAUSAL:
+        last_q = tl.minimum(i * 64 + 64, Nq) - 1
+        n_vis = tl.minimum((last_q + Nk - Nq) // 64 + 1, NKB)  # key blocks with a visible key
+        n_vis = tl.maximum(n_vis, 0)
+    else:
+        n_vis = NKB
+    for c0 in range(0, NKB_P2, CH):
+        rows = c0 + tl.arange(0, CH)
+        km = tl.load(KM + (kvh.to(tl.int64) * NKB + rows)[:, None] * DP + cols[None, :],
+                     mask=(rows < NKB)[:, None], other=0.0)
+        sc = tl.sum(km * qm[None, :], 1)  # (CH,)
+        sc = tl.where(rows < n_vis, sc, float("-inf"))
+        # scatter the chunk into the full score vector
+        hit = idx[:, None] == rows[None, :]
+        scores = tl.where(tl.max(hit.to(tl.int32), 1) > 0,
+                          tl.sum(tl.where(hit, sc[None, :], 0.0), 1), scores)
+    kidx = tl.arange(0, KMAX_P2)
+    chosen = tl.full([KMAX_P2], -1, tl.int32)
+    for t in range(0, KMAX_P2):
+        best = tl.max(scores, 0)
+        j = tl.argmax(scores, 0, tie_break_left=True).to(tl.int32)
+        ok = (tl.where(KSEL > t, best, float("-inf")) > float("-inf")).to(tl.int32)
+        chosen = tl.where((kidx == t).to(tl.int32) * ok != 0, j, chosen)
+        scores = tl.where((idx == j).to(tl.int32) * ok != 0, float("-inf"), scores)
+    base = (bh.to(tl.int64) * NQB + i)
+    tl.store(SELI + base * KMAX_P2 + kidx, chosen)
+    mask = tl.max(((idx[:, None] == chosen[None, :]) & (chosen[None, :] >= 0)).to(tl.int32), 1)
+    tl.store(SELM + base * NKB + idx, mask.to(tl.int8), mask=idx < NKB)
+
+
+def select(q: torch.Tensor, k: torch.Tensor, *, causal: bool, budget: float):
+    """(indices (B, Hq, nqb, KMAX) int32 −1 padded, mask (B, Hq, nqb, nkb) bool, k) for bhsd q, k."""
+    B, Hq, Nq, D = q.shape
+    Hkv, Nk = k.shape[1], k.shape[2]
+    nqb, nkb = triton.cdiv(Nq, BLOCK), triton.cdiv(Nk, BLOCK)
+    DP = triton.next_power_of_2(max(D, 16))
+    qm = torch.zeros(B, Hq, nqb, DP, device=q.device, dtype=torch.float32)
+    km = torch.zeros(B, Hkv, nkb, DP, device=q.device, dtype=torch.float32)
+    for x, m, H, N, nb in ((q, qm, Hq, Nq, nqb), (k, km, Hkv, Nk, nkb)):
+        if x.stride(-1) != 1:
+            x = x.contiguous()
+        _block_mean_kernel[(nb, B * H)](x, m, x.stride(0), x.stride(1), x.stride(2), H, N, nb, D,
+                                        BS=BLOCK, DP=DP, num_warps=4)
+    kk = budget_to_k(budget, nkb, causal)
+    kmax = triton.next_power_of_2(kk)
+    seli = torch.empty(B, Hq, nqb, kmax, device=q.device, dtype=torch.int32)
+    selm = torch.empty(B, Hq, nqb, nkb, device=q.device, dtype=torch.int8)
+    _select_kernel[(nqb, B * Hq)](qm, km, seli, selm, Hq, Hq // Hkv, nqb, nkb, Nq, Nk, kk,
+                                  CAUSAL=causal, NKB_P2=triton.next_power_of_2(nkb), CH=16, DP=DP,
+                                  KMAX_P2=kmax, num_warps=4)
+    return seli, selm.bool(), kk
+
+
+# =================================================================================================
+# 3. Fused mixed-precision forward
+# =================================================================================================
+@triton.jit
+def _fp4_tile(start_n, acc, l_i, m_i, q, Kf, Vf, SELM, kv_off, sel_base, offs_m, Nk, NKB, causal_off, qk_scale,
+              CAUSAL: tl.constexpr, DP: tl.constexpr):
+    """One key tile of the FP4 phase (the tile masked out when it is selected for this query block)."""
+    BLOCK_N: tl.constexpr = 64
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, DP)
+    kT = tl.load(Kf + kv_off + (start_n + offs_n)[None, :] * DP + offs_d[:, None])
+    s = tl.dot(q, kT) * qk_scale
+    keys = start_n + offs_n
+    ok = keys[None, :] < Nk
+    if CAUSAL:
+        ok = ok & (keys[None, :] <= offs_m[:, None] + causal_off)
+    sel_t = tl.load(SELM + sel_base * NKB + start_n // BLOCK_N)
+    ok = ok & (sel_t == 0)
+    s = tl.where(ok, s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+    p = tl.math.exp2(s - m_use[:, None])
+    alpha = tl.math.exp2(m_i - m_use)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    v = tl.load(Vf + kv_off + (start_n + offs_n)[:, None] * DP + offs_d[None, :])
+    s1 = tl.max(p, 1) * (1.0 / 2688.0)  # two-level P: s1 = rowmax(P̃ tile) / (448·6)
+    inv1 = tl.where(s1 > 0, 1.0 / s1, 0.0)
+    pq = fake_quant_p(p * inv1[:, None], 16, False)
+    acc = acc * alpha[:, None] + tl.dot(pq.to(v.dtype), v) * s1[:, None]
+    return acc, l_i, m_new
+
+
+@triton.jit
+def _thrift_fwd_kernel(Qf, Kf, Vf, Qx, Kx, Vx, SELI, SELM, O, LSE,
+                       so_b, so_h, so_n, so_d,
+                       qk_scale, Hq, GROUP, Nq, Nk, NQP, NKP, NQB, NKB, D, KSEL,
+                       CAUSAL: tl.constexpr, KMAX_P2: tl.constexpr, DP: tl.constexpr,
+                       DOT_F32: tl.constexpr, N_KT: tl.constexpr):
+    BLOCK_M: tl.constexpr = 64
+    BLOCK_N: tl.constexpr = 64
+    i = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // Hq
+    h = pid_bh % Hq
+    kv_bh = b * (Hq // GROUP) + h // GROUP
+    offs_m = i * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, DP)
+    q_off = pid_bh.to(tl.int64) * NQP * DP
+    kv_off = kv_bh.to(tl.int64) * NKP * DP
+    causal_off = Nk - Nq
+    if CAUSAL:
+        hi = tl.minimum(tl.maximum(i * BLOCK_M + BLOCK_M + causal_off, 0), Nk)
+    else:
+        hi = Nk
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, DP], tl.float32)
+    sel_base = (pid_bh.to(tl.int64) * NQB + i)
+    # ---- FP4 phase: every visible key tile, the selected ones masked out --------------------------
+    q = tl.load(Qf + q_off + offs_m[:, None] * DP + offs_d[None, :])
+    if DOT_F32:
+        # the interpreter cannot loop over program-id dependent bounds: fixed trip count + guard
+        for it in range(0, N_KT):
+            if it * BLOCK_N < hi:
+                acc, l_i, m_i = _fp4_tile(it * BLOCK_N, acc, l_i, m_i, q, Kf, Vf, SELM, kv_off, sel_base, offs_m,
+                                          Nk, NKB, causal_off, qk_scale, CAUSAL, DP)
+    else:
+        for start_n in range(0, hi, BLOCK_N):
+            acc, l_i, m_i = _fp4_tile(start_n, acc, l_i, m_i, q, Kf, Vf, SELM, kv_off, sel_base, offs_m,
+                                      Nk, NKB, causal_off, qk_scale, CAUSAL, DP)
+    # ---- 16-bit phase: only the selected tiles; the 16-bit Q tile lives here ----------------------
+    q16 = tl.load(Qx + q_off + offs_m[:, None] * DP + offs_d[None, :])
+    for t in range(0, KMAX_P2):
+        j = tl.load(SELI + sel_base * KMAX_P2 + t)
+        if j >= 0:
+            start_n = j * BLOCK_N
+            kT = tl.load(Kx + kv_off + (start_n + offs_n)[None, :] * DP + offs_d[:, None])
+            if DOT_F32:
+                s = tl.dot(q16.to(tl.float32), kT.to(tl.float32)) * qk_scale
+            else:
+                s = tl.dot(q16, kT) * qk_scale
+            keys = start_n + offs_n
+            ok = keys[None, :] < Nk
+            if CAUSAL:
+                ok = ok & (keys[None, :] <= offs_m[:, None] + causal_off)
+            s = tl.where(ok, s, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+            m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+            p = tl.math.exp2(s - m_use[:, None])
+            alpha = tl.math.exp2(m_i - m_use)
+            l_i = l_i * alpha + tl.sum(p, 1)
+            v = tl.load(Vx + kv_off + (start_n + offs_n)[:, None] * DP + offs_d[None, :])
+            if DOT_F32:
+                pv = tl.dot(p, v.to(tl.float32))
+            else:
+                pv = tl.dot(p.to(v.dtype), v)
+            acc = acc * alpha[:, None] + pv
+            m_i = m_new
+    empty = l_i == 0.0
+    inv_l = tl.where(empty, 0.0, 1.0 / tl.where(empty, 1.0, l_i))
+    lse = tl.where(empty, float("-inf"), (m_i + tl.math.log2(tl.where(empty, 1.0, l_i))) * 0.6931471805599453)
+    tl.store(LSE + pid_bh.to(tl.int64) * NQP + offs_m, lse)
+    o = acc * inv_l[:, None]
+    o_ptrs = (O + b.to(tl.int64) * so_b + h.to(tl.int64) * so_h + offs_m[:, None].to(tl.int64) * so_n
+              + offs_d[None, :] * so_d)
+    tl.store(o_ptrs, o.to(O.dtype.element_ty), mask=(offs_m[:, None] < Nq) & (offs_d[None, :] < D))
+
+
+def thrift_fwd(q, k, v, *, causal: bool, scale: float, budget: float, selection=None, num_warps: int = 4,
+               num_stages: int = 2):
+    """bhsd q (B, Hq, Nq, D), k, v (B, Hkv, Nk, D) -> (out (q.dtype, bhsd), lse (B, Hq, Nq) float32).
+
+    ``selection``: optional (indices, mask, k) from :func:`select` (else computed here)."""
+    B, Hq, Nq, D = q.shape
+    Hkv, Nk = k.shape[1], k.shape[2]
+    interp = _interpret()
+    if interp:
+        dot_dtype = torch.float32
+    else:
+        dot_dtype = q.dtype if q.dtype in (torch.float16, torch.bfloat16) else torch.bfloat16
+    if selection is None:
+        selection = select(q, k, causal=causal, budget=budget)
+    seli, selm, kk = selection
+    selm8 = selm.to(torch.int8).contiguous()
+    qf, kf, vf = prep(q, 1, "nvfp4", dot_dtype), prep(k, 1, "nvfp4", dot_dtype), prep(v, 2, "nvfp4", dot_dtype)
+    qx, kx, vx = prep(q, 0, "nvfp4", dot_dtype), prep(k, 0, "nvfp4", dot_dtype), prep(v, 0, "nvfp4", dot_dtype)
+    NQP, NKP, DP = pad_tokens(Nq), pad_tokens(Nk), head_dim_padded(D)
+    nqb, nkb = triton.cdiv(Nq, BLOCK), triton.cdiv(Nk, BLOCK)
+    out = torch.empty(B, Hq, Nq, D, device=q.device, dtype=q.dtype)
+    lse = torch.empty(B, Hq, NQP, device=q.device, dtype=torch.float32)
+    _thrift_fwd_kernel[(nqb, B * Hq)](
+        qf, kf, vf, qx, kx, vx, seli, selm8, out, lse, *out.stride(),
+        scale * LOG2E, Hq, Hq // Hkv, Nq, Nk, NQP, NKP, nqb, nkb, D, kk,
+        CAUSAL=causal, KMAX_P2=seli.shape[-1], DP=DP, DOT_F32=interp, N_KT=nkb if interp else 0,
+        num_warps=num_warps, num_stages=num_stages)
+    return out, lse[:, :, :Nq]
+
+
+__all__ = ["select", "thrift_fwd"]
+
+
+def compile_for_target(capability: int = 90, *, causal: bool = True, dp: int = 128, kmax: int = 16,
+                       dtype: str = "bf16", num_warps: int = 4, num_stages: int = 2):
+    """Compile the fused kernel for ``cuda:capability`` with Triton's AOT API (no GPU needed)."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    ptrs = {"Qf": f"*{dtype}", "Kf": f"*{dtype}", "Vf": f"*{dtype}", "Qx": f"*{dtype}", "Kx": f"*{dtype}",
+            "Vx": f"*{dtype}", "SELI": "*i32", "SELM": "*i8", "O": f"*{dtype}", "LSE": "*fp32"}
+    ints = ("so_b", "so_h", "so_n", "so_d")
+    sig = {**ptrs, **{n: "i32" for n in ints}, "qk_scale": "fp32",
+           **{n: "i32" for n in ("Hq", "GROUP", "Nq", "Nk", "NQP", "NKP", "NQB", "NKB", "D", "KSEL")}}
+    consts = dict(CAUSAL=causal, KMAX_P2=kmax, DP=dp, DOT_F32=False, N_KT=0)
+    sig.update({k: "constexpr" for k in consts})
+    attrs = {(i,): [["tt.divisibility", 16]] for i in range(len(ptrs))}
+    src = ASTSource(_thrift_fwd_kernel, sig, consts, attrs)
+    return triton.compile(src, target=GPUTarget("cuda", capability, 32),
+                          options={"num_warps": num_warps, "num_stages": num_stages})
