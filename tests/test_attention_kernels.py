@@ -281,10 +281,12 @@ GPU_CASES = [
 
 @gpu
 @pytest.mark.gpu
+@pytest.mark.parametrize("operands", ["packed", "staged"])
 @pytest.mark.parametrize("case", GPU_CASES, ids=lambda c: f"{c[0]}-c{int(c[1])}-{c[2:8]}-{c[9]}-{c[10]}")
-def test_gpu_op_vs_reference(case):
+def test_gpu_op_vs_reference(case, operands, monkeypatch):
     import fp4attn
 
+    monkeypatch.setenv("FP4ATTN_ATTN_OPERANDS", operands)  # read by the op at call time
     recipe, causal, B, hq, hkv, nq, nk, D, dtype, layout, flags = case
     q, k, v = make_qkv(B, hq, hkv, nq, nk, D, dtype=dtype, seed=nq + D)
     args = [t.transpose(1, 2).contiguous() if layout == "bshd" else t for t in (q, k, v)]
