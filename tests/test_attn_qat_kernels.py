@@ -119,17 +119,17 @@ def cosine(a, b):
 # -------------------------------------------------------------------------------------------------
 # CPU: kernels under the interpreter
 # -------------------------------------------------------------------------------------------------
-def _run_kernels(q, k, v, do, *, causal, scale, fmt, hp_o=True, quant_p=True, naive=False):
-    """Forward + backward through the kernel launchers on CPU tensors (interpreter)."""
+def _run_kernels(q, k, v, do, *, causal, scale, fmt, hp_o=True, quant_p=True, naive=False, configs=None):
+    """Forward + backward through the kernel launchers (CPU tensors under the interpreter)."""
     o = torch.empty_like(q)
     qf, kf, vf, op, lse = K.attn_qat_fwd_bhsd(q, k, v, o, causal=causal, scale=scale, fmt=fmt,
                                               hp_o=hp_o and not naive)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     if naive:
-        qf, kf, vf = (K.prep(x, 0, fmt, torch.float32) for x in (q, k, v))
+        qf, kf, vf = (K.prep(x, 0, fmt, qf.dtype) for x in (q, k, v))
     o_for_d = op if (hp_o and not naive) else o
     K.backward(do, o_for_d, qf, kf, vf, lse, dq, dk, dv, nq=q.shape[2], nk=k.shape[2], d=q.shape[3],
-               causal=causal, scale=scale, fmt=fmt, quant_p=quant_p and not naive)
+               causal=causal, scale=scale, fmt=fmt, quant_p=quant_p and not naive, configs=configs)
     return o, op, lse[:, :, : q.shape[2]], dq, dk, dv
 
 
@@ -186,6 +186,24 @@ def test_interpreter_vs_references(case):
         dead = slice(0, nq - nk)  # rows that see no key
         assert torch.all(o[:, :, dead] == 0) and torch.all(dq[:, :, dead] == 0)
         assert torch.all(torch.isneginf(lse[:, :, dead]))
+
+
+@pytest.mark.skipif(not INTERPRET, reason="interpreter tests (TRITON_INTERPRET=1)")
+@pytest.mark.parametrize("case", CPU_CASES[1:3], ids=lambda c: "-".join(map(str, c)))
+def test_interpreter_dkdv_orientations_agree(case):
+    """The dK/dV kernel's two orientations of P ((queries, keys) and the tutorial's (keys, queries))
+    compute the same gradients (float32 operands: equal up to summation order)."""
+    B, hq, hkv, nq, nk, D, causal, fmt, hp_o, quant_p, naive = case
+    g = torch.Generator().manual_seed(7)
+    q = torch.randn(B, hq, nq, D, generator=g)
+    k = torch.randn(B, hkv, nk, D, generator=g)
+    v = torch.randn(B, hkv, nk, D, generator=g)
+    do = torch.randn(B, hq, nq, D, generator=g)
+    res = [_run_kernels(q, k, v, do, causal=causal, scale=0.2, fmt=fmt, hp_o=hp_o, quant_p=quant_p,
+                        configs={"dkdv": {"BLOCK_M": 32, "BLOCK_N": 32, "P_QK": qk}})
+           for qk in (True, False)]
+    for a, b in zip(res[0][4:], res[1][4:]):
+        assert rel_l2(a, b) < 1e-6
 
 
 @pytest.mark.skipif(not INTERPRET, reason="interpreter tests (TRITON_INTERPRET=1)")
@@ -332,6 +350,22 @@ def test_gpu_vs_reference(case):
 def test_gpu_ablations(hp_o, quant_p, backward, causal):
     _check_case(1, 4, 2, 192, 256, 64, causal, "nvfp4", torch.bfloat16, "bhsd", hp_o=hp_o,
                 quant_p=quant_p, backward=backward)
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("cfg", [{"BLOCK_M": 64, "BLOCK_N": 128, "P_QK": False, "num_warps": 8},
+                                 {"BLOCK_M": 32, "BLOCK_N": 64, "P_QK": False, "num_warps": 4},
+                                 {"BLOCK_M": 128, "BLOCK_N": 64, "P_QK": True, "num_warps": 8}])
+def test_gpu_dkdv_configs(cfg):
+    """Every dK/dV orientation/tile the autotuner may pick (the tests otherwise run one fixed config)."""
+    B, hq, hkv, nq, nk, D = 1, 4, 2, 300, 384, 128
+    q, k, v, do = _inputs(B, hq, hkv, nq, nk, D, torch.bfloat16, "bhsd")
+    _, _, _, dq, dk, dv = _run_kernels(q, k, v, do, causal=True, scale=D ** -0.5, fmt="nvfp4",
+                                       configs={"dkdv": cfg})
+    _, _, mdq, mdk, mdv = materialized(q, k, v, do, causal=True, scale=D ** -0.5, fmt="nvfp4")
+    for got, ref in ((dk, mdk), (dv, mdv), (dq, mdq)):
+        assert cosine(got, ref) >= 0.998 and rel_l2(got, ref) <= 0.06
 
 
 @gpu

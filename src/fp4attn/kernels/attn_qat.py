@@ -358,7 +358,8 @@ def forward(qf: torch.Tensor, kf: torch.Tensor, vf: torch.Tensor, o: torch.Tenso
 def _bwd_pre_kernel(OX, DO, DOP, DLSE, DELTA,
                     so_b, so_h, so_n, so_d, sd_b, sd_h, sd_n, sd_d,
                     Hq, Nq, D, NQP,
-                    HAS_DLSE: tl.constexpr, BLOCK_M: tl.constexpr, DP: tl.constexpr):
+                    HAS_DLSE: tl.constexpr, WRITE_DO: tl.constexpr, BLOCK_M: tl.constexpr,
+                    DP: tl.constexpr):
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
     b = pid_bh // Hq
@@ -377,8 +378,9 @@ def _bwd_pre_kernel(OX, DO, DOP, DLSE, DELTA,
         dl = tl.load(DLSE + pid_bh.to(tl.int64) * Nq + rows, mask=rows < Nq, other=0.0)
         delta = delta - dl
     tl.store(DELTA + pid_bh.to(tl.int64) * NQP + rows, delta)
-    tl.store(DOP + pid_bh.to(tl.int64) * NQP * DP + rows[:, None] * DP + cols[None, :],
-             do.to(DOP.dtype.element_ty))
+    if WRITE_DO:  # dO in the padded dot-dtype layout (skipped when dO already is exactly that)
+        tl.store(DOP + pid_bh.to(tl.int64) * NQP * DP + rows[:, None] * DP + cols[None, :],
+                 do.to(DOP.dtype.element_ty))
 
 
 @triton.jit
@@ -424,11 +426,41 @@ def _dkdv_inner(dk, dv, k, v, q_base, do_base, LSE, Delta, row_off, offs_n, lo, 
 
 
 @triton.jit
+def _dkdv_inner_kq(dk, dv, k, v, q_base, do_base, LSE, Delta, row_off, offs_n, lo, hi, causal_off,
+                   qk_scale, MASK: tl.constexpr, QUANT_P: tl.constexpr, QB: tl.constexpr,
+                   IS_MX: tl.constexpr, BLOCK_M: tl.constexpr, DP: tl.constexpr):
+    """The same in the (keys, queries) orientation of the Triton tutorial: Pᵀ and dSᵀ come out of
+    the dots ready to use, but ϕ needs its blocks along the accumulator's rows (2 elements of a block
+    per thread). Autotuning picks the faster orientation per shape."""
+    offs_d = tl.arange(0, DP)
+    offs_mb = tl.arange(0, BLOCK_M)
+    for start_m in range(lo, hi, BLOCK_M):
+        start_m = tl.multiple_of(start_m, BLOCK_M)
+        offs_m = start_m + offs_mb
+        qT = tl.load(q_base + offs_m[None, :] * DP + offs_d[:, None])
+        do = tl.load(do_base + offs_m[:, None] * DP + offs_d[None, :])
+        lse, delta = _load_lse2(LSE, Delta, row_off, offs_m)
+        sT = tl.dot(k, qT)  # (BLOCK_N keys, BLOCK_M queries), unscaled
+        pT = tl.math.exp2(tl.fma(sT, qk_scale, -lse[None, :]))
+        if MASK:
+            pT = tl.where(offs_m[None, :] + causal_off >= offs_n[:, None], pT, 0.0)
+        if QUANT_P:
+            pT_q = tl.trans(fake_quant_p(tl.trans(pT), QB, IS_MX))
+        else:
+            pT_q = pT
+        dv = tl.dot(pT_q.to(do.dtype), do, dv)
+        dpT = tl.dot(v, tl.trans(do))
+        dsT = pT * (dpT - delta[None, :])
+        dk = tl.dot(dsT.to(qT.dtype), tl.trans(qT), dk)
+    return dk, dv
+
+
+@triton.jit
 def _bwd_dkdv_kernel(Qb, Kb, Vb, DOb, LSE, Delta, DK, DV,
                      sk_b, sk_h, sk_n, sk_d, sv_b, sv_h, sv_n, sv_d,
                      qk_scale, scale, Hq, GROUP, Nq, Nk, NQP, NKP, D,
                      CAUSAL: tl.constexpr, QUANT_P: tl.constexpr, QB: tl.constexpr, IS_MX: tl.constexpr,
-                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DP: tl.constexpr):
+                     P_QK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DP: tl.constexpr):
     pid_n = tl.program_id(0)
     pid_bh = tl.program_id(1)  # b * Hkv + kv head
     Hkv = Hq // GROUP
@@ -457,11 +489,19 @@ def _bwd_dkdv_kernel(Qb, Kb, Vb, DOb, LSE, Delta, DK, DV,
         qh = pid_bh * GROUP + g  # = b * Hq + hk * GROUP + g
         q_off = qh.to(tl.int64) * NQP * DP
         row_off = qh.to(tl.int64) * NQP
-        if CAUSAL:
+        if P_QK:
+            if CAUSAL:
+                dk, dv = _dkdv_inner(dk, dv, k, v, Qb + q_off, DOb + q_off, LSE, Delta, row_off, offs_n,
+                                     lo, mid, causal_off, qk_scale, True, QUANT_P, QB, IS_MX, BLOCK_M, DP)
             dk, dv = _dkdv_inner(dk, dv, k, v, Qb + q_off, DOb + q_off, LSE, Delta, row_off, offs_n,
-                                 lo, mid, causal_off, qk_scale, True, QUANT_P, QB, IS_MX, BLOCK_M, DP)
-        dk, dv = _dkdv_inner(dk, dv, k, v, Qb + q_off, DOb + q_off, LSE, Delta, row_off, offs_n,
-                             mid, NQP, causal_off, qk_scale, False, QUANT_P, QB, IS_MX, BLOCK_M, DP)
+                                 mid, NQP, causal_off, qk_scale, False, QUANT_P, QB, IS_MX, BLOCK_M, DP)
+        else:
+            if CAUSAL:
+                dk, dv = _dkdv_inner_kq(dk, dv, k, v, Qb + q_off, DOb + q_off, LSE, Delta, row_off, offs_n,
+                                        lo, mid, causal_off, qk_scale, True, QUANT_P, QB, IS_MX, BLOCK_M,
+                                        DP)
+            dk, dv = _dkdv_inner_kq(dk, dv, k, v, Qb + q_off, DOb + q_off, LSE, Delta, row_off, offs_n,
+                                    mid, NQP, causal_off, qk_scale, False, QUANT_P, QB, IS_MX, BLOCK_M, DP)
 
     dk = dk * scale
     msk = (offs_n[:, None] < Nk) & (offs_d[None, :] < D)
@@ -536,10 +576,13 @@ def _bwd_dq_kernel(Qb, Kb, Vb, DOb, LSE, Delta, DQ,
 def _bwd_configs(kind):
     cfgs = []
     if kind == "dkdv":
-        # (BLOCK_M queries x BLOCK_N keys; 128 x 64 on 8 warps: no spills, ~32 instructions per P
-        # element for phi(P) by PTX count)
-        for bm, bn, w, s in ((128, 64, 8, 2), (128, 64, 8, 3), (64, 64, 4, 3), (128, 32, 8, 2)):
-            cfgs.append(triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s))
+        # P_QK (queries x keys): 128 x 64 on 8 warps has no spills and ~32 instructions per P element
+        # for phi(P) by PTX count; the tutorial's (keys x queries) orientation (P_QK False) was the
+        # faster one in some H200 runs, so both are in the list
+        for qk, bm, bn, w, s in ((True, 128, 64, 8, 2), (True, 128, 32, 8, 2), (False, 64, 128, 8, 2),
+                                 (False, 32, 64, 4, 2), (False, 32, 128, 8, 2)):
+            cfgs.append(triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "P_QK": qk}, num_warps=w,
+                                      num_stages=s))
     else:
         for bm, bn, w, s in ((64, 64, 4, 3), (64, 32, 4, 2), (128, 64, 8, 2), (128, 32, 8, 3)):
             cfgs.append(triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s))
@@ -579,14 +622,17 @@ def backward(do: torch.Tensor, o_for_delta: torch.Tensor, qb: torch.Tensor, kb: 
     B, Hq, NQP, DP = qb.shape
     Hkv, NKP = kb.shape[1], kb.shape[2]
     qbk, is_mx = quant_block(fmt)
-    dop = torch.empty_like(qb)
+    # dO is re-read by both kernels in the padded contiguous dot-dtype layout; when it already is
+    # exactly that (contiguous bhsd, N and D at their padded sizes), use it as is: no copy, no memory
+    reuse_do = (do.dtype == qb.dtype and tuple(do.shape) == tuple(qb.shape) and do.is_contiguous())
+    dop = do if reuse_do else torch.empty_like(qb)
     delta = torch.empty((B, Hq, NQP), device=qb.device, dtype=torch.float32)
     has_dlse = dlse is not None
     if has_dlse:
         dlse = dlse.float().contiguous()
     _bwd_pre_kernel[(NQP // 64, B * Hq)](
         o_for_delta, do, dop, dlse if has_dlse else delta, delta, *o_for_delta.stride(), *do.stride(),
-        Hq, nq, d, NQP, HAS_DLSE=has_dlse, BLOCK_M=64, DP=DP, num_warps=4)
+        Hq, nq, d, NQP, HAS_DLSE=has_dlse, WRITE_DO=not reuse_do, BLOCK_M=64, DP=DP, num_warps=4)
     group = Hq // Hkv
     common = (scale * LOG2E, scale, Hq, group, nq, nk, NQP, NKP, d)
     args_kv = (qb, kb, vb, dop, lse, delta, dk, dv, *dk.stride(), *dv.stride(), *common)
@@ -606,14 +652,14 @@ def backward(do: torch.Tensor, o_for_delta: torch.Tensor, qb: torch.Tensor, kb: 
 def _default_config(kind: str, dp: int) -> dict:
     """The config used without autotuning (and the only one under the interpreter)."""
     if _interpret():
-        return {"BLOCK_M": 32, "BLOCK_N": 32}
+        return {"BLOCK_M": 32, "BLOCK_N": 32, **({"P_QK": True} if kind == "dkdv" else {})}
     big = dp >= 256
     if kind == "fwd":
         return ({"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2} if big
                 else {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2})
     if kind == "dkdv":
-        return ({"BLOCK_M": 128, "BLOCK_N": 32, "num_warps": 8, "num_stages": 2} if big
-                else {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2})
+        return ({"BLOCK_M": 128, "BLOCK_N": 32, "P_QK": True, "num_warps": 8, "num_stages": 2} if big
+                else {"BLOCK_M": 128, "BLOCK_N": 64, "P_QK": True, "num_warps": 8, "num_stages": 2})
     return ({"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2} if big
             else {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3})
 
