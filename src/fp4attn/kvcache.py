@@ -171,7 +171,8 @@ class KVCache:
             pt = torch.full((self.batch_size, cols), -1, dtype=torch.int32, device=self.device)
             pt[:, : self.page_table.shape[1]] = self.page_table
             self.page_table = pt
-        self.page_table[b, have:n_pages] = torch.tensor(new, dtype=torch.int32, device=self.device)
+        # new pages are a contiguous range of the pool: no host-to-device copy
+        self.page_table[b, have:n_pages] = torch.arange(new[0], new[-1] + 1, dtype=torch.int32, device=self.device)
 
     # ------------------------------------------------------------------------------------------
     # building
@@ -212,7 +213,10 @@ class KVCache:
             for b in range(B):
                 if counts[b]:
                     self._append_seq(b, k[b, :, : counts[b]], v[b, :, : counts[b]])
-        self.seq_lens.copy_(torch.tensor(self._lens, dtype=torch.int32))
+        if lengths is None:
+            self.seq_lens += n  # device-side: no host sync in a generation loop
+        else:
+            self.seq_lens.copy_(torch.tensor(self._lens, dtype=torch.int32))
 
     def _set_global_scales(self, k, v, counts) -> None:
         todo = [b for b in range(self.batch_size) if counts[b] and not self._scale_set[b]]
@@ -244,7 +248,7 @@ class KVCache:
         H, n, D = k.shape
         ps = self.page_size
         self._ensure_pages(b, -(-(start + n) // ps))
-        pages = torch.tensor(self._pages[b], dtype=torch.long, device=self.device)
+        pages = self.page_table[b, : len(self._pages[b])].long()  # device copy of the page list
         s_k = (1.0 / self.k_global_scale[b]).view(H, 1, 1)
         s_v = (1.0 / self.v_global_scale[b]).view(H, 1, 1)
         # K along D

@@ -33,6 +33,7 @@ import torch
 from ..formats.core import fake_quantize_values
 from ..kvcache import SLOT, KVCache
 from ..reference.common import expand_kv, lse_of, normalize, quantize_p, softmax_numerator
+from ._dispatch import use_kernels
 from ._validate import check_bool, check_choice, check_scale
 
 RECIPES = ("nvfp4",)
@@ -161,10 +162,16 @@ def decode(q, cache: KVCache, *, scale=None, recipe: str = "nvfp4", thrift_budge
     PyTorch reference. No autograd.
     """
     qb, scale, thrift_budget = _check(q, cache, scale, recipe, thrift_budget, layout, return_lse)
+    D = qb.shape[-1]
     with torch.no_grad():
-        # the flash-decoding kernel lands in the next commit; the reference runs everywhere meanwhile
-        del num_splits
-        out, lse = decode_reference(qb, cache, scale=scale, thrift_budget=thrift_budget)
+        kernel_ok = (use_kernels(qb) and qb.dtype != torch.float64 and D >= 16 and (D & (D - 1)) == 0
+                     and cache.page_size % 64 == 0)
+        if kernel_ok:
+            from ..kernels.decode import decode_fwd
+            sel = thrift_select(qb, cache, thrift_budget) if thrift_budget is not None else None
+            out, lse = decode_fwd(qb, cache, scale=scale, selection=sel, num_splits=num_splits)
+        else:
+            out, lse = decode_reference(qb, cache, scale=scale, thrift_budget=thrift_budget)
     out = out.to(q.dtype)
     if layout == "bshd":
         out = out.transpose(1, 2)

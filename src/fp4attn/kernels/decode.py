@@ -1,0 +1,338 @@
+"""Flash-decoding over the NVFP4 :class:`fp4attn.KVCache` (issue 5): ``fp4attn.decode`` on CUDA.
+
+Two kernels:
+
+1. ``_decode_split_kernel`` -- grid (splits, B·Hkv). A program owns one kv head of one sequence and a
+   contiguous range of its committed (quantized) tokens, and computes **all query rows of the GQA
+   group at once**: rows = (query head g of the group, new query i), ``G·n_q <= BLOCK_M`` rows, so
+   every KV page is read once for the whole group. Per BLOCK_N-token tile (inside one page, looked up
+   in the page table) it loads the packed K nibbles and E4M3 scales, decodes them in registers to
+   float16 (exact: code·scale has <= 6 significant bits; bit placement via
+   ``fp4attn.formats.triton_helpers``), S = scale·ϕ(q)·K̂ᵀ (FP32 accumulate, log2 domain, global
+   K scale folded into the score scale), online softmax, P̃ quantized in blocks of 16 keys
+   (``fake_quant_p``), O += ϕ(P̃)·V̂ with V̂ decoded from its token-packed nibbles. The last split
+   also attends to the raw 16-bit tail (< 16 tokens per sequence) in FP32 with unquantized P̃.
+   Causal among the new tokens: query i sees keys j <= len − n_q + i (bottom-right).
+   With ``THRIFT``: per tile (= Thrift block = page when page_size == BLOCK_N) the rows whose query
+   head selected the block take S from the 16-bit copy (input-dtype q, FP32 accumulate), unquantized
+   P̃ and 16-bit V; the others use the FP4 path with two-level P (s1 = rowmax(P̃ tile)/(448·6)). The
+   16-bit K/V tiles are loaded only when some head of the group selected the tile.
+   Partials (unnormalized O, running max m in log2 units, l) go to FP32 buffers, valid rows only.
+
+2. ``_decode_reduce_kernel`` -- one program per (sequence, query head, query): merges the splits'
+   partials (max-rescaled sums), writes O in q's dtype and the natural-log LSE.
+
+``DOT_F32`` (the interpreter, which has no fp16/bf16 ``tl.dot``) runs the same decoded values
+(exact in FP32 as well) through FP32 dots.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+from ..formats import triton_helpers as _th
+from ..formats.triton_helpers import fake_quant_p, fake_quant_rows, unpack_nibbles
+from .attention import _fp4_tile_f16
+
+if not isinstance(_th._RINT_MAGIC, tl.constexpr):
+    # same workaround as kernels/attn_qat.py: a plain float global cannot be read from compiled code
+    _th._RINT_MAGIC = tl.constexpr(_th._RINT_MAGIC)
+
+LOG2E = 1.4426950408889634
+LN2 = 0.6931471805599453
+SLOT = 16
+
+
+def _interpret() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+@triton.jit
+def _fp4_rows_f16(packed, sbytes, QB: tl.constexpr):
+    """(R, C/2) packed bytes (blocks along the last axis) + (R, C/QB) E4M3 bytes -> (R, C) float16
+    values code·scale (exact in float16): the FP4 attention kernel's tile decode, reused."""
+    return _fp4_tile_f16(unpack_nibbles(packed), sbytes, 0, QB, False)
+
+
+@triton.jit
+def _decode_tile(t0, acc, l_i, m_i, q_op, q16, s_scale, qk_scale, kg, vg, row_ok, hq_rows, last_key, C, b, h,
+                 KD, KS, VD, VS, K16, V16, PT, SEL, Hkv, MAXP,
+                 D: tl.constexpr, PS: tl.constexpr, BLOCK_N: tl.constexpr, THRIFT: tl.constexpr,
+                 DOT_F32: tl.constexpr):
+    """One BLOCK_N-token tile (inside one page) of the split loop: FP4 (or Thrift-mixed) online softmax."""
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_n2 = tl.arange(0, BLOCK_N // 2)
+    offs_n16 = tl.arange(0, BLOCK_N // 16)
+    offs_d = tl.arange(0, D)
+    offs_d2 = tl.arange(0, D // 2)
+    offs_d16 = tl.arange(0, D // 16)
+    pidx = t0 // PS
+    page = tl.load(PT + b * MAXP + pidx).to(tl.int64)
+    off = t0 % PS
+    base = page * Hkv + h  # (page, head) index
+    kb = tl.load(KD + (base * PS + off + offs_n)[:, None] * (D // 2) + offs_d2[None, :])
+    ksb = tl.load(KS + (base * PS + off + offs_n)[:, None] * (D // 16) + offs_d16[None, :])
+    k = _fp4_rows_f16(kb, ksb, 16)  # (BLOCK_N, D)
+    if DOT_F32:
+        k = k.to(tl.float32)
+    s = tl.dot(q_op, tl.trans(k)) * s_scale
+    keys = t0 + offs_n
+    ok = (keys[None, :] < C) & (keys[None, :] <= last_key[:, None])
+    if THRIFT:
+        selr = tl.load(SEL + hq_rows.to(tl.int64) * MAXP + pidx, mask=row_ok, other=0) != 0
+        any_sel = tl.max(selr.to(tl.int32), axis=0) > 0
+        if any_sel:
+            k16 = tl.load(K16 + (base * PS + off + offs_n)[:, None] * D + offs_d[None, :])
+            if DOT_F32:
+                k16 = k16.to(tl.float32)
+            s16 = tl.dot(q16, tl.trans(k16)) * qk_scale
+            s = tl.where(selr[:, None], s16, s)
+    s = tl.where(ok, s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+    p = tl.math.exp2(s - m_use[:, None])
+    alpha = tl.math.exp2(m_i - m_use)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None]
+    # V tile: bytes (BLOCK_N/2, D) packed along tokens, read transposed as (D, BLOCK_N/2)
+    vbT = tl.load(VD + (base * (PS // 2) + off // 2 + offs_n2)[None, :] * D + offs_d[:, None])
+    vsT = tl.load(VS + (base * (PS // 16) + off // 16 + offs_n16)[None, :] * D + offs_d[:, None])
+    v = tl.trans(_fp4_rows_f16(vbT, vsT, 16))  # (BLOCK_N, D)
+    if DOT_F32:
+        v = v.to(tl.float32)
+    if THRIFT:
+        p4 = tl.where(selr[:, None], 0.0, p)
+        s1 = tl.max(p4, 1) * (1.0 / 2688.0)  # two-level P: s1 = rowmax(P̃ tile) / (448·6)
+        inv1 = tl.where(s1 > 0, 1.0 / s1, 0.0)
+        pq = fake_quant_p(p4 * inv1[:, None], 16, False) * s1[:, None]
+    else:
+        pq = fake_quant_p(p, 16, False)
+    if DOT_F32:
+        acc += tl.dot(pq, v) * vg
+    else:
+        acc += tl.dot(pq.to(tl.float16), v) * vg
+    if THRIFT:
+        if any_sel:
+            v16 = tl.load(V16 + (base * PS + off + offs_n)[:, None] * D + offs_d[None, :])
+            p16 = tl.where(selr[:, None], p, 0.0)
+            if DOT_F32:
+                acc += tl.dot(p16, v16.to(tl.float32))
+            else:
+                acc += tl.dot(p16.to(v16.dtype), v16)
+    m_i = m_new
+    return acc, l_i, m_i
+
+
+@triton.jit
+def _decode_split_kernel(
+        Q, KD, KS, VD, VS, K16, V16, KT, VT, PT, LENS, KG, VG, SEL,
+        OP, MP, LP,
+        qk_scale, Hkv, NQ, G, MAXP, TPS, NS,
+        D: tl.constexpr, PS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+        THRIFT: tl.constexpr, DOT_F32: tl.constexpr, N_IT: tl.constexpr,
+        F32_CACHE: tl.constexpr):
+    pid_s = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // Hkv
+    h = pid_bh % Hkv
+    L = tl.load(LENS + b)
+    C = L - L % 16  # committed (quantized) tokens; the rest is the raw tail
+    rows = tl.arange(0, BLOCK_M)
+    row_ok = rows < G * NQ
+    qi = rows % NQ
+    last_key = L - NQ + qi  # bottom-right causal: query i sees keys <= L - NQ + i
+    offs_d = tl.arange(0, D)
+    # q rows (b, h*G + g, i) are contiguous in a (B, Hq, NQ, D) tensor
+    q_rows = (b * Hkv + h).to(tl.int64) * G * NQ + rows
+    q = tl.load(Q + q_rows[:, None] * D + offs_d[None, :], mask=row_ok[:, None], other=0.0).to(tl.float32)
+    qf = fake_quant_rows(q, 16, False, True)  # ϕ(q) along D (exact in fp16)
+    if DOT_F32:
+        q_op = qf
+    else:
+        q_op = qf.to(tl.float16)
+    kg = tl.load(KG + pid_bh)
+    vg = tl.load(VG + pid_bh)
+    s_scale = qk_scale * kg  # log2-domain scale of the FP4 scores
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, D], tl.float32)
+    hq_rows = (b * Hkv + h) * G + rows // NQ
+    if DOT_F32:
+        q16 = q
+    else:
+        q16 = q.to(K16.dtype.element_ty)
+    start = pid_s * TPS
+    end = tl.minimum(start + TPS, C)
+    if DOT_F32:
+        # the interpreter cannot loop over program-id dependent bounds: fixed trip count + guard
+        for it in range(0, N_IT):
+            t0 = start + it * BLOCK_N
+            if t0 < end:
+                acc, l_i, m_i = _decode_tile(t0, acc, l_i, m_i, q_op, q16, s_scale, qk_scale, kg, vg, row_ok,
+                                             hq_rows, last_key, C, b, h, KD, KS, VD, VS, K16, V16, PT, SEL,
+                                             Hkv, MAXP, D, PS, BLOCK_N, THRIFT, DOT_F32)
+    else:
+        for t0 in range(start, end, BLOCK_N):
+            acc, l_i, m_i = _decode_tile(t0, acc, l_i, m_i, q_op, q16, s_scale, qk_scale, kg, vg, row_ok,
+                                         hq_rows, last_key, C, b, h, KD, KS, VD, VS, K16, V16, PT, SEL,
+                                         Hkv, MAXP, D, PS, BLOCK_N, THRIFT, DOT_F32)
+    if pid_s == NS - 1:
+        # the raw tail (< 16 tokens): 16-bit operands (the input values; FP32 in the interpreter), FP32
+        # accumulation, unquantized P̃ (rounded to the 16-bit dtype for the PV product, as FlashAttention)
+        t = L - C
+        offs_t = tl.arange(0, 16)
+        tmask = offs_t < t
+        kt = tl.load(KT + (pid_bh.to(tl.int64) * 16 + offs_t)[:, None] * D + offs_d[None, :],
+                     mask=tmask[:, None], other=0.0)
+        vt = tl.load(VT + (pid_bh.to(tl.int64) * 16 + offs_t)[:, None] * D + offs_d[None, :],
+                     mask=tmask[:, None], other=0.0)
+        if DOT_F32:
+            s = tl.dot(q, tl.trans(kt.to(tl.float32))) * qk_scale
+        elif F32_CACHE:
+            s = tl.dot(q16, tl.trans(kt), input_precision="tf32x3") * qk_scale
+        else:
+            s = tl.dot(q16, tl.trans(kt)) * qk_scale
+        okt = tmask[None, :] & ((C + offs_t)[None, :] <= last_key[:, None])
+        s = tl.where(okt, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+        p = tl.math.exp2(s - m_use[:, None])
+        alpha = tl.math.exp2(m_i - m_use)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        if DOT_F32:
+            pv = tl.dot(p, vt.to(tl.float32))
+        elif F32_CACHE:
+            pv = tl.dot(p, vt, input_precision="tf32x3")
+        else:
+            pv = tl.dot(p.to(vt.dtype), vt)
+        acc = acc * alpha[:, None] + pv
+        m_i = m_new
+    prow = (pid_bh.to(tl.int64) * NS + pid_s) * BLOCK_M + rows
+    tl.store(OP + prow[:, None] * D + offs_d[None, :], acc, mask=row_ok[:, None])
+    tl.store(MP + prow, m_i, mask=row_ok)
+    tl.store(LP + prow, l_i, mask=row_ok)
+
+
+@triton.jit
+def _decode_reduce_kernel(OP, MP, LP, O, LSE, NS, GQ, BLOCK_M, BLOCK_S: tl.constexpr, D: tl.constexpr):
+    """One program per output row r = (b·Hkv + h)·G·NQ + row: merge the NS split partials."""
+    r = tl.program_id(0)
+    bh = r // GQ
+    row = r % GQ
+    offs_s = tl.arange(0, BLOCK_S)
+    offs_d = tl.arange(0, D)
+    smask = offs_s < NS
+    prow = (bh.to(tl.int64) * NS + offs_s) * BLOCK_M + row
+    m = tl.load(MP + prow, mask=smask, other=float("-inf"))
+    l = tl.load(LP + prow, mask=smask, other=0.0)
+    m_max = tl.max(m, 0)
+    m_use = tl.where(m_max == float("-inf"), 0.0, m_max)
+    w = tl.where(m == float("-inf"), 0.0, tl.math.exp2(m - m_use))
+    l_tot = tl.sum(l * w, 0)
+    o = tl.load(OP + prow[:, None] * D + offs_d[None, :], mask=smask[:, None], other=0.0)
+    o = tl.sum(o * w[:, None], 0)
+    inv = tl.where(l_tot > 0, 1.0 / l_tot, 0.0)
+    tl.store(O + r.to(tl.int64) * D + offs_d, (o * inv).to(O.dtype.element_ty))
+    lse = tl.where(l_tot > 0, (m_use + tl.math.log2(tl.where(l_tot > 0, l_tot, 1.0))) * 0.6931471805599453,
+                   float("-inf"))
+    tl.store(LSE + r, lse)
+
+
+def default_splits(B: int, hkv: int, max_committed: int, block_n: int, device=None) -> int:
+    """Splits along the context: about 8 programs per SM in total, each >= 4 tiles (the best of the
+    H200 sweep in BENCHMARKS.md: 18 splits at B=8/Hkv=8/32k, 132 at B=1/Hkv=8/128k)."""
+    if device is not None and torch.cuda.is_available() and device.type == "cuda":
+        sms = torch.cuda.get_device_properties(device).multi_processor_count
+    else:
+        sms = 132
+    tiles = max(1, -(-max_committed // block_n))
+    want = max(1, -(-8 * sms // (B * hkv)))
+    return max(1, min(want, -(-tiles // 4)))
+
+
+def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor | None = None,
+               num_splits: int | None = None, block_n: int = 64, num_warps: int = 4,
+               num_stages: int = 2):
+    """q (B, Hq, NQ, D) contiguous -> (out (B, Hq, NQ, D) in q.dtype, lse (B, Hq, NQ) float32).
+
+    ``selection``: (B, Hq, max_pages) bool Thrift selection (pages computed in 16 bits) or None.
+    """
+    B, Hq, NQ, D = q.shape
+    Hkv = cache.num_kv_heads
+    G = Hq // Hkv
+    PS = cache.page_size
+    if PS % block_n:
+        raise ValueError(f"page_size {PS} must be a multiple of block_n {block_n}")
+    if selection is not None and block_n != 64:
+        raise ValueError("Thrift decode needs block_n=64 (the two-level P tile of 64 keys)")
+    interp = _interpret()
+    q = q.contiguous()
+    BLOCK_M = max(16, triton.next_power_of_2(G * NQ))
+    committed = cache.committed_lengths()
+    max_c = max(committed) if committed else 0
+    if num_splits is None:
+        num_splits = default_splits(B, Hkv, max_c, block_n, q.device)
+    tiles = max(1, -(-max_c // block_n))
+    num_splits = max(1, min(int(num_splits), tiles))
+    TPS = -(-tiles // num_splits) * block_n
+    num_splits = max(1, -(-max_c // TPS)) if max_c else 1
+    dev = q.device
+    OP = torch.empty(B * Hkv * num_splits * BLOCK_M, D, dtype=torch.float32, device=dev)
+    MP = torch.empty(B * Hkv * num_splits * BLOCK_M, dtype=torch.float32, device=dev)
+    LP = torch.empty_like(MP)
+    thrift = selection is not None
+    maxp = cache.page_table.shape[1]
+    if thrift:
+        sel = torch.zeros(B, Hq, max(maxp, 1), dtype=torch.int8, device=dev)
+        npg = min(selection.shape[-1], maxp)
+        sel[:, :, :npg] = selection[:, :, :npg].to(torch.int8)
+        k16, v16 = cache.k16, cache.v16
+    else:
+        sel = MP  # unused
+        k16 = v16 = cache.k_tail  # unused
+    pt = cache.page_table if maxp else torch.zeros(B, 1, dtype=torch.int32, device=dev)
+    # scale bytes as uint8 (decoded in registers; the interpreter has no float8 either)
+    ks, vs = cache.k_scale.view(torch.uint8), cache.v_scale.view(torch.uint8)
+    _decode_split_kernel[(num_splits, B * Hkv)](
+        q, cache.k_data, ks, cache.v_data, vs, k16, v16, cache.k_tail, cache.v_tail, pt,
+        cache.seq_lens, cache.k_global_scale, cache.v_global_scale, sel,
+        OP, MP, LP,
+        scale * LOG2E, Hkv, NQ, G, max(maxp, 1), TPS, num_splits,
+        D=D, PS=PS, BLOCK_M=BLOCK_M, BLOCK_N=block_n, THRIFT=thrift, DOT_F32=interp,
+        N_IT=TPS // block_n if interp else 0, F32_CACHE=cache.dtype == torch.float32,
+        num_warps=num_warps, num_stages=num_stages)
+    out = torch.empty(B, Hq, NQ, D, dtype=q.dtype, device=dev)
+    lse = torch.empty(B, Hq, NQ, dtype=torch.float32, device=dev)
+    _decode_reduce_kernel[(B * Hq * NQ,)](OP, MP, LP, out, lse, num_splits, G * NQ, BLOCK_M,
+                                          BLOCK_S=max(2, triton.next_power_of_2(num_splits)), D=D,
+                                          num_warps=4)
+    return out, lse
+
+
+__all__ = ["decode_fwd", "default_splits"]
+
+
+def compile_for_target(capability: int = 90, *, thrift: bool = False, d: int = 128, page_size: int = 64,
+                       block_m: int = 16, block_n: int = 64, dtype16: str = "bf16", num_warps: int = 4,
+                       num_stages: int = 2):
+    """Compile the split kernel for ``cuda:capability`` with Triton's AOT API (no GPU needed); returns
+    the compiled kernel (``.asm["ptx"]``, ``.asm["cubin"]``, ``.n_regs``, ``.n_spills`` when known)."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    ptrs = {"Q": "*bf16", "KD": "*u8", "KS": "*u8", "VD": "*u8", "VS": "*u8", "K16": f"*{dtype16}",
+            "V16": f"*{dtype16}", "KT": f"*{dtype16}", "VT": f"*{dtype16}", "PT": "*i32", "LENS": "*i32",
+            "KG": "*fp32", "VG": "*fp32", "SEL": "*i8", "OP": "*fp32", "MP": "*fp32", "LP": "*fp32"}
+    sig = {**ptrs, "qk_scale": "fp32", **{n: "i32" for n in ("Hkv", "NQ", "G", "MAXP", "TPS", "NS")}}
+    consts = dict(D=d, PS=page_size, BLOCK_M=block_m, BLOCK_N=block_n, THRIFT=thrift, DOT_F32=False, N_IT=0,
+                  F32_CACHE=dtype16 == "fp32")
+    sig.update({k: "constexpr" for k in consts})
+    # pointers 16-byte aligned, as the JIT specializes them at run time
+    attrs = {(i,): [["tt.divisibility", 16]] for i in range(len(ptrs))}
+    src = ASTSource(_decode_split_kernel, sig, consts, attrs)
+    return triton.compile(src, target=GPUTarget("cuda", capability, 32),
+                          options={"num_warps": num_warps, "num_stages": num_stages})
