@@ -238,3 +238,31 @@ def unpack_nibbles_words(w):
     sh = tl.arange(0, 8) * 4
     c = (w[:, :, None] >> sh[None, None, :]) & 0xF
     return tl.reshape(c, (R, C * 8)).to(tl.uint8)
+
+
+# ----------------------------------------------------------------------------------------------
+# Interpreter compatibility (added with the FP4 attention kernels, issue 4)
+# ----------------------------------------------------------------------------------------------
+def _interpreter_numpy_compat() -> None:
+    """Triton 3.6's interpreter keeps a scalar as a 1-element numpy array and implements
+    ``tensor.__index__`` as ``int(array)``, which NumPy >= 2.4 rejects for arrays with ndim > 0: every
+    ``range(lo, hi)`` over runtime bounds in a kernel then fails under TRITON_INTERPRET=1. Re-register
+    ``__index__`` on the array's single element (same value; interpreter only, idempotent)."""
+    try:
+        from triton.runtime import interpreter as _itp
+    except Exception:  # pragma: no cover
+        return
+    orig = getattr(_itp, "_patch_lang_tensor", None)
+    if orig is None or getattr(orig, "_fp4attn_compat", False):
+        return
+
+    def patched(tensor, scope):
+        orig(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
+
+    patched._fp4attn_compat = True
+    _itp._patch_lang_tensor = patched
+
+
+if __import__("os").environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+    _interpreter_numpy_compat()

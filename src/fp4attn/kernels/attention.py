@@ -128,30 +128,6 @@ if not isinstance(_th._RINT_MAGIC, tl.constexpr):
     _th._RINT_MAGIC = tl.constexpr(_th._RINT_MAGIC)
 
 
-def _interpreter_numpy_compat() -> None:
-    """Triton 3.6's interpreter turns a scalar into a 1-element numpy array and implements
-    ``tensor.__index__`` as ``int(array)``, which NumPy >= 2.4 rejects for arrays with ndim > 0: every
-    ``range(lo, hi)`` over runtime bounds then fails under TRITON_INTERPRET=1. Re-register
-    ``__index__`` on the size-1 array's element (same value; interpreter only)."""
-    try:
-        from triton.runtime import interpreter as _itp
-    except Exception:  # pragma: no cover
-        return
-    orig = getattr(_itp, "_patch_lang_tensor", None)
-    if orig is None or getattr(orig, "_fp4attn_compat", False):
-        return
-
-    def patched(tensor, scope):
-        orig(tensor, scope)
-        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
-
-    patched._fp4attn_compat = True
-    _itp._patch_lang_tensor = patched
-
-
-if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
-    _interpreter_numpy_compat()
-
 __all__ = ["PackedQKV", "quantize_qkv", "attention_packed", "attention_fwd", "default_path",
            "PATH_INTERP", "PATH_HOPPER", "PATH_BLACKWELL"]
 
