@@ -410,3 +410,37 @@ def test_sdpa_patch_on_a_transformers_sdpa_model():
     real = am.bool()
     torch.testing.assert_close(same[real], ref[real], rtol=1e-4, atol=1e-4)
     assert (fp4[real] - ref[real]).abs().max() > 1e-3
+
+
+def test_fp4_kv_cache_decode_matches_dense_fp4(monkeypatch):
+    """Teacher-forced decoding with the NVFP4 KV cache: decode steps run fp4attn.decode on the NVFP4
+    pages, and the logits stay close to the same model with a 16-bit cache and the dense FP4 op (closer
+    than FP4 attention is to exact attention)."""
+    from transformers import DynamicCache
+    m = _llama()
+    ids = torch.randint(0, 96, (2, 44), generator=torch.Generator().manual_seed(9))
+    calls = []
+    real = fp4attn.decode
+    monkeypatch.setattr(fp4attn, "decode", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+
+    def run(impl, cache):
+        m.set_attn_implementation(impl)
+        with torch.no_grad():
+            outs = [m(ids[:, :36], past_key_values=cache, use_cache=True).logits[:, -1]]
+            for t in range(36, 44):
+                outs.append(m(ids[:, t: t + 1], past_key_values=cache, use_cache=True).logits[:, -1])
+        return torch.stack(outs, 1)
+
+    cache = fh.fp4_cache()
+    fp4_cached = run(fh.register("nvfp4"), cache)
+    assert len(calls) == 8 * 2  # every single-token step of both layers decoded from the NVFP4 pages
+    dense_fp4 = run(fh.register("nvfp4"), DynamicCache(config=m.config))
+    exact = run("sdpa", DynamicCache(config=m.config))
+    err_cache = (fp4_cached - dense_fp4).abs().max()
+    assert err_cache < 0.05 and err_cache < (dense_fp4 - exact).abs().max()
+    kv = cache.layers[0].kv
+    assert kv.get_seq_length() == 44 and kv.committed_lengths() == [32, 32]  # 2 NVFP4 slots + a 12-token raw tail
+    # generate() with the FP4 cache runs end to end
+    with torch.no_grad():
+        out = m.generate(ids[:, :20], max_new_tokens=4, do_sample=False, past_key_values=fh.fp4_cache())
+    assert out.shape == (2, 24)

@@ -32,9 +32,13 @@ full mask suffices). What runs:
   ``sdpa`` implementation (full precision); ``softcap`` and attention sinks (``s_aux``) to the
   model's own ``eager_attention_forward``; with a warning once per reason. ``output_attentions``
   is not supported (weights are returned as ``None``, warned once).
-* Generation: transformers' ``DynamicCache`` keeps K and V in the model's dtype (BF16 for a BF16
-  model); each decode step's attention over the cache runs through the FP4 op. An FP4 KV cache
-  (``fp4attn.KVCache``) as a transformers ``Cache`` is not wired in yet.
+* Generation: by default transformers' ``DynamicCache`` keeps K and V in the model's dtype (BF16
+  for a BF16 model) and each step's attention runs through the FP4 op. :func:`fp4_cache` returns an
+  :class:`FP4Cache` (a transformers ``Cache``) whose layers store K and V as NVFP4 in an
+  :class:`fp4attn.KVCache` (``model.generate(..., past_key_values=fp4_cache())``); with it, decode
+  steps (≤ 16 new tokens, no padding mask, recipe ``nvfp4`` or ``thrift``) run
+  :func:`fp4attn.decode` on the NVFP4 pages directly, and every other call runs the op on the
+  dequantized cache.
 """
 
 from __future__ import annotations
@@ -49,7 +53,7 @@ from ._common import (
     warn_once,
 )
 
-__all__ = ["register", "registered", "make_attention_function"]
+__all__ = ["register", "registered", "make_attention_function", "fp4_cache"]  # FP4Cache: lazy (needs transformers)
 
 _REGISTERED: dict[str, dict] = {}
 
@@ -131,6 +135,14 @@ def make_attention_function(recipe: str = "nvfp4", mode: str = "auto", **op_kwar
                       "with mode='auto', or mode='qat', to train, or torch.no_grad() to silence this")
 
         S, T = query.shape[2], key.shape[2]
+        kv = getattr(key, "_fp4attn_kvcache", None)
+        if (kv is not None and not train and allowed is None and recipe in ("nvfp4", "thrift") and S <= 16
+                and T == kv.get_seq_length() and len(set(kv.lengths)) == 1 and (S == 1 or is_causal is not False)
+                and (recipe == "nvfp4" or kv.keep_16bit)):
+            import fp4attn
+            budget = op_kwargs.get("budget", 0.05) if recipe == "thrift" else None
+            out = fp4attn.decode(query, kv, scale=scaling, thrift_budget=budget)
+            return out.transpose(1, 2).contiguous(), None
         if allowed is None:
             causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
             causal = bool(causal) and S > 1
@@ -174,3 +186,94 @@ def register(recipe: str = "nvfp4", name: str | None = None, mode: str = "auto",
     AttentionMaskInterface.register(name, sdpa_mask)
     _REGISTERED[name] = dict(recipe=recipe, mode=mode, op_kwargs=dict(op_kwargs))
     return name
+
+
+# -------------------------------------------------------------------------------------------------
+# FP4 KV cache for generation
+# -------------------------------------------------------------------------------------------------
+def _cache_classes():
+    from transformers.cache_utils import Cache, DynamicLayer
+
+    from ..kvcache import KVCache
+
+    class FP4CacheLayer(DynamicLayer):
+        """One layer's K/V in an :class:`fp4attn.KVCache` (NVFP4 pages; the last ``len % 16`` tokens raw)."""
+
+        is_croppable = False
+
+        def __init__(self, **kvcache_kwargs):
+            super().__init__()
+            self.kv = None
+            self._kw = kvcache_kwargs
+
+        def lazy_initialization(self, key_states, value_states):
+            super().lazy_initialization(key_states, value_states)
+            B, H, _, D = key_states.shape
+            dtype = key_states.dtype if key_states.dtype in (torch.float16, torch.bfloat16, torch.float32) \
+                else torch.float32
+            self.kv = KVCache(B, H, D, dtype=dtype, device=key_states.device, **self._kw)
+
+        def update(self, key_states, value_states, *args, **kwargs):
+            if not self.is_initialized:
+                self.lazy_initialization(key_states, value_states)
+            self.kv.append(key_states.detach(), value_states.detach())
+            k, v = self.kv.dequantize(torch.float32)
+            k, v = k.to(key_states.dtype), v.to(value_states.dtype)
+            self.keys, self.values = k, v  # dense (dequantized) views, for code that reads them
+            k._fp4attn_kvcache = self.kv   # lets the fp4attn attention function decode from the pages
+            return k, v
+
+        def get_seq_length(self) -> int:
+            return 0 if self.kv is None else self.kv.get_seq_length()
+
+        def reorder_cache(self, beam_idx):
+            if self.kv is not None:
+                self.kv.reorder(beam_idx)
+                self.keys, self.values = (t.to(self.dtype) for t in self.kv.dequantize(torch.float32))
+
+        def reset(self) -> None:
+            self.kv = None
+            super().reset()
+
+        def crop(self, tokens_to_remove: int) -> None:
+            raise NotImplementedError("FP4Cache cannot be cropped")
+
+        def batch_repeat_interleave(self, repeats: int) -> None:
+            if self.kv is not None and repeats != 1:
+                raise NotImplementedError("FP4Cache: batch_repeat_interleave is not supported")
+
+        def batch_select_indices(self, indices) -> None:
+            raise NotImplementedError("FP4Cache: batch_select_indices is not supported")
+
+    class FP4Cache(Cache):
+        """A transformers ``Cache`` storing every layer's K and V as NVFP4 (:class:`fp4attn.KVCache`).
+
+        ``kvcache_kwargs`` go to each layer's ``KVCache`` (``page_size``, ``keep_16bit=True`` for
+        Thrift decode, ``scale_headroom``, …). :meth:`nbytes` is the storage of all layers.
+        """
+
+        def __init__(self, **kvcache_kwargs):
+            super().__init__(layer_class_to_replicate=lambda: FP4CacheLayer(**kvcache_kwargs))
+
+        def nbytes(self) -> int:
+            return sum(layer.kv.nbytes for layer in self.layers if getattr(layer, "kv", None) is not None)
+
+    return FP4CacheLayer, FP4Cache
+
+
+_CLASSES = None
+
+
+def __getattr__(name):
+    global _CLASSES
+    if name in ("FP4Cache", "FP4CacheLayer"):
+        if _CLASSES is None:
+            _CLASSES = _cache_classes()
+        return _CLASSES[0] if name == "FP4CacheLayer" else _CLASSES[1]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def fp4_cache(**kvcache_kwargs):
+    """A new :class:`FP4Cache` for ``model.generate(..., past_key_values=fp4_cache())`` (use one per
+    generate call). ``keep_16bit=True`` is needed for ``recipe="thrift"`` decode."""
+    return __getattr__("FP4Cache")(**kvcache_kwargs)
