@@ -107,7 +107,6 @@ import torch
 import triton
 import triton.language as tl
 
-from ..formats import triton_helpers as _th
 from ..formats.triton_helpers import (
     block_amax,
     e2m1_code,
@@ -121,12 +120,6 @@ from ..formats.triton_helpers import (
     pack_nibbles,
     unpack_nibbles_words,
 )
-
-if not isinstance(_th._RINT_MAGIC, tl.constexpr):
-    # A plain float module global cannot be read by compiled (non-interpreted) @triton.jit code in
-    # Triton 3.6; the same value wrapped as a constexpr can (the attn_qat kernels do the same).
-    _th._RINT_MAGIC = tl.constexpr(_th._RINT_MAGIC)
-
 
 __all__ = ["PackedQKV", "quantize_qkv", "attention_packed", "attention_fwd", "default_path",
            "PATH_INTERP", "PATH_HOPPER", "PATH_BLACKWELL"]

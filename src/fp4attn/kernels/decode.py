@@ -34,13 +34,8 @@ import torch
 import triton
 import triton.language as tl
 
-from ..formats import triton_helpers as _th
 from ..formats.triton_helpers import fake_quant_p, fake_quant_rows, unpack_nibbles
 from .attention import _fp4_tile_f16
-
-if not isinstance(_th._RINT_MAGIC, tl.constexpr):
-    # same workaround as kernels/attn_qat.py: a plain float global cannot be read from compiled code
-    _th._RINT_MAGIC = tl.constexpr(_th._RINT_MAGIC)
 
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
