@@ -24,31 +24,6 @@ from fp4attn.kernels import attn_qat as K  # noqa: E402
 
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
-
-def _fix_interpreter_index():
-    """Triton 3.6's interpreter converts a scalar (a 1-element numpy array) to a Python int with
-    ``int(array)``, which numpy >= 2.4 rejects for ndim > 0 ("only 0-dimensional arrays can be converted
-    to Python scalars"), so every ``range(lo, hi)`` with a runtime bound fails. Triton >= 3.7 fixed it;
-    for 3.6 we re-register ``__index__`` reading the single element. Test-only; compiled kernels are
-    unaffected."""
-    try:
-        from triton.runtime import interpreter as _ti
-    except Exception:
-        return
-    orig = getattr(_ti, "_patch_lang_tensor", None)
-    if orig is None or getattr(orig, "_fp4attn_fixed", False):
-        return
-
-    def patched(tensor, scope):
-        orig(tensor, scope)
-        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
-
-    patched._fp4attn_fixed = True
-    _ti._patch_lang_tensor = patched
-
-
-if INTERPRET:
-    _fix_interpreter_index()
 HAS_CUDA = torch.cuda.is_available() and not INTERPRET
 gpu = pytest.mark.skipif(not HAS_CUDA, reason="needs CUDA (and TRITON_INTERPRET unset)")
 

@@ -188,7 +188,7 @@ def attn_qat(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool 
         o, lse, *_ = torch.ops.fp4attn.attn_qat_fwd(q, k, v, causal, scale, fmt, layout, high_precision_o,
                                                     quantize_p_in_backward, backward == "naive")
         if return_lse:
-            return o, lse[:, :, : qb.shape[2]]
+            return o, lse[:, :, : qb.shape[2]].contiguous()
         return o
     from ..reference.attn_qat import attn_qat_reference
     out, lse = attn_qat_reference(qb, kb, vb, causal=causal, scale=scale, fmt=fmt,
