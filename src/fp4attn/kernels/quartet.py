@@ -46,7 +46,6 @@ import torch
 import triton
 import triton.language as tl
 
-from ..formats import triton_helpers as _th
 from ..formats.core import e2m1_decode as _e2m1_decode_torch
 from ..formats.core import unpack_last
 from ..formats.triton_helpers import block_amax, block_bad, e2m1_code, e2m1_round, exp2i, mx_exponent, rint
@@ -63,10 +62,6 @@ _INV_SQRT32 = 0.17677669529663687
 _HDOT_F32, _HDOT_BF16, _HDOT_F16 = 0, 1, 2
 # The interpreter (TRITON_INTERPRET=1) has no bf16/fp16 arithmetic for tl.dot: use the float32 dot there.
 _INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-if not isinstance(_th._RINT_MAGIC, tl.constexpr) and not _INTERPRET:
-    # A plain float global cannot be read by a compiled kernel ("Cannot access global variable");
-    # same value wrapped as a constexpr (as kernels/attn_qat.py does), until triton_helpers does it.
-    _th._RINT_MAGIC = tl.constexpr(_th._RINT_MAGIC)
 _QUEST_C = tl.constexpr(QUEST_STD_FACTOR)
 _QUEST_EPS = tl.constexpr(QUEST_EPS)
 _RSQRT32 = tl.constexpr(_INV_SQRT32)
