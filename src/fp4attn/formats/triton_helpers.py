@@ -266,3 +266,32 @@ def _interpreter_numpy_compat() -> None:
 
 if __import__("os").environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
     _interpreter_numpy_compat()
+
+
+# ----------------------------------------------------------------------------------------------
+# E2M1 encoding by exact decision points (no division): used by the bandwidth-bound quantize
+# kernels. For a block scale s, the thresholds t*s (t = 0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5) are
+# exact float32 products, so comparing |x| with them gives the same code as rounding the IEEE
+# quotient x / s (the reference) — ties included, through the > / >= forms below.
+# ----------------------------------------------------------------------------------------------
+@triton.jit
+def e2m1_decision_points(s):
+    """Float bits of the E2M1 decision points t*s (exact) in ">" form (">=" points -> previous float)."""
+    g0 = (s * 0.25).to(tl.int32, bitcast=True)
+    g1 = (s * 0.75).to(tl.int32, bitcast=True) - 1
+    g2 = (s * 1.25).to(tl.int32, bitcast=True)
+    g3 = (s * 1.75).to(tl.int32, bitcast=True) - 1
+    g4 = (s * 2.5).to(tl.int32, bitcast=True)
+    g5 = (s * 3.5).to(tl.int32, bitcast=True) - 1
+    g6 = (s * 5.0).to(tl.int32, bitcast=True)
+    return g0, g1, g2, g3, g4, g5, g6
+
+
+@triton.jit
+def e2m1_code_from_points(a, g0, g1, g2, g3, g4, g5, g6):
+    """E2M1 magnitude code (int32 0..7) of |x| with float bits ``a`` (int32, sign cleared), given the
+    float bits ``g`` of the decision points (``>`` form): code = number of g_i that a exceeds."""
+    b2 = a > g3
+    b1 = a > tl.where(b2, g5, g1)
+    b0 = a > tl.where(b2, tl.where(b1, g6, g4), tl.where(b1, g2, g0))
+    return b2.to(tl.int32) * 4 + b1.to(tl.int32) * 2 + b0.to(tl.int32)

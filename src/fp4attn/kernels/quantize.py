@@ -45,6 +45,8 @@ from ..formats.triton_helpers import (
     block_amax,
     block_bad,
     e2m1_code,
+    e2m1_code_from_points,
+    e2m1_decision_points,
     e2m1_decode,
     e4m3_round,
     exp2i,
@@ -109,16 +111,6 @@ def _out_bits16(v, OUT_DT: tl.constexpr):
 
 
 @triton.jit
-def _mag_code(a, g0, g1, g2, g3, g4, g5, g6):
-    """E2M1 magnitude code (int32 0..7) of |x| with float bits ``a`` (int32, sign cleared), given the
-    float bits ``g`` of the decision points (``>`` form): code = number of g_i that a exceeds."""
-    b2 = a > g3
-    b1 = a > tl.where(b2, g5, g1)
-    b0 = a > tl.where(b2, tl.where(b1, g6, g4), tl.where(b1, g2, g0))
-    return b2.to(tl.int32) * 4 + b1.to(tl.int32) * 2 + b0.to(tl.int32)
-
-
-@triton.jit
 def _block_scale(amax, senc, IS_MX: tl.constexpr, FLOOR: tl.constexpr, GLOBAL: tl.constexpr):
     """Finite block amax -> (s: float32 scale value, sbyte: int32 stored byte, inv: float32 2**-e
     for MXFP4 (a normal number, e <= 126 for finite amax), unused for NVFP4)."""
@@ -134,19 +126,6 @@ def _block_scale(amax, senc, IS_MX: tl.constexpr, FLOOR: tl.constexpr, GLOBAL: t
 
 
 @triton.jit
-def _nv_points(s):
-    """Float bits of the E2M1 decision points t*s (exact) in ">" form (">=" points -> previous float)."""
-    g0 = (s * 0.25).to(tl.int32, bitcast=True)
-    g1 = (s * 0.75).to(tl.int32, bitcast=True) - 1
-    g2 = (s * 1.25).to(tl.int32, bitcast=True)
-    g3 = (s * 1.75).to(tl.int32, bitcast=True) - 1
-    g4 = (s * 2.5).to(tl.int32, bitcast=True)
-    g5 = (s * 3.5).to(tl.int32, bitcast=True) - 1
-    g6 = (s * 5.0).to(tl.int32, bitcast=True)
-    return g0, g1, g2, g3, g4, g5, g6
-
-
-@triton.jit
 def _encode(x, s, inv, denom, g0, g1, g2, g3, g4, g5, g6, any_bad,
             IS_MX: tl.constexpr, GLOBAL: tl.constexpr, FAST: tl.constexpr):
     """E2M1 code (int32, sign in bit 3) of x / scale, exactly as the reference; ``s``/``inv``/
@@ -157,7 +136,7 @@ def _encode(x, s, inv, denom, g0, g1, g2, g3, g4, g5, g6, any_bad,
         if FAST:
             # x * 2**-e is exact (= the reference's x / 2**e); compare with the constant points
             v = (a.to(tl.float32, bitcast=True) * inv).to(tl.int32, bitcast=True)
-            c = _mag_code(v, 0x3E800000, 0x3F3FFFFF, 0x3FA00000, 0x3FDFFFFF, 0x40200000, 0x405FFFFF,
+            c = e2m1_code_from_points(v, 0x3E800000, 0x3F3FFFFF, 0x3FA00000, 0x3FDFFFFF, 0x40200000, 0x405FFFFF,
                           0x40A00000) | ((xb >> 28) & 8)
         else:
             c = e2m1_code(x * inv).to(tl.int32)
@@ -165,7 +144,7 @@ def _encode(x, s, inv, denom, g0, g1, g2, g3, g4, g5, g6, any_bad,
         if GLOBAL:
             c = e2m1_code(tl.math.div_rn(x, denom)).to(tl.int32)
         elif FAST:
-            c = _mag_code(a, g0, g1, g2, g3, g4, g5, g6) | ((xb >> 28) & 8)
+            c = e2m1_code_from_points(a, g0, g1, g2, g3, g4, g5, g6) | ((xb >> 28) & 8)
         else:
             c = e2m1_code(tl.math.div_rn(x, s)).to(tl.int32)
         c = tl.where(s > 0, c, 0)  # a block whose scale rounds to 0 stores codes 0 (as the reference)
@@ -207,7 +186,7 @@ def _quant_pair(lo, hi, senc, IS_MX: tl.constexpr, FLOOR: tl.constexpr, GLOBAL: 
     denom3 = s3
     if GLOBAL:
         denom3 = tl.math.div_rn(s, senc)[:, :, None]
-    g0, g1, g2, g3, g4, g5, g6 = _nv_points(s3)
+    g0, g1, g2, g3, g4, g5, g6 = e2m1_decision_points(s3)
     clo = _encode(lo, s3, inv3, denom3, g0, g1, g2, g3, g4, g5, g6, any_bad, IS_MX, GLOBAL, FAST)
     chi = _encode(hi, s3, inv3, denom3, g0, g1, g2, g3, g4, g5, g6, any_bad, IS_MX, GLOBAL, FAST)
     if IS_MX:
@@ -420,7 +399,7 @@ def _cols_loop_kernel(x_ptr, data_ptr, scale_ptr, out_ptr, senc_ptr, decg_ptr,
     denom = s
     if GLOBAL:
         denom = tl.math.div_rn(s, senc)
-    g0, g1, g2, g3, g4, g5, g6 = _nv_points(s)
+    g0, g1, g2, g3, g4, g5, g6 = e2m1_decision_points(s)
     snan = tl.where(bad, float("nan"), s)
     if FAKE:
         if GLOBAL:
