@@ -2,19 +2,28 @@
 does Attn-QAT win the accuracy back? Everything is generated here (no downloads).
 
 1. **Task** (multi-query associative recall in a haystack): a sequence is ``BOS``, a haystack of
-   random filler tokens with ``--pairs`` key→value pairs (two adjacent tokens ``k v``) planted at
-   random places, then ``SEP`` and ``--queries`` of the planted keys, each followed by its value:
-   ``SEP k_a v_a k_b v_b …``. The model is scored on predicting each queried value from its key
-   (accuracy and cross-entropy over those positions only). Keys, values and filler come from three
-   disjoint small vocabularies; nothing else about the answer is predictable, so the model must find
-   the one matching key among thousands of tokens (an induction-head circuit: sharp attention).
-2. **Model**: a tiny pre-norm causal transformer (RMSNorm, RoPE, GELU MLP, tied embeddings) trained
-   from scratch with unquantized attention (``torch.nn.functional.scaled_dot_product_attention`` in
-   float32 on CPU, the BF16 baseline of the papers; bf16 autocast on CUDA).
+   key→value pairs (two adjacent tokens ``k v``; by default as many distinct keys as fit, up to
+   ``--n-keys``, the rest random filler tokens), then ``SEP`` and ``--queries`` of the planted keys,
+   each followed by its value: ``SEP k_a v_a k_b v_b …``. The model is scored on predicting each
+   queried value from its key (accuracy and cross-entropy over those positions only). Keys, values
+   and filler come from three disjoint small vocabularies; nothing else about the answer is
+   predictable, so the model must find the one matching key among all the keys in the context.
+2. **Model**: a tiny pre-norm causal transformer (RMSNorm, RoPE, GELU MLP, tied embeddings, plus a
+   "token shift" — each position also embeds the previous token, as in H3/Based — so that a single
+   attention layer can do the lookup) trained from scratch with unquantized attention
+   (``torch.nn.functional.scaled_dot_product_attention``, float32 on CPU, bf16 autocast on CUDA).
+   **K outlier channel** (``--k-outlier``, default 20): every head's K gets one channel offset by
+   ±20·RMS(K) on every token. It adds the same number to every score of a query row, so softmax —
+   and everything about BF16 training and evaluation — is exactly unchanged; but it is the
+   channel-wise K outlier that real LLMs have (SageAttention's reason for smoothing K), and FP4
+   blocks along D lose the other channels of its block to it. Without it (``--k-outlier 0``) FP4
+   PTQ hardly changes the accuracy of this task: a sharp single-key lookup with wide margins is
+   robust to 4-bit noise.
 3. **Evaluation** of the same weights with the attention swapped (every layer, every head):
    ``bf16`` (fp4attn's unquantized recipe), FP4 post-training quantization ``nvfp4`` / ``mxfp4`` /
    ``sage3`` (:func:`fp4attn.attention`), ThriftAttention with 5 / 10 / 25 % of key blocks in 16
-   bits (:func:`fp4attn.thrift_attention`), at every context length.
+   bits (:func:`fp4attn.thrift_attention`), at every context length (the longest one is twice the
+   longest training context: a length-generalization point, where BF16 is below 100 % too).
 4. **Attn-QAT**: a short fine-tune with :func:`fp4attn.attn_qat` (NVFP4 fake-quantized forward,
    Algorithm-3 backward), then evaluated with the matching FP4 inference recipe (``nvfp4``).
    A control run continues BF16 training for the same steps, so that "more training" is not
@@ -24,8 +33,9 @@ Output (``--out``, default ``./fp4attn-out/demo``): a markdown table (``demo.md`
 with accuracy, loss and the recovered share of the FP4→BF16 gap, ``demo.csv`` (one row per
 setting and context length), ``demo_accuracy.png`` (accuracy vs context length) and
 ``demo_loss.png`` (training curves). ``--tiny`` is a seconds-long smoke setting (tests / CI);
-``--size full`` uses 512–4096-token contexts (meant for a GPU: the CPU reference of the FP4 ops
-is slow).
+``--size full`` uses 512–4096-token contexts and a bigger model (meant for a GPU: the CPU
+reference of the FP4 ops is slow; its settings are a starting point, not yet tuned on a GPU).
+On a loaded CPU, ``OMP_NUM_THREADS=1`` can be several times faster than oversubscribed threads.
 """
 
 from __future__ import annotations
@@ -50,26 +60,29 @@ import torch.nn.functional as F
 
 @dataclass
 class Settings:
-    contexts: list[int] = field(default_factory=lambda: [256, 512, 1024])
-    train_contexts: list[int] = field(default_factory=lambda: [128, 256, 512])
-    pairs: int = 16
+    contexts: list[int] = field(default_factory=lambda: [128, 256, 512])
+    train_contexts: list[int] = field(default_factory=lambda: [64, 128, 256])
+    pairs: int = 0                 # key-value pairs per sequence; <= 0: as many as fit (dense MQAR)
     queries: int = 16
-    n_keys: int = 512
+    n_keys: int = 128
     n_values: int = 64
     n_filler: int = 64
-    d_model: int = 128
+    d_model: int = 64
     n_layers: int = 2
-    n_heads: int = 4
-    train_steps: int = 1500
-    train_tokens: int = 8192       # tokens per training batch (batch size = train_tokens // length)
-    lr: float = 3e-3
-    qat_steps: int = 60
-    qat_lr: float = 3e-4
-    qat_contexts: list[int] = field(default_factory=lambda: [256])
-    qat_tokens: int = 4096
-    eval_seqs: int = 16            # sequences per context length
-    eval_batch: int = 8
+    n_heads: int = 2
+    attn_temp: float = 0.0         # > 0: QK-norm attention with logits attn_temp * cos(q, k)
+    k_outlier: float = 20.0        # > 0: one outlier channel per head in K, +-k_outlier x RMS(K) on every token
+    train_steps: int = 1000
+    train_tokens: int = 4096       # tokens per training batch (batch size = train_tokens // length)
+    lr: float = 2e-3
+    qat_steps: int = 400
+    qat_lr: float = 1e-3
+    qat_contexts: list[int] = field(default_factory=lambda: [128, 256])
+    qat_tokens: int = 2048
+    eval_seqs: int = 32            # sequences per context length
+    eval_batch: int = 16
     thrift_budgets: list[float] = field(default_factory=lambda: [0.05, 0.10, 0.25])
+    thrift_block: int = 16         # Thrift block size (tokens); SPEC default 64 at --size full
     seed: int = 0
 
 
@@ -78,9 +91,10 @@ SIZES = {
                  n_filler=16, d_model=32, n_layers=2, n_heads=2, train_steps=30, train_tokens=1024,
                  qat_steps=4, qat_contexts=[64], qat_tokens=256, eval_seqs=4, eval_batch=4),
     "default": {},
-    "full": dict(contexts=[512, 1024, 2048, 4096], train_contexts=[512, 1024, 2048], pairs=32, queries=32,
+    "full": dict(contexts=[512, 1024, 2048, 4096], train_contexts=[256, 512, 1024, 2048], pairs=0, queries=32,
                  n_keys=1024, d_model=256, n_layers=4, n_heads=8, train_steps=4000, train_tokens=32768,
-                 qat_steps=400, qat_contexts=[1024, 2048], qat_tokens=16384, eval_seqs=64, eval_batch=8),
+                 qat_steps=400, qat_contexts=[1024, 2048], qat_tokens=16384, eval_seqs=64, eval_batch=8,
+                 thrift_block=64),
 }
 
 
@@ -98,27 +112,37 @@ class Vocab:
         self.size = self.fill0 + s.n_filler
 
 
+def n_queries(s: Settings, length: int) -> int:
+    """Queried keys per sequence of ``length`` tokens."""
+    if s.pairs > 0:
+        return min(s.queries, s.pairs)
+    return min(s.queries, (length - 2 - 2 * s.queries) // 2, s.n_keys)
+
+
 def make_batch(s: Settings, vocab: Vocab, batch: int, length: int, gen: torch.Generator):
     """``batch`` sequences of exactly ``length`` tokens.
 
     Returns (tokens (B, L) int64, targets (B, L) int64 with -100 everywhere except the positions whose
     *next* token is a queried value: there the target is that value)."""
-    nq = min(s.queries, s.pairs)
-    hay = length - 2 - 2 * nq  # BOS + haystack + SEP + queries
-    if hay < 2 * s.pairs:
-        raise ValueError(f"context {length} too short for {s.pairs} pairs and {nq} queries")
+    hay = length - 2 - 2 * s.queries  # BOS + haystack + SEP + queries
+    n_pairs = s.pairs if s.pairs > 0 else min(hay // 2, s.n_keys)  # pairs <= 0: as many as fit
+    nq = min(s.queries, n_pairs)
+    hay = length - 2 - 2 * nq
+    if hay < 2 * n_pairs or n_pairs > s.n_keys:
+        raise ValueError(f"context {length} too short for {n_pairs} pairs and {nq} queries, or fewer keys "
+                         f"({s.n_keys}) than pairs")
     tokens = torch.empty(batch, length, dtype=torch.long)
     targets = torch.full((batch, length), -100, dtype=torch.long)
     for b in range(batch):
-        keys = torch.randperm(s.n_keys, generator=gen)[: s.pairs] + vocab.key0
-        vals = torch.randint(0, s.n_values, (s.pairs,), generator=gen) + vocab.val0
+        keys = torch.randperm(s.n_keys, generator=gen)[:n_pairs] + vocab.key0
+        vals = torch.randint(0, s.n_values, (n_pairs,), generator=gen) + vocab.val0
         h = torch.randint(0, s.n_filler, (hay,), generator=gen) + vocab.fill0
-        # pair starts: choose s.pairs slots among hay - s.pairs, then spread so that pairs never overlap
-        slots = torch.randperm(hay - s.pairs, generator=gen)[: s.pairs].sort().values
-        starts = slots + torch.arange(s.pairs)
+        # pair starts: choose n_pairs slots among hay - n_pairs, then spread so that pairs never overlap
+        slots = torch.randperm(hay - n_pairs, generator=gen)[:n_pairs].sort().values
+        starts = slots + torch.arange(n_pairs)
         h[starts] = keys
         h[starts + 1] = vals
-        order = torch.randperm(s.pairs, generator=gen)[:nq]
+        order = torch.randperm(n_pairs, generator=gen)[:nq]
         q = torch.stack([keys[order], vals[order]], dim=1).reshape(-1)
         seq = torch.cat([torch.tensor([BOS]), h, torch.tensor([SEP]), q])
         tokens[b] = seq
@@ -143,9 +167,22 @@ def rope(x: torch.Tensor, offset: int = 0) -> torch.Tensor:
 
 
 class Block(nn.Module):
-    def __init__(self, d: int, h: int):
+    def __init__(self, d: int, h: int, temp: float = 0.0, k_outlier: float = 0.0, seed: int = 0):
         super().__init__()
         self.h = h
+        self.temp = temp
+        # a fixed per-head offset of K, the same for every token: one channel of +-k_outlier. It adds
+        # q.offset to every score of a row, so softmax (and BF16 attention) is exactly unchanged, but
+        # it is the channel-wise K outlier of real LLMs that FP4 blocks along D suffer from (and that
+        # SageAttention's K smoothing removes)
+        g = torch.Generator().manual_seed(seed)
+        dh = d // h
+        off = torch.zeros(h, dh)
+        if k_outlier > 0:
+            ch = torch.randint(0, dh, (h,), generator=g)
+            sign = torch.randint(0, 2, (h,), generator=g) * 2 - 1
+            off[torch.arange(h), ch] = k_outlier * sign.float()
+        self.register_buffer("k_offset", off[None, :, None, :], persistent=False)
         self.n1 = nn.RMSNorm(d)
         self.qkv = nn.Linear(d, 3 * d, bias=False)
         self.o = nn.Linear(d, d, bias=False)
@@ -156,9 +193,16 @@ class Block(nn.Module):
         B, N, d = x.shape
         q, k, v = self.qkv(self.n1(x)).view(B, N, 3, self.h, d // self.h).permute(2, 0, 3, 1, 4)
         q, k = rope(q), rope(k)
+        scale = None
+        if self.temp > 0:  # QK-norm: |q| = |k| = sqrt(Dh), logits = temp * cos(q, k)
+            dh = q.shape[-1]
+            q, k = F.rms_norm(q, (dh,)), F.rms_norm(k, (dh,))
+            scale = self.temp / dh
+        if self.k_offset.any():  # in units of the RMS of this head's K over the sequence (a constant per row)
+            k = k + self.k_offset.to(k.dtype) * k.detach().square().mean(dim=(2, 3), keepdim=True).sqrt()
         if last_n is not None:  # only the last rows are needed (bottom-right causal keeps them exact)
             q, x = q[:, :, -last_n:], x[:, -last_n:]
-        a = attn(q, k, v)  # (B, H, Nq, Dh), causal
+        a = attn(q, k, v, scale)  # (B, H, Nq, Dh), causal (bottom-right)
         x = x + self.o(a.transpose(1, 2).reshape(B, -1, d))
         return x + self.mlp(self.n2(x))
 
@@ -171,7 +215,8 @@ class TinyLM(nn.Module):
         # convolution, as in H3 / Based), so one attention layer can match a query key to the position
         # right after the same key: retrieval is then all about how sharp and precise attention is
         self.prev = nn.Embedding(vocab_size, s.d_model)
-        self.blocks = nn.ModuleList(Block(s.d_model, s.n_heads) for _ in range(s.n_layers))
+        self.blocks = nn.ModuleList(Block(s.d_model, s.n_heads, s.attn_temp, s.k_outlier, seed=s.seed + 7 * i)
+                                    for i in range(s.n_layers))
         self.norm = nn.RMSNorm(s.d_model)
         nn.init.normal_(self.emb.weight, std=0.02)
         nn.init.normal_(self.prev.weight, std=0.02)
@@ -184,18 +229,14 @@ class TinyLM(nn.Module):
         return self.norm(x) @ self.emb.weight.t()
 
 
-# attention functions: (q, k, v) bhsd -> bhsd, causal (bottom-right aligned)
-def sdpa_attn(q, k, v):
+# attention functions: (q, k, v, scale) bhsd -> bhsd, causal (bottom-right aligned)
+def sdpa_attn(q, k, v, scale=None):
     """Unquantized causal attention (PyTorch SDPA), bottom-right aligned when Nq < Nk."""
     if q.shape[2] == k.shape[2]:
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
-    return _bottom_right_sdpa(q, k, v)
-
-
-def _bottom_right_sdpa(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
     nq, nk = q.shape[2], k.shape[2]
     keep = torch.arange(nk, device=q.device)[None, :] <= torch.arange(nq, device=q.device)[:, None] + (nk - nq)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=keep)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=keep, scale=scale)
 
 
 def make_attn(setting: dict):
@@ -205,12 +246,15 @@ def make_attn(setting: dict):
     if kind == "sdpa":
         return sdpa_attn
     if kind == "attention":
-        return lambda q, k, v: fp4attn.attention(q, k, v, causal=True, recipe=setting["recipe"])
+        return lambda q, k, v, scale=None: fp4attn.attention(q, k, v, causal=True, scale=scale,
+                                                             recipe=setting["recipe"])
     if kind == "thrift":
-        return lambda q, k, v: fp4attn.thrift_attention(q, k, v, causal=True, budget=setting["budget"],
-                                                        fmt="nvfp4")
+        return lambda q, k, v, scale=None: fp4attn.thrift_attention(q, k, v, causal=True, scale=scale,
+                                                                    budget=setting["budget"], fmt="nvfp4",
+                                                                    block_size=setting["block_size"])
     if kind == "qat":
-        return lambda q, k, v: fp4attn.attn_qat(q, k, v, causal=True, fmt=setting.get("fmt", "nvfp4"))
+        return lambda q, k, v, scale=None: fp4attn.attn_qat(q, k, v, causal=True, scale=scale,
+                                                            fmt=setting.get("fmt", "nvfp4"))
     raise ValueError(kind)
 
 
@@ -220,7 +264,7 @@ def eval_settings(s: Settings) -> list[tuple[str, dict]]:
             ("mxfp4 PTQ", dict(op="attention", recipe="mxfp4")),
             ("sage3 PTQ", dict(op="attention", recipe="sage3"))]
     for b in s.thrift_budgets:
-        rows.append((f"thrift {b:.0%}", dict(op="thrift", budget=b)))
+        rows.append((f"thrift {b:.0%}", dict(op="thrift", budget=b, block_size=s.thrift_block)))
     return rows
 
 
@@ -246,7 +290,7 @@ def train(model: TinyLM, s: Settings, vocab: Vocab, *, steps: int, lr: float, co
         length = contexts[i % len(contexts)]
         tokens, targets = make_batch(s, vocab, max(1, tokens_per_batch // length), length, gen)
         tokens, targets = tokens.to(device), targets.to(device)
-        nq = 2 * min(s.queries, s.pairs)
+        nq = 2 * n_queries(s, length)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
             logits = model(tokens, attn, last_n=nq)
         loss = F.cross_entropy(logits.float().flatten(0, 1), targets[:, -nq:].flatten())
@@ -266,9 +310,9 @@ def train(model: TinyLM, s: Settings, vocab: Vocab, *, steps: int, lr: float, co
 def evaluate(model: TinyLM, s: Settings, data: dict, attn, device, bar=None) -> dict[int, tuple[float, float]]:
     """{context: (accuracy, loss)} on the fixed evaluation sequences ``data``."""
     model.eval()
-    nq = 2 * min(s.queries, s.pairs)
     res = {}
     for length, (tokens, targets) in data.items():
+        nq = 2 * n_queries(s, length)
         correct = total = 0
         loss_sum = 0.0
         for b0 in range(0, tokens.shape[0], s.eval_batch):
@@ -389,9 +433,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                              ("qat-contexts", "ints", _ints), ("thrift-budgets", "floats", _floats)):
         p.add_argument(f"--{name}", type=parse, default=None, help=f"comma-separated {typ}")
     for name in ("pairs", "queries", "n-keys", "n-values", "n-filler", "d-model", "n-layers", "n-heads",
-                 "train-steps", "train-tokens", "qat-steps", "qat-tokens", "eval-seqs", "eval-batch", "seed"):
+                 "train-steps", "train-tokens", "qat-steps", "qat-tokens", "eval-seqs", "eval-batch", "seed",
+                 "thrift-block"):
         p.add_argument(f"--{name}", type=int, default=None)
-    for name in ("lr", "qat-lr"):
+    for name in ("lr", "qat-lr", "attn-temp", "k-outlier"):
         p.add_argument(f"--{name}", type=float, default=None)
     p.add_argument("--no-control", action="store_true", help="skip the BF16 continued-training control")
 
