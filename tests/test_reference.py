@@ -309,3 +309,20 @@ def test_budget_to_k_rules():
                 return (kk * n - kk * (kk - 1) / 2) / (n * (n + 1) / 2)
             assert all(abs(share(k) - f) <= abs(share(j) - f) for j in range(1, n + 1))
     assert budget_to_k(0.25, 64, True) == 9           # share(9) = 540/2080 = 0.2596
+
+
+def test_attn_qat_lse_gradient():
+    """A loss on the returned LSE flows back as dS += P·dlse (dLSE/dS = P); checked against autograd
+    of logsumexp over the fake-quantized scores."""
+    torch.manual_seed(8)
+    q = torch.randn(1, 2, 30, 32, dtype=torch.float64, requires_grad=True)
+    k = torch.randn(1, 2, 40, 32, dtype=torch.float64, requires_grad=True)
+    v = torch.randn(1, 2, 40, 32, dtype=torch.float64)
+    w = torch.randn(1, 2, 30, dtype=torch.float64)
+    _, lse = reference.attn_qat_reference(q, k, v)
+    (lse.double() * w).sum().backward()
+    q2, k2 = q.detach().clone().requires_grad_(True), k.detach().clone().requires_grad_(True)
+    s = fp4attn.fake_quantize(q2, dim=-1) @ fp4attn.fake_quantize(k2, dim=-1).transpose(-1, -2) / math.sqrt(32)
+    (torch.logsumexp(s, -1) * w).sum().backward()
+    # the op returns LSE as float32 (SPEC §3), so dlse reaches the backward rounded to float32 (~1e-8)
+    assert rel_l2(q.grad, q2.grad) <= 1e-6 and rel_l2(k.grad, k2.grad) <= 1e-6

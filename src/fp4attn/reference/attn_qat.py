@@ -62,8 +62,12 @@ def attn_qat_forward(q, k, v, *, causal=False, scale=None, fmt="nvfp4"):
 
 
 def attn_qat_backward(do, q, k, v, o, o_prime, lse, *, causal=False, scale=None, fmt="nvfp4",
-                      high_precision_o=True, quantize_p_in_backward=True, backward="qat"):
-    """Returns (dQ, dK, dV) in the compute dtype; dK, dV summed over GQA groups."""
+                      high_precision_o=True, quantize_p_in_backward=True, backward="qat", dlse=None):
+    """Returns (dQ, dK, dV) in the compute dtype; dK, dV summed over GQA groups.
+
+    ``dlse`` (optional, (B, Hq, Nq)) is a gradient flowing into the returned LSE: since
+    dLSE/dS = P, it adds P·dlse to dS.
+    """
     cd = compute_dtype(q, k, v, do)
     B, hq, nq, D = q.shape
     hkv, nk = k.shape[1], k.shape[2]
@@ -90,6 +94,8 @@ def attn_qat_backward(do, q, k, v, o, o_prime, lse, *, causal=False, scale=None,
                         torch.zeros_like(s))
         do_c = do[:, :, r0:r1]
         d_row = (do_c * o_for_d[:, :, r0:r1]).sum(dim=-1, keepdim=True)
+        if dlse is not None:
+            d_row = d_row - dlse[:, :, r0:r1].to(cd).unsqueeze(-1)
         pv = quantize_p(p, fmt, False) if (quantize_p_in_backward and not naive) else p
         dv += pv.transpose(-1, -2) @ do_c
         dp = do_c @ vf.transpose(-1, -2)
@@ -106,13 +112,12 @@ class _AttnQATFunction(torch.autograd.Function):
         ctx.save_for_backward(q, k, v, o, o_prime, lse)
         ctx.cfg = dict(causal=causal, scale=scale, fmt=fmt, high_precision_o=high_precision_o,
                        quantize_p_in_backward=quantize_p_in_backward, backward=backward)
-        ctx.mark_non_differentiable(lse)
         return o.to(q.dtype), lse.float()
 
     @staticmethod
     def backward(ctx, do, dlse):
         q, k, v, o, o_prime, lse = ctx.saved_tensors
-        dq, dk, dv = attn_qat_backward(do, q, k, v, o, o_prime, lse, **ctx.cfg)
+        dq, dk, dv = attn_qat_backward(do, q, k, v, o, o_prime, lse, dlse=dlse, **ctx.cfg)
         return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None, None, None, None, None
 
 
