@@ -372,9 +372,11 @@ def plot(out: str, rows: list[dict], contexts: list[int], curves: dict[str, list
         return []
     paths = []
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for r in rows:
+    cmap = plt.get_cmap("tab20")
+    for i, r in enumerate(rows):
         style = "-" if r["weights"] == "BF16-trained" else "--"
-        ax.plot(contexts, [r["acc"][c] for c in contexts], style, marker="o", label=f"{r['setting']} ({r['weights']})")
+        ax.plot(contexts, [r["acc"][c] for c in contexts], style, marker="o", color=cmap(i % 20),
+                label=f"{r['setting']} ({r['weights']})")
     ax.set_xscale("log", base=2)
     ax.set_xticks(contexts, [str(c) for c in contexts])
     ax.set_xlabel("context length (tokens)")
@@ -532,7 +534,7 @@ def run(args) -> int:
              "recipe named in 'setting'."]
     if gap < 0.02:
         lines.append(f"NOTE: FP4 PTQ does not visibly degrade accuracy at these settings (gap {gap:+.3f}); "
-                     "try longer --contexts, more --n-keys or --pairs.")
+                     "try --k-outlier 20 (the default), longer --contexts or more --n-keys.")
     else:
         verdict = "recovers" if qat_row["recovered"] >= 0.5 else "does not recover"
         lines.append(f"FP4 PTQ (nvfp4) loses {gap:.3f} mean accuracy vs BF16; Attn-QAT {verdict} "
