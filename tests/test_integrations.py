@@ -444,3 +444,21 @@ def test_fp4_kv_cache_decode_matches_dense_fp4(monkeypatch):
     with torch.no_grad():
         out = m.generate(ids[:, :20], max_new_tokens=4, do_sample=False, past_key_values=fh.fp4_cache())
     assert out.shape == (2, 24)
+
+
+def test_padding_mask_in_training_gradients_match_unpadded_calls():
+    fn = fh.make_attention_function("nvfp4")
+    q, k, v = _qkv(nq=24, nk=24, grad=True)
+    real = torch.ones(2, 24, dtype=torch.bool)
+    real[1, :7] = False  # left padding
+    allowed = real[:, None, None, :] & torch.tril(torch.ones(24, 24, dtype=torch.bool))[None, None]
+    mod = _Mod(2).train()
+    out, _ = fn(mod, q, k, v, allowed)
+    (out[0].square().sum() + out[1, 7:].square().sum()).backward()
+    q2, k2, v2 = (t.detach().clone().requires_grad_() for t in (q, k, v))
+    o0 = fp4attn.attn_qat(q2[:1], k2[:1], v2[:1], causal=True)
+    o1 = fp4attn.attn_qat(q2[1:, :, 7:], k2[1:, :, 7:], v2[1:, :, 7:], causal=True)
+    (o0.square().sum() + o1.square().sum()).backward()
+    for a, b in ((q, q2), (k, k2), (v, v2)):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-5, atol=1e-6)
+    assert q.grad[1, :, :7].abs().max() == 0 and k.grad[1, :, :7].abs().max() == 0  # padding gets no gradient
