@@ -157,7 +157,18 @@ def fake_quant_p(p, BLOCK: tl.constexpr, IS_MX: tl.constexpr):
     R: tl.constexpr = p.shape[0]
     C: tl.constexpr = p.shape[1]
     pb = tl.reshape(p, (R, C // BLOCK, BLOCK))
-    amax = tl.max(pb, axis=2)
+    s, inv = p_block_scales(tl.max(pb, axis=2), IS_MX)
+    q = e2m1_round_abs(pb * inv[:, :, None]) * s[:, :, None]
+    return tl.reshape(q, (R, C))
+
+
+@triton.jit
+def p_block_scales(amax, IS_MX: tl.constexpr):
+    """Block scales of P~ (amax >= 0, finite) -> (scale s, reciprocal 1/s; 0 where s == 0).
+
+    MXFP4: s = 2**e, rceil e (exact reciprocal). NVFP4: s = E4M3(amax * (1/6)), a reciprocal product
+    instead of the reference's division (SPEC §2 allows it for kernels).
+    """
     if IS_MX:
         e = mx_exponent(amax, False)
         s = exp2i(e)
@@ -165,8 +176,7 @@ def fake_quant_p(p, BLOCK: tl.constexpr, IS_MX: tl.constexpr):
     else:
         s = e4m3_round(amax * (1.0 / 6.0))
         inv = tl.where(s > 0, 1.0 / s, 0.0)
-    q = e2m1_round_abs(pb * inv[:, :, None]) * s[:, :, None]
-    return tl.reshape(q, (R, C))
+    return s, inv
 
 
 # ----------------------------------------------------------------------------------------------

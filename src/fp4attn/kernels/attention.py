@@ -117,9 +117,11 @@ from ..formats.triton_helpers import (
     exp2i,
     fake_quant_p,
     mx_exponent,
+    p_block_scales,
     pack_nibbles,
     unpack_nibbles_words,
 )
+from ._tiles import causal_key_range
 
 __all__ = ["PackedQKV", "quantize_qkv", "attention_packed", "attention_fwd", "default_path",
            "PATH_INTERP", "PATH_HOPPER", "PATH_BLACKWELL"]
@@ -491,14 +493,11 @@ def _p_codes(p, QB: tl.constexpr, IS_MX: tl.constexpr):
     R: tl.constexpr = p.shape[0]
     C: tl.constexpr = p.shape[1]
     pb = tl.reshape(p, (R, C // QB, QB))
-    amax = tl.max(pb, axis=2)
+    s, inv = p_block_scales(tl.max(pb, axis=2), IS_MX)
     if IS_MX:
-        e = mx_exponent(amax, False)
-        inv = exp2i(-e)
-        sc = (e + 127).to(tl.uint8)
+        # E8M0 byte = the float32 exponent field of s = 2**e (e = -127 is the subnormal 2**-127: 0)
+        sc = ((s.to(tl.int32, bitcast=True) >> 23) & 0xFF).to(tl.uint8)
     else:
-        s = e4m3_round(amax * (1.0 / 6.0))
-        inv = tl.where(s > 0, 1.0 / s, 0.0)
         sc = s.to(tl.float8e4nv)  # exact: s is on the E4M3 grid
     codes = e2m1_code(pb * inv[:, :, None])
     return pack_nibbles(tl.reshape(codes, (R, C))), sc
@@ -708,13 +707,7 @@ def _attn_fwd_kernel(Qc, Qs, Kc, Ks, KX, Vc, Vs, VEXP, QBAR, O, LSE, MBUF, KH, V
     acc = tl.zeros([BLOCK_M, DP], dtype=tl.float32)
 
     causal_off = Nk - Nq  # bottom-right: query i sees keys j <= i + Nk - Nq
-    n_full = (Nk // BLOCK_N) * BLOCK_N
-    if CAUSAL:
-        hi = tl.minimum(tl.maximum(m0 + BLOCK_M + causal_off, 0), Nk)
-        full_end = tl.minimum((tl.maximum(m0 + causal_off + 1, 0) // BLOCK_N) * BLOCK_N, n_full)
-    else:
-        hi = Nk
-        full_end = n_full
+    hi, full_end = causal_key_range(m0, Nq, Nk, BLOCK_M, BLOCK_N, CAUSAL)
     acc, l_i, m_i = _attn_inner(acc, l_i, m_i, q_op, q_sc, qfac, qbar, Kc_h, Ks_h, KX_h, Vc_h, Vs_h, vexp,
                                 KH_h, VH_h,
                                 offs_m, 0, full_end, Nk, causal_off, qk_scale, NKP, PMAX,

@@ -55,6 +55,7 @@ import triton
 import triton.language as tl
 
 from ..formats.triton_helpers import fake_quant_blocks, fake_quant_p
+from ._tiles import causal_key_range
 
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
@@ -272,13 +273,7 @@ def _fwd_kernel(Qf, Kf, Vf, O, OP, LSE,
     acc_hp = tl.zeros([BLOCK_M, DP], dtype=tl.float32)
 
     causal_off = Nk - Nq  # bottom-right: query i sees keys j <= i + Nk - Nq
-    n_full = (Nk // BLOCK_N) * BLOCK_N
-    if CAUSAL:
-        hi = tl.minimum(tl.maximum(m0 + BLOCK_M + causal_off, 0), Nk)
-        full_end = tl.minimum((tl.maximum(m0 + causal_off + 1, 0) // BLOCK_N) * BLOCK_N, n_full)
-    else:
-        hi = Nk
-        full_end = n_full
+    hi, full_end = causal_key_range(m0, Nq, Nk, BLOCK_M, BLOCK_N, CAUSAL)
     if EXACT_M:  # pass 1: the final row max, so that P~ is the one-shot P~ of SPEC §3
         m_i = _fwd_rowmax(m_i, q, k_base, offs_m, 0, full_end, Nk, causal_off, qk_scale, False, CAUSAL,
                           BLOCK_N, DP)

@@ -36,6 +36,7 @@ import triton.language as tl
 from ..formats import triton_helpers as _th
 from ..formats.triton_helpers import fake_quant_p
 from ..reference.thrift import budget_to_k
+from ._tiles import causal_key_range
 from .attn_qat import head_dim_padded, pad_tokens, prep
 
 if not isinstance(_th._RINT_MAGIC, tl.constexpr):
@@ -185,10 +186,7 @@ def _thrift_fwd_kernel(Qf, Kf, Vf, Qx, Kx, Vx, SELI, SELM, O, LSE,
     q_off = pid_bh.to(tl.int64) * NQP * DP
     kv_off = kv_bh.to(tl.int64) * NKP * DP
     causal_off = Nk - Nq
-    if CAUSAL:
-        hi = tl.minimum(tl.maximum(i * BLOCK_M + BLOCK_M + causal_off, 0), Nk)
-    else:
-        hi = Nk
+    hi, _ = causal_key_range(i * BLOCK_M, Nq, Nk, BLOCK_M, BLOCK_N, CAUSAL)
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, DP], tl.float32)
