@@ -155,3 +155,17 @@ def test_mixed_devices_rejected():
     meta = torch.randn(1, 2, 56, 32, device="meta")
     with pytest.raises(ValueError, match="device"):
         fp4attn.attention(q, meta, v)
+
+
+def test_top_level_api_resolves_in_a_fresh_interpreter():
+    """Every public name is reachable from `import fp4attn` alone (lazy attributes, no GPU needed)."""
+    import subprocess
+    import sys
+    code = ("import fp4attn\n"
+            "names = ['quantize', 'fake_quantize', 'FP4Tensor', 'attention', 'attn_qat', 'thrift_attention',\n"
+            "         'KVCache', 'decode', 'sdpa_patch']\n"
+            "assert all(callable(getattr(fp4attn, n)) for n in names)\n"
+            "assert fp4attn.nn.QuartetLinear is not None\n"
+            "print('ok')\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]

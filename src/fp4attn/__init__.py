@@ -39,6 +39,6 @@ def __getattr__(name):
         from .integrations.sdpa import sdpa_patch
         return sdpa_patch
     if name == "nn":
-        from . import nn
-        return nn
+        import importlib
+        return importlib.import_module(".nn", __name__)
     raise AttributeError(f"module 'fp4attn' has no attribute {name!r}")

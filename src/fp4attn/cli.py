@@ -22,7 +22,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "accuracy": ("fp4attn.accuracy", "FP4 attention recipes vs exact attention on synthetic inputs "
                  "(CosSim / L1 / RMSE table, CSV, PNG)"),
     "env": ("fp4attn.envinfo", "versions, GPU, and which path (native / emulated / reference) each op runs"),
-    "demo": ("fp4attn.demo", "end-to-end demo"),
+    "demo": ("fp4attn.demo", "the main job: train a tiny model on long-context retrieval, then compare BF16, "
+                              "FP4 PTQ, Thrift and Attn-QAT (table, CSV, PNG)"),
     "qat": ("fp4attn.qat", "FP4 quantization-aware fine-tuning of a causal LM"),
 }
 
