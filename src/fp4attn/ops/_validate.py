@@ -49,7 +49,8 @@ def _check_tensor(name: str, t) -> None:
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     if t.dtype not in _DTYPES:
-        raise TypeError(f"{name} must be a float16, bfloat16 or float32 (or float64, reference path) tensor, got dtype {t.dtype}")
+        raise TypeError(f"{name} must be a float16, bfloat16 or float32 (or float64, reference path) tensor, "
+                        f"got dtype {t.dtype}")
 
 
 def check_attention_args(q, k, v, *, layout="bhsd", scale=None, causal=False):
