@@ -273,6 +273,8 @@ def test_env_path_rules():
     assert envinfo.path_for(op, (10, 0), force_reference=True).startswith("reference")
     assert envinfo.path_for(op, (10, 0), triton_ok=False).startswith("reference")
     assert "no FP4" in envinfo.path_for("attention recipe=bf16", (10, 0))
+    assert envinfo.path_for("attention recipe=mxfp4", (9, 0)) == envinfo.EMULATED_FP8
+    assert envinfo.path_for("nn.QuartetLinear", (8, 0)).startswith("reference")
     # availability comes from the module's existence
     assert envinfo._module_exists("fp4attn.metrics") and not envinfo._module_exists("fp4attn.kernels.nope")
 

@@ -5,7 +5,8 @@ Each op runs one of three ways (SPEC §1):
 - ``native``    — native FP4 on Blackwell (sm_100 / sm_120): the Triton kernel's ``tl.dot_scaled``
   block-scaled FP4 MMA;
 - ``emulated``  — on Hopper / Ampere (sm_80 … sm_90): the same Triton kernel, FP4 values dequantized
-  in registers and fed to 16-bit tensor cores;
+  in registers and fed to 16-bit tensor cores (MXFP4 attention and QuartetLinear: FP8 tensor cores on
+  sm_89+, exact after a per-row exponent offset);
 - ``reference`` — the plain PyTorch reference (:mod:`fp4attn.reference`): always for CPU tensors, and
   for CUDA tensors when the op's kernel module is not installed, the GPU is older than sm_80, Triton
   is missing, or ``FP4ATTN_FORCE_REFERENCE=1``.
@@ -29,6 +30,8 @@ import torch
 
 NATIVE = "native FP4 (Blackwell sm_100/sm_120: tl.dot_scaled)"
 EMULATED = "emulated on Hopper/Ampere (Triton kernel, FP4 dequantized in registers)"
+EMULATED_FP8 = ("emulated on FP8 tensor cores (MXFP4 values embedded exactly in E4M3 after a per-row "
+                "exponent offset)")
 REFERENCE = "reference (PyTorch, CPU)"
 
 # op -> candidate kernel modules (the first one that exists is used); names as the kernels land
@@ -43,8 +46,10 @@ OPS: dict[str, tuple[str, ...]] = {
     "thrift_attention": ("fp4attn.kernels.thrift", "fp4attn.kernels.thrift_attention"),
     "nn.QuartetLinear": ("fp4attn.kernels.quartet", "fp4attn.kernels.linear",
                          "fp4attn.kernels.quartet_linear"),
+    "decode (KVCache)": ("fp4attn.kernels.decode",),
 }
 NON_FP4_OPS = {"attention recipe=bf16"}  # kernels that run 16-bit, never FP4
+FP8_OPS = {"attention recipe=mxfp4", "nn.QuartetLinear"}  # MXFP4 on FP8 tensor cores (sm_89+)
 
 
 def _version(dist: str) -> str | None:
@@ -100,6 +105,11 @@ def path_for(op: str, capability: tuple[int, int] | None, *, triton_ok: bool = T
         return "Triton kernel (16-bit, no FP4)"
     if capability[0] in (10, 12):
         return NATIVE
+    if op in FP8_OPS:
+        if tuple(capability) >= (8, 9):
+            return EMULATED_FP8
+        if op == "nn.QuartetLinear":
+            return f"reference (PyTorch, on the GPU; sm_{capability[0]}{capability[1]} has no FP8 tensor cores)"
     return EMULATED
 
 
