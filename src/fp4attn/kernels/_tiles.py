@@ -21,3 +21,31 @@ def causal_key_range(m0, Nq, Nk, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, C
         hi = Nk
         full_end = n_full
     return hi, full_end
+
+
+@triton.jit
+def online_softmax_step(s, m_i, l_i, MASKED: tl.constexpr):
+    """One online-softmax update for a score tile ``s`` (log2 domain, masked entries -inf).
+
+    Returns (p, alpha, m_new, l_new): P̃ = exp2(s - m_new), the rescale factor alpha =
+    exp2(m_old - m_new) of earlier partial sums, the new running max and l (from the unquantized
+    P̃). With MASKED, rows that have seen no visible key yet (m_new = -inf) get P̃ = 0 instead of NaN.
+    """
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    if MASKED:
+        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+    else:
+        m_use = m_new
+    p = tl.math.exp2(s - m_use[:, None])
+    alpha = tl.math.exp2(m_i - m_use)
+    return p, alpha, m_new, l_i * alpha + tl.sum(p, 1)
+
+
+@triton.jit
+def softmax_finish(l_i, m_i):
+    """End of a row's online softmax: (1/l, LSE in natural log); rows with no visible key get
+    1/l = 0 (output 0, no NaN) and LSE = -inf. ``m_i`` is the running max in the log2 domain."""
+    empty = l_i == 0.0
+    inv_l = tl.where(empty, 0.0, 1.0 / tl.where(empty, 1.0, l_i))
+    lse = tl.where(empty, float("-inf"), (m_i + tl.math.log2(tl.where(empty, 1.0, l_i))) * 0.6931471805599453)
+    return inv_l, lse

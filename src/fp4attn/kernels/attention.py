@@ -121,7 +121,7 @@ from ..formats.triton_helpers import (
     pack_nibbles,
     unpack_nibbles_words,
 )
-from ._tiles import causal_key_range
+from ._tiles import causal_key_range, online_softmax_step, softmax_finish
 
 __all__ = ["PackedQKV", "quantize_qkv", "attention_packed", "attention_fwd", "default_path",
            "PATH_INTERP", "PATH_HOPPER", "PATH_BLACKWELL"]
@@ -566,15 +566,7 @@ def _attn_inner(acc, l_i, m_i, q_op, q_sc, qfac, qbar, Kc, Ks, KX, Vc, Vs, vexp,
                 alpha = tl.zeros_like(l_i) + 1.0
                 l_i = l_i + tl.sum(p, 1)
             else:  # online softmax
-                m_new = tl.maximum(m_i, tl.max(s, 1))
-                if MASK:
-                    m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows that saw no key yet
-                else:
-                    m_use = m_new
-                p = tl.math.exp2(s - m_use[:, None])  # P̃ = exp(S − m)
-                alpha = tl.math.exp2(m_i - m_use)
-                l_i = l_i * alpha + tl.sum(p, 1)  # l from the unquantized P̃
-                m_i = m_new
+                p, alpha, m_i, l_i = online_softmax_step(s, m_i, l_i, MASK)  # P̃ = exp(S − m)
             acc = _pv_update(acc, p, alpha, Vc, Vs, vexp, VH, start_n, NKP, IS_MX, TWO_LEVEL, STAGED, PATH,
                              QB, BLOCK_N, DP)
     return acc, l_i, m_i
@@ -720,9 +712,7 @@ def _attn_fwd_kernel(Qc, Qs, Kc, Ks, KX, Vc, Vs, VEXP, QBAR, O, LSE, MBUF, KH, V
         tl.store(MBUF + pid_bh.to(tl.int64) * NQP + offs_m, m_i)
         return
 
-    empty = l_i == 0.0
-    inv_l = tl.where(empty, 0.0, 1.0 / tl.where(empty, 1.0, l_i))
-    lse = tl.where(empty, float("-inf"), (m_i + tl.math.log2(tl.where(empty, 1.0, l_i))) * 0.6931471805599453)
+    inv_l, lse = softmax_finish(l_i, m_i)
     tl.store(LSE + pid_bh.to(tl.int64) * NQP + offs_m, lse)
     o = acc * inv_l[:, None]
     if IS_MX:

@@ -55,7 +55,7 @@ import triton
 import triton.language as tl
 
 from ..formats.triton_helpers import fake_quant_blocks, fake_quant_p
-from ._tiles import causal_key_range
+from ._tiles import causal_key_range, softmax_finish
 
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
@@ -289,9 +289,7 @@ def _fwd_kernel(Qf, Kf, Vf, O, OP, LSE,
                                        Nk, causal_off, qk_scale, True, CAUSAL, HP_O, QB, IS_MX,
                                        EXACT_M, BLOCK_N, DP)
 
-    empty = l_i == 0.0
-    inv_l = tl.where(empty, 0.0, 1.0 / tl.where(empty, 1.0, l_i))
-    lse = tl.where(empty, float("-inf"), (m_i + tl.math.log2(tl.where(empty, 1.0, l_i))) * 0.6931471805599453)
+    inv_l, lse = softmax_finish(l_i, m_i)
     tl.store(LSE + pid_bh.to(tl.int64) * NQP + offs_m, lse)
     o = acc * inv_l[:, None]
     o_ptrs = (O + b.to(tl.int64) * so_b + h.to(tl.int64) * so_h + offs_m[:, None].to(tl.int64) * so_n

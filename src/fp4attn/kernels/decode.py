@@ -35,6 +35,7 @@ import triton
 import triton.language as tl
 
 from ..formats.triton_helpers import fake_quant_p, fake_quant_rows, unpack_nibbles
+from ._tiles import online_softmax_step
 from .attention import _fp4_tile_f16
 
 LOG2E = 1.4426950408889634
@@ -87,11 +88,7 @@ def _decode_tile(t0, acc, l_i, m_i, q_op, q16, s_scale, qk_scale, kg, vg, row_ok
             s16 = tl.dot(q16, tl.trans(k16)) * qk_scale
             s = tl.where(selr[:, None], s16, s)
     s = tl.where(ok, s, float("-inf"))
-    m_new = tl.maximum(m_i, tl.max(s, 1))
-    m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
-    p = tl.math.exp2(s - m_use[:, None])
-    alpha = tl.math.exp2(m_i - m_use)
-    l_i = l_i * alpha + tl.sum(p, 1)
+    p, alpha, m_new, l_i = online_softmax_step(s, m_i, l_i, True)
     acc = acc * alpha[:, None]
     # V tile: bytes (BLOCK_N/2, D) packed along tokens, read transposed as (D, BLOCK_N/2)
     vbT = tl.load(VD + (base * (PS // 2) + off // 2 + offs_n2)[None, :] * D + offs_d[:, None])
@@ -193,11 +190,7 @@ def _decode_split_kernel(
             s = tl.dot(q16, tl.trans(kt)) * qk_scale
         okt = tmask[None, :] & ((C + offs_t)[None, :] <= last_key[:, None])
         s = tl.where(okt, s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
-        p = tl.math.exp2(s - m_use[:, None])
-        alpha = tl.math.exp2(m_i - m_use)
-        l_i = l_i * alpha + tl.sum(p, 1)
+        p, alpha, m_new, l_i = online_softmax_step(s, m_i, l_i, True)
         if DOT_F32:
             pv = tl.dot(p, vt.to(tl.float32))
         elif F32_CACHE:

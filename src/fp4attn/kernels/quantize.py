@@ -198,6 +198,20 @@ def _quant_pair(lo, hi, senc, IS_MX: tl.constexpr, FLOOR: tl.constexpr, GLOBAL: 
 
 
 @triton.jit
+def _dequant_pair(clo, chi, s, decg_ptr, GLOBAL: tl.constexpr):
+    """Fake-quantized values of a (code_lo, code_hi) tile pair: (code · block scale) first — an exact
+    product — then the global decode factor, as the reference does."""
+    d3 = s[:, :, None]
+    vlo = e2m1_decode(clo) * d3
+    vhi = e2m1_decode(chi) * d3
+    if GLOBAL:
+        g = tl.load(decg_ptr)
+        vlo = vlo * g
+        vhi = vhi * g
+    return vlo, vhi
+
+
+@triton.jit
 def _load_scalar_f32(ptr, GLOBAL: tl.constexpr):
     if GLOBAL:
         return tl.load(ptr)
@@ -253,13 +267,7 @@ def _rows_kernel(x_ptr, data_ptr, scale_ptr, out_ptr, senc_ptr, decg_ptr,
     clo, chi, s, sbyte = _quant_pair(lo, hi, senc, IS_MX, FLOOR, GLOBAL, FAST)
 
     if FAKE:
-        d3 = s[:, :, None]
-        vlo = e2m1_decode(clo) * d3  # exact product; the global decode factor comes after it
-        vhi = e2m1_decode(chi) * d3
-        if GLOBAL:
-            g = tl.load(decg_ptr)
-            vlo = vlo * g
-            vhi = vhi * g
+        vlo, vhi = _dequant_pair(clo, chi, s, decg_ptr, GLOBAL)
         if LOAD == 3:
             wlo = vlo.to(tl.uint32, bitcast=True).to(tl.int64)
             whi = vhi.to(tl.int32, bitcast=True).to(tl.int64) << 32
@@ -319,13 +327,7 @@ def _cols_kernel(x_ptr, data_ptr, scale_ptr, out_ptr, senc_ptr, decg_ptr,
     clo, chi, s, sbyte = _quant_pair(lo, hi, senc, IS_MX, FLOOR, GLOBAL, FAST)
 
     if FAKE:
-        d3 = s[:, :, None]
-        vlo = e2m1_decode(clo) * d3  # exact product; the global decode factor comes after it
-        vhi = e2m1_decode(chi) * d3
-        if GLOBAL:
-            g = tl.load(decg_ptr)
-            vlo = vlo * g
-            vhi = vhi * g
+        vlo, vhi = _dequant_pair(clo, chi, s, decg_ptr, GLOBAL)
         if OUT_DT == 0:
             tl.store(out_ptr + off0, vlo, mask=m0)
             tl.store(out_ptr + off0 + Q, vhi, mask=m1)

@@ -36,7 +36,7 @@ import triton.language as tl
 from ..formats import triton_helpers as _th
 from ..formats.triton_helpers import fake_quant_p
 from ..reference.thrift import budget_to_k
-from ._tiles import causal_key_range
+from ._tiles import causal_key_range, online_softmax_step, softmax_finish
 from .attn_qat import head_dim_padded, pad_tokens, prep
 
 if not isinstance(_th._RINT_MAGIC, tl.constexpr):
@@ -154,11 +154,7 @@ def _fp4_tile(start_n, acc, l_i, m_i, q, Kf, Vf, SELM, kv_off, sel_base, offs_m,
     sel_t = tl.load(SELM + sel_base * NKB + start_n // BLOCK_N)
     ok = ok & (sel_t == 0)
     s = tl.where(ok, s, float("-inf"))
-    m_new = tl.maximum(m_i, tl.max(s, 1))
-    m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
-    p = tl.math.exp2(s - m_use[:, None])
-    alpha = tl.math.exp2(m_i - m_use)
-    l_i = l_i * alpha + tl.sum(p, 1)
+    p, alpha, m_new, l_i = online_softmax_step(s, m_i, l_i, True)
     v = tl.load(Vf + kv_off + (start_n + offs_n)[:, None] * DP + offs_d[None, :])
     s1 = tl.max(p, 1) * (1.0 / 2688.0)  # two-level P: s1 = rowmax(P̃ tile) / (448·6)
     inv1 = tl.where(s1 > 0, 1.0 / s1, 0.0)
@@ -219,11 +215,7 @@ def _thrift_fwd_kernel(Qf, Kf, Vf, Qx, Kx, Vx, SELI, SELM, O, LSE,
             if CAUSAL:
                 ok = ok & (keys[None, :] <= offs_m[:, None] + causal_off)
             s = tl.where(ok, s, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(s, 1))
-            m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
-            p = tl.math.exp2(s - m_use[:, None])
-            alpha = tl.math.exp2(m_i - m_use)
-            l_i = l_i * alpha + tl.sum(p, 1)
+            p, alpha, m_new, l_i = online_softmax_step(s, m_i, l_i, True)
             v = tl.load(Vx + kv_off + (start_n + offs_n)[:, None] * DP + offs_d[None, :])
             if DOT_F32:
                 pv = tl.dot(p, v.to(tl.float32))
@@ -231,9 +223,7 @@ def _thrift_fwd_kernel(Qf, Kf, Vf, Qx, Kx, Vx, SELI, SELM, O, LSE,
                 pv = tl.dot(p.to(v.dtype), v)
             acc = acc * alpha[:, None] + pv
             m_i = m_new
-    empty = l_i == 0.0
-    inv_l = tl.where(empty, 0.0, 1.0 / tl.where(empty, 1.0, l_i))
-    lse = tl.where(empty, float("-inf"), (m_i + tl.math.log2(tl.where(empty, 1.0, l_i))) * 0.6931471805599453)
+    inv_l, lse = softmax_finish(l_i, m_i)
     tl.store(LSE + pid_bh.to(tl.int64) * NQP + offs_m, lse)
     o = acc * inv_l[:, None]
     o_ptrs = (O + b.to(tl.int64) * so_b + h.to(tl.int64) * so_h + offs_m[:, None].to(tl.int64) * so_n
