@@ -1,0 +1,141 @@
+"""Compile every Triton kernel of fp4attn ahead of time for a CUDA target, on a machine without a GPU.
+
+The interpreter tests (TRITON_INTERPRET=1) check the kernels' numerics but never run Triton's compiler,
+so a kernel that only the compiler rejects (a non-constexpr global, a type mismatch between branches,
+an unsupported op) passes them. This probe runs the public launchers on small CPU tensors with the
+compiler enabled, records each kernel launch instead of executing it (nothing runs; outputs stay
+uninitialized), and compiles every distinct recorded launch with ``triton.compile(ASTSource(...),
+target=GPUTarget("cuda", cap, 32))`` down to a cubin with the ptxas bundled with Triton.
+
+Run as a script (``python tests/aot_probe.py [cap] [family ...]``); prints one JSON object
+{family: [compiled kernel names]}. Used by tests/test_aot_compile.py in a child process (the test
+session itself runs with TRITON_INTERPRET=1 on CPU machines).
+"""
+
+import json
+import os
+import sys
+from concurrent.futures import ProcessPoolExecutor
+
+os.environ["TRITON_INTERPRET"] = "0"
+os.environ["FP4ATTN_AUTOTUNE"] = "0"
+
+import torch  # noqa: E402
+import triton  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.compiler import ASTSource  # noqa: E402
+from triton.runtime.jit import JITFunction  # noqa: E402
+
+_TYPES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16", torch.uint8: "u8",
+          torch.int32: "i32", torch.int64: "i64", torch.int8: "i8", torch.int16: "i16",
+          torch.float8_e4m3fn: "fp8e4nv", torch.float64: "fp64", torch.bool: "i1"}
+_RECORDED = []
+
+
+def _record(self, *args, **kwargs):
+    kwargs.pop("grid", None)
+    kwargs.pop("warmup", None)
+    _RECORDED.append((self, args, kwargs))
+
+
+def compile_launch(fn, args, kwargs, cap):
+    names = [p.name for p in fn.params]
+    bound = dict(zip(names, args))
+    bound.update({k: v for k, v in kwargs.items() if k in names})
+    sig, consts = {}, {}
+    for p in fn.params:
+        v = bound.get(p.name, p.default if p.has_default else None)
+        if p.is_constexpr or v is None:
+            sig[p.name] = "constexpr"
+            consts[p.name] = v
+        elif isinstance(v, torch.Tensor):
+            sig[p.name] = "*" + _TYPES[v.dtype]
+        elif isinstance(v, bool):
+            sig[p.name] = "i1"
+        elif isinstance(v, int):
+            sig[p.name] = "i32" if -2**31 <= v < 2**31 else "i64"
+        elif isinstance(v, float):
+            sig[p.name] = "fp32"
+        else:
+            raise TypeError(f"{fn.__name__}: argument {p.name} of type {type(v).__name__}")
+    opts = {k: v for k, v in kwargs.items() if k in ("num_warps", "num_stages")}
+    return triton.compile(ASTSource(fn, sig, consts), target=GPUTarget("cuda", cap, 32), options=opts)
+
+
+# ------------------------------------------------------------------------------------ families
+def fam_quantize():
+    from fp4attn.kernels import quantize as Q
+    Q._check_device = lambda x: None  # a CPU tensor stands in for a CUDA one: nothing is launched
+    x = torch.randn(64, 256, dtype=torch.bfloat16)
+    Q.quantize(x, "nvfp4", 1, scale_mode="rceil", global_scale=False)
+    Q.fake_quantize(x, "nvfp4", 1, scale_mode="rceil", global_scale=True)
+    Q.quantize(x, "mxfp4", 0, scale_mode="floor", global_scale=False)
+
+
+def fam_attn_qat():
+    from fp4attn.kernels import attn_qat as K
+    q = torch.randn(1, 4, 256, 128, dtype=torch.bfloat16)
+    k, v = torch.randn(1, 2, 256, 128, dtype=torch.bfloat16), torch.randn(1, 2, 256, 128, dtype=torch.bfloat16)
+    for causal, fmt in ((True, "nvfp4"), (False, "mxfp4")):
+        qf, kf, vf, op, lse = K.attn_qat_fwd_bhsd(q, k, v, torch.empty_like(q), causal=causal, scale=0.1,
+                                                  fmt=fmt, hp_o=True)
+        K.backward(torch.randn_like(q), op, qf, kf, vf, lse, torch.empty_like(q), torch.empty_like(k),
+                   torch.empty_like(v), nq=256, nk=256, d=128, causal=causal, scale=0.1, fmt=fmt, quant_p=True)
+
+
+def fam_attention():
+    from fp4attn.kernels import attention as A
+    q = torch.randn(1, 4, 256, 128, dtype=torch.bfloat16)
+    k, v = torch.randn(1, 2, 256, 128, dtype=torch.bfloat16), torch.randn(1, 2, 256, 128, dtype=torch.bfloat16)
+    for fmt, staged, kw in (("nvfp4", True, {}), ("mxfp4", True, {}),
+                            ("nvfp4", False, dict(smooth_q=True, smooth_k=True, two_level_p=True))):
+        A.attention_fwd(q, k, v, causal=True, scale=0.1, fmt=fmt, path=A.PATH_HOPPER, staged=staged, **kw)
+
+
+def fam_thrift():
+    from fp4attn.kernels import thrift as T
+    q = torch.randn(1, 4, 512, 128, dtype=torch.bfloat16)
+    k = torch.randn(1, 2, 512, 128, dtype=torch.bfloat16)
+    T.thrift_fwd(q, k, torch.randn_like(k), causal=True, scale=0.1, budget=0.25)
+
+
+def fam_decode():
+    import fp4attn
+    from fp4attn.kernels import decode as Dk
+    k = torch.randn(2, 2, 300, 128, dtype=torch.bfloat16)
+    cache = fp4attn.KVCache.from_dense(k, torch.randn_like(k))
+    Dk.decode_fwd(torch.randn(2, 8, 1, 128, dtype=torch.bfloat16), cache, scale=0.1)
+
+
+def fam_quartet():
+    from fp4attn.kernels import quartet as Kq
+    a = torch.randn(64, 256, dtype=torch.bfloat16)
+    Kq.quest_fp8(a)
+    Kq.sr_fp8(a, sign_seed=1, noise_seed=2)
+
+
+FAMILIES = {name[4:]: fn for name, fn in dict(globals()).items() if name.startswith("fam_")}
+
+
+def compile_family(job):
+    name, cap = job
+    JITFunction.run = _record
+    _RECORDED.clear()
+    FAMILIES[name]()
+    done, seen = [], set()
+    for fn, args, kwargs in _RECORDED:
+        key = (fn.__name__, repr(sorted(kwargs.items())),
+               repr([a for a, p in zip(args, fn.params) if p.is_constexpr]))
+        if key not in seen:
+            seen.add(key)
+            compile_launch(fn, args, kwargs, cap)
+            done.append(fn.__name__)
+    return name, sorted(set(done))
+
+
+if __name__ == "__main__":
+    cap = int(sys.argv[1]) if len(sys.argv) > 1 else 90
+    names = sys.argv[2:] or list(FAMILIES)
+    with ProcessPoolExecutor(max_workers=max(1, min(len(names), os.cpu_count() or 1))) as ex:
+        out = dict(ex.map(compile_family, [(n, cap) for n in names]))
+    print(json.dumps(out))
