@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..formats.core import fake_quantize_values
+from ..ops.quantize import fake_quantize
 from ..nn import swap_linear_layers
 from .common import device_name, markdown_table, now_utc, write_csv
 
@@ -110,7 +110,8 @@ class TinyLlama(nn.Module):
 # Plain RTN MXFP4 baseline
 # ----------------------------------------------------------------------------------------------
 def _rtn(t: torch.Tensor, dim: int) -> torch.Tensor:
-    return fake_quantize_values(t, "mxfp4", dim)
+    # the public op: Triton kernel on CUDA (bit-exact with the reference), the reference on CPU
+    return fake_quantize(t, "mxfp4", dim).float()
 
 
 class _RTNLinearFn(torch.autograd.Function):

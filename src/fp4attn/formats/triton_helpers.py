@@ -228,6 +228,13 @@ def e4m3_decode_f16(b):
 
 
 @triton.jit
+def e4m3_decode_f16_hw(b):
+    """``e4m3_decode_f16`` with the hardware conversion (sm_89+: one cvt per two values, NaN byte ->
+    NaN). GPU only: the interpreter has no float8."""
+    return (b.to(tl.uint8) & 0x7F).to(tl.float8e4nv, bitcast=True).to(tl.float16)
+
+
+@triton.jit
 def e4m3_to_bits(s):
     """An E4M3-representable float32 s >= 0 (e.g. from ``e4m3_round``) -> its float8_e4m3fn byte
     (int32). No rounding happens here: the value is already on the E4M3 grid."""
@@ -248,6 +255,56 @@ def unpack_nibbles_words(w):
     sh = tl.arange(0, 8) * 4
     c = (w[:, :, None] >> sh[None, None, :]) & 0xF
     return tl.reshape(c, (R, C * 8)).to(tl.uint8)
+
+
+# Four codes per 16-bit half-word -> float16, two values per 32-bit register (GPU only: inline PTX).
+# For a 32-bit word w (8 nibbles, nibble i at bits 4i..4i+3), nibble k and nibble k+4 sit exactly 16
+# bits apart, so one shift moves both magnitudes (3 bits) to fp16 bits 9..11 of the low and high
+# halves, and another moves both signs to bits 15 / 31: register k = (nibble k, nibble k+4) as fp16
+# bit patterns of value·2^-14 (e2m1_decode_f16's placement), 4 integer ops per two values.
+_E2M1_HALFWORDS_F16_PTX = tl.constexpr("""
+{
+.reg .b32 m, s;
+shl.b32 m, $4, 9;
+and.b32 m, m, 0x0E000E00;
+shl.b32 s, $4, 12;
+lop3.b32 $0, s, 0x80008000, m, 0xEA;
+shl.b32 m, $4, 5;
+and.b32 m, m, 0x0E000E00;
+shl.b32 s, $4, 8;
+lop3.b32 $1, s, 0x80008000, m, 0xEA;
+shl.b32 m, $4, 1;
+and.b32 m, m, 0x0E000E00;
+shl.b32 s, $4, 4;
+lop3.b32 $2, s, 0x80008000, m, 0xEA;
+shr.b32 m, $4, 3;
+and.b32 m, m, 0x0E000E00;
+lop3.b32 $3, $4, 0x80008000, m, 0xEA;
+}
+""")
+
+
+@triton.jit
+def e2m1_halfwords_f16(h):
+    """int16 half-words of packed FP4 -> four float16 tensors of h's shape: o_k[j] = code k of
+    half-word j as value·2^-14 (exact). Inline PTX, GPU only."""
+    return tl.inline_asm_elementwise(_E2M1_HALFWORDS_F16_PTX, "=r,=r,=r,=r,r", [h],
+                                     dtype=(tl.float16, tl.float16, tl.float16, tl.float16),
+                                     is_pure=True, pack=2)
+
+
+@triton.jit
+def unpack_e2m1_f16_scaled(h):
+    """(R, C) int16 half-words of packed FP4 (4 codes each, SPEC §2 order) -> (R, 4C) float16 holding
+    value·2^-14 exactly (the caller folds 2^14 into a later FP32 factor). Inline PTX: GPU only; the
+    interpreter paths use ``unpack_nibbles`` + ``e2m1_decode_f16``.
+
+    value·2^-14 times any E4M3 scale stays exact in float16: its lowest set bit is >= 2^-24."""
+    R: tl.constexpr = h.shape[0]
+    C: tl.constexpr = h.shape[1]
+    o0, o1, o2, o3 = e2m1_halfwords_f16(h)
+    # element 4j+k of the output is o_k[j]: join((o0, o2), (o1, o3)) indexes [j, b, a] = o_{a+2b}
+    return tl.reshape(tl.join(tl.join(o0, o2), tl.join(o1, o3)), (R, 4 * C))
 
 
 # ----------------------------------------------------------------------------------------------

@@ -34,7 +34,8 @@ import torch
 import triton
 import triton.language as tl
 
-from ..formats.triton_helpers import fake_quant_p, fake_quant_rows, unpack_nibbles
+from ..formats.triton_helpers import (e2m1_halfwords_f16, e4m3_decode_f16_hw, fake_quant_p, fake_quant_rows,
+                                      unpack_e2m1_f16_scaled, unpack_nibbles)
 from ._tiles import online_softmax_step
 from .attention import _fp4_tile_f16
 
@@ -70,11 +71,17 @@ def _decode_tile(t0, acc, l_i, m_i, q_op, q16, s_scale, qk_scale, kg, vg, row_ok
     page = tl.load(PT + b * MAXP + pidx).to(tl.int64)
     off = t0 % PS
     base = page * Hkv + h  # (page, head) index
-    kb = tl.load(KD + (base * PS + off + offs_n)[:, None] * (D // 2) + offs_d2[None, :])
     ksb = tl.load(KS + (base * PS + off + offs_n)[:, None] * (D // 16) + offs_d16[None, :])
-    k = _fp4_rows_f16(kb, ksb, 16)  # (BLOCK_N, D)
     if DOT_F32:
-        k = k.to(tl.float32)
+        kb = tl.load(KD + (base * PS + off + offs_n)[:, None] * (D // 2) + offs_d2[None, :])
+        k = _fp4_rows_f16(kb, ksb, 16).to(tl.float32)  # (BLOCK_N, D)
+    else:
+        # half-words of 4 codes, decoded to value·2^-14 (the 2^14 is folded into s_scale)
+        offs_d4 = tl.arange(0, D // 4)
+        kh = tl.load(KD.to(tl.pointer_type(tl.int16)) + (base * PS + off + offs_n)[:, None] * (D // 4)
+                     + offs_d4[None, :])
+        k = tl.reshape(unpack_e2m1_f16_scaled(kh), (BLOCK_N, D // 16, 16))
+        k = tl.reshape(k * e4m3_decode_f16_hw(ksb)[:, :, None], (BLOCK_N, D))
     s = tl.dot(q_op, tl.trans(k)) * s_scale
     keys = t0 + offs_n
     ok = (keys[None, :] < C) & (keys[None, :] <= last_key[:, None])
@@ -91,11 +98,20 @@ def _decode_tile(t0, acc, l_i, m_i, q_op, q16, s_scale, qk_scale, kg, vg, row_ok
     p, alpha, m_new, l_i = online_softmax_step(s, m_i, l_i, True)
     acc = acc * alpha[:, None]
     # V tile: bytes (BLOCK_N/2, D) packed along tokens, read transposed as (D, BLOCK_N/2)
-    vbT = tl.load(VD + (base * (PS // 2) + off // 2 + offs_n2)[None, :] * D + offs_d[:, None])
-    vsT = tl.load(VS + (base * (PS // 16) + off // 16 + offs_n16)[None, :] * D + offs_d[:, None])
-    v = tl.trans(_fp4_rows_f16(vbT, vsT, 16))  # (BLOCK_N, D)
     if DOT_F32:
-        v = v.to(tl.float32)
+        vbT = tl.load(VD + (base * (PS // 2) + off // 2 + offs_n2)[None, :] * D + offs_d[:, None])
+        vsT = tl.load(VS + (base * (PS // 16) + off // 16 + offs_n16)[None, :] * D + offs_d[:, None])
+        v = tl.trans(_fp4_rows_f16(vbT, vsT, 16)).to(tl.float32)  # (BLOCK_N, D)
+    else:
+        # half-word (token pair t2, channels 2c, 2c+1): code k is (token 2·t2 + k%2, channel 2c + k//2)
+        offs_c = tl.arange(0, D // 2)
+        vh = tl.load(VD.to(tl.pointer_type(tl.int16)) + (base * (PS // 2) + off // 2 + offs_n2)[:, None] * (D // 2)
+                     + offs_c[None, :])
+        o0, o1, o2, o3 = e2m1_halfwords_f16(vh)
+        x = tl.join(tl.join(o0, o2), tl.join(o1, o3))  # [t2, c, b, a] = code a + 2b
+        v = tl.reshape(tl.permute(x, (0, 3, 1, 2)), (BLOCK_N // 16, 16, D))
+        vs = tl.load(VS + (base * (PS // 16) + off // 16 + offs_n16)[:, None] * D + offs_d[None, :])
+        v = tl.reshape(v * e4m3_decode_f16_hw(vs)[:, None, :], (BLOCK_N, D))
     if THRIFT:
         p4 = tl.where(selr[:, None], 0.0, p)
         s1 = tl.max(p4, 1) * (1.0 / 2688.0)  # two-level P: s1 = rowmax(P̃ tile) / (448·6)
@@ -149,6 +165,9 @@ def _decode_split_kernel(
     kg = tl.load(KG + pid_bh)
     vg = tl.load(VG + pid_bh)
     s_scale = qk_scale * kg  # log2-domain scale of the FP4 scores
+    if not DOT_F32:
+        s_scale = s_scale * 16384.0  # the GPU tile decode yields K values times 2^-14
+        vg = vg * 16384.0  # ... and V values times 2^-14
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, D], tl.float32)
