@@ -26,8 +26,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..ops.quantize import fake_quantize
 from ..nn import swap_linear_layers
+from ..ops.quantize import fake_quantize
 from .common import device_name, markdown_table, now_utc, write_csv
 
 METHODS = ("bf16", "quartet", "rtn")

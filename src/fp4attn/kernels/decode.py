@@ -34,8 +34,14 @@ import torch
 import triton
 import triton.language as tl
 
-from ..formats.triton_helpers import (e2m1_halfwords_f16, e4m3_decode_f16_hw, fake_quant_p, fake_quant_rows,
-                                      unpack_e2m1_f16_scaled, unpack_nibbles)
+from ..formats.triton_helpers import (
+    e2m1_halfwords_f16,
+    e4m3_decode_f16_hw,
+    fake_quant_p,
+    fake_quant_rows,
+    unpack_e2m1_f16_scaled,
+    unpack_nibbles,
+)
 from ._tiles import online_softmax_step
 from .attention import _fp4_tile_f16
 
