@@ -87,18 +87,18 @@ def sweep(q, cache, sel, rep_ms: float):
     base = default_splits(B, cache.num_kv_heads, max(cache.committed_lengths()), 64, q.device)
     rows = []
     best = (None, float("inf"))
-    for nw, ns, bn, mult in itertools.product((4, 8), (2, 3), (32, 64), (1, 2)):
-        if sel is not None and bn != 64:
-            continue  # Thrift's two-level P tile is 64 keys
+    for nw, ns, bn, mult, fold in itertools.product((1, 2, 4), (2, 3), (64,), (1, 2, 4), (True, False)):
+        if sel is not None and not fold:
+            continue  # Thrift never folds
         splits = max(1, int(base * mult))
-        cfg = dict(num_warps=nw, num_stages=ns, block_n=bn, num_splits=splits)
+        cfg = dict(num_warps=nw, num_stages=ns, block_n=bn, num_splits=splits, fold=fold)
         try:
             t = time_ms(lambda cfg=cfg: decode_fwd(q, cache, scale=D ** -0.5, selection=sel, **cfg),
                         warmup_ms=rep_ms / 4, rep_ms=rep_ms)
         except Exception as e:  # a config that does not compile (resources)
-            rows.append((nw, ns, bn, splits, None, f"{type(e).__name__}"))
+            rows.append((nw, ns, bn, splits, fold, None, f"{type(e).__name__}"))
             continue
-        rows.append((nw, ns, bn, splits, round(t, 4), ""))
+        rows.append((nw, ns, bn, splits, fold, round(t, 4), ""))
         if t < best[1]:
             best = (cfg, t)
     return best[0], best[1], rows
@@ -133,7 +133,7 @@ def bench_shape(shape, args, bw):
     cfg = {}
     if args.sweep:
         cfg, t_best, rows = sweep(q, cache, None, args.rep_ms / 3)
-        print(f"\nsweep {shape} nvfp4 (num_warps, num_stages, block_n, num_splits, ms):")
+        print(f"\nsweep {shape} nvfp4 (num_warps, num_stages, block_n, num_splits, fold, ms):")
         for r in rows:
             print("  ", r)
         cfg = cfg or {}

@@ -42,7 +42,7 @@ from ..formats.triton_helpers import (
     unpack_e2m1_f16_scaled,
     unpack_nibbles,
 )
-from ._tiles import online_softmax_step
+from ._tiles import online_softmax_step_max
 from .attention import _fp4_tile_f16
 
 LOG2E = 1.4426950408889634
@@ -62,49 +62,71 @@ def _fp4_rows_f16(packed, sbytes, QB: tl.constexpr):
 
 
 @triton.jit
-def _decode_tile(t0, acc, l_i, m_i, q_op, q16, s_scale, qk_scale, kg, vg, row_ok, hq_rows, last_key, C, b, h,
-                 KD, KS, VD, VS, K16, V16, PT, SEL, Hkv, MAXP,
-                 D: tl.constexpr, PS: tl.constexpr, BLOCK_N: tl.constexpr, THRIFT: tl.constexpr,
-                 DOT_F32: tl.constexpr):
-    """One BLOCK_N-token tile (inside one page) of the split loop: FP4 (or Thrift-mixed) online softmax."""
+def _fold_max(x, J: tl.constexpr, RP: tl.constexpr):
+    """(J·RP,) values of folded rows (row j·RP + r = fold j of query row r) -> the max over the J folds
+    of each query row, broadcast back to all its folds."""
+    if J == 1:
+        return x
+    m = tl.max(tl.reshape(x, (J, RP)), 0)
+    return tl.reshape(tl.broadcast_to(m[None, :], (J, RP)), (J * RP,))
+
+
+@triton.jit
+def _decode_tile(t0, acc, l_i, m_i, q_op, q16, s_scale, qk_scale, kg, vg, row_ok, fold, hq_rows, last_key, C,
+                 b, h, KD, KS, VD, VS, K16, V16, PT, SEL, Hkv, MAXP,
+                 D: tl.constexpr, PS: tl.constexpr, BLOCK_N: tl.constexpr, J: tl.constexpr, RP: tl.constexpr,
+                 THRIFT: tl.constexpr, DOT_F32: tl.constexpr):
+    """One BLOCK_N-token tile (inside one page) of the split loop: FP4 (or Thrift-mixed) online softmax.
+
+    Folded rows: fold j of the tile is its keys j·KSUB .. j·KSUB + KSUB − 1, scored by rows j·RP + r
+    against the block-diagonal ϕ(q) (``q_op``), so the (BLOCK_M, KSUB) score tile has no padding rows
+    when few query rows exist; P̃ is expanded back to a block-diagonal (BLOCK_M, BLOCK_N) tile for the
+    PV product. J = 1 is the plain layout (rows = query rows, all BLOCK_N keys)."""
+    KSUB: tl.constexpr = BLOCK_N // J
     offs_n = tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, KSUB)
     offs_n2 = tl.arange(0, BLOCK_N // 2)
     offs_n16 = tl.arange(0, BLOCK_N // 16)
     offs_d = tl.arange(0, D)
-    offs_d2 = tl.arange(0, D // 2)
-    offs_d16 = tl.arange(0, D // 16)
     pidx = t0 // PS
     page = tl.load(PT + b * MAXP + pidx).to(tl.int64)
     off = t0 % PS
     base = page * Hkv + h  # (page, head) index
-    ksb = tl.load(KS + (base * PS + off + offs_n)[:, None] * (D // 16) + offs_d16[None, :])
+    row0 = base * PS + off  # storage row of the tile's first key
+    # folded K tile (KSUB, J·D): row n', column (j, d) = key j·KSUB + n', channel d
+    offs_c16 = tl.arange(0, J * (D // 16))
+    ksb = tl.load(KS + (row0 + (offs_c16 // (D // 16))[None, :] * KSUB + offs_k[:, None]) * (D // 16)
+                  + (offs_c16 % (D // 16))[None, :])
     if DOT_F32:
-        kb = tl.load(KD + (base * PS + off + offs_n)[:, None] * (D // 2) + offs_d2[None, :])
-        k = _fp4_rows_f16(kb, ksb, 16).to(tl.float32)  # (BLOCK_N, D)
+        offs_c2 = tl.arange(0, J * (D // 2))
+        kb = tl.load(KD + (row0 + (offs_c2 // (D // 2))[None, :] * KSUB + offs_k[:, None]) * (D // 2)
+                     + (offs_c2 % (D // 2))[None, :])
+        k = _fp4_rows_f16(kb, ksb, 16).to(tl.float32)
     else:
         # half-words of 4 codes, decoded to value·2^-14 (the 2^14 is folded into s_scale)
-        offs_d4 = tl.arange(0, D // 4)
-        kh = tl.load(KD.to(tl.pointer_type(tl.int16)) + (base * PS + off + offs_n)[:, None] * (D // 4)
-                     + offs_d4[None, :])
-        k = tl.reshape(unpack_e2m1_f16_scaled(kh), (BLOCK_N, D // 16, 16))
-        k = tl.reshape(k * e4m3_decode_f16_hw(ksb)[:, :, None], (BLOCK_N, D))
+        offs_c4 = tl.arange(0, J * (D // 4))
+        kh = tl.load(KD.to(tl.pointer_type(tl.int16))
+                     + (row0 + (offs_c4 // (D // 4))[None, :] * KSUB + offs_k[:, None]) * (D // 4)
+                     + (offs_c4 % (D // 4))[None, :])
+        k = tl.reshape(unpack_e2m1_f16_scaled(kh), (KSUB, J * D // 16, 16))
+        k = tl.reshape(k * e4m3_decode_f16_hw(ksb)[:, :, None], (KSUB, J * D))
     s = tl.dot(q_op, tl.trans(k)) * s_scale
-    keys = t0 + offs_n
-    ok = (keys[None, :] < C) & (keys[None, :] <= last_key[:, None])
-    if THRIFT:
+    keys = t0 + fold[:, None] * KSUB + offs_k[None, :]
+    ok = (keys < C) & (keys <= last_key[:, None]) & row_ok[:, None]
+    if THRIFT:  # (J == 1: the launcher does not fold Thrift)
         selr = tl.load(SEL + hq_rows.to(tl.int64) * MAXP + pidx, mask=row_ok, other=0) != 0
         any_sel = tl.max(selr.to(tl.int32), axis=0) > 0
         if any_sel:
-            k16 = tl.load(K16 + (base * PS + off + offs_n)[:, None] * D + offs_d[None, :])
+            k16 = tl.load(K16 + (row0 + offs_n)[:, None] * D + offs_d[None, :])
             if DOT_F32:
                 k16 = k16.to(tl.float32)
             s16 = tl.dot(q16, tl.trans(k16)) * qk_scale
             s = tl.where(selr[:, None], s16, s)
     s = tl.where(ok, s, float("-inf"))
-    p, alpha, m_new, l_i = online_softmax_step(s, m_i, l_i, True)
+    p, alpha, m_new, l_i = online_softmax_step_max(s, _fold_max(tl.max(s, 1), J, RP), m_i, l_i, True)
     acc = acc * alpha[:, None]
-    # V tile: bytes (BLOCK_N/2, D) packed along tokens, read transposed as (D, BLOCK_N/2)
     if DOT_F32:
+        # V tile: bytes (BLOCK_N/2, D) packed along tokens, read transposed as (D, BLOCK_N/2)
         vbT = tl.load(VD + (base * (PS // 2) + off // 2 + offs_n2)[None, :] * D + offs_d[:, None])
         vsT = tl.load(VS + (base * (PS // 16) + off // 16 + offs_n16)[None, :] * D + offs_d[:, None])
         v = tl.trans(_fp4_rows_f16(vbT, vsT, 16)).to(tl.float32)  # (BLOCK_N, D)
@@ -125,13 +147,16 @@ def _decode_tile(t0, acc, l_i, m_i, q_op, q16, s_scale, qk_scale, kg, vg, row_ok
         pq = fake_quant_p(p4 * inv1[:, None], 16, False) * s1[:, None]
     else:
         pq = fake_quant_p(p, 16, False)
+    if J > 1:  # back to keys: block-diagonal (BLOCK_M, BLOCK_N), row j·RP + r nonzero on fold j's keys
+        pq = tl.reshape(tl.broadcast_to(pq[:, None, :], (J * RP, J, KSUB)), (J * RP, BLOCK_N))
+        pq = tl.where(fold[:, None] == (offs_n // KSUB)[None, :], pq, 0.0)
     if DOT_F32:
         acc += tl.dot(pq, v) * vg
     else:
         acc += tl.dot(pq.to(tl.float16), v) * vg
     if THRIFT:
         if any_sel:
-            v16 = tl.load(V16 + (base * PS + off + offs_n)[:, None] * D + offs_d[None, :])
+            v16 = tl.load(V16 + (row0 + offs_n)[:, None] * D + offs_d[None, :])
             p16 = tl.where(selr[:, None], p, 0.0)
             if DOT_F32:
                 acc += tl.dot(p16, v16.to(tl.float32))
@@ -147,23 +172,29 @@ def _decode_split_kernel(
         OP, MP, LP,
         qk_scale, Hkv, NQ, G, MAXP, TPS, NS,
         D: tl.constexpr, PS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-        THRIFT: tl.constexpr, DOT_F32: tl.constexpr, N_IT: tl.constexpr,
+        J: tl.constexpr, THRIFT: tl.constexpr, DOT_F32: tl.constexpr, N_IT: tl.constexpr,
         F32_CACHE: tl.constexpr):
+    RP: tl.constexpr = BLOCK_M // J  # query rows per fold (G·NQ padded)
     pid_s = tl.program_id(0)
     pid_bh = tl.program_id(1)
     b = pid_bh // Hkv
     h = pid_bh % Hkv
     L = tl.load(LENS + b)
     C = L - L % 16  # committed (quantized) tokens; the rest is the raw tail
-    rows = tl.arange(0, BLOCK_M)
-    row_ok = rows < G * NQ
-    qi = rows % NQ
+    rows = tl.arange(0, BLOCK_M)  # folded rows j·RP + r
+    fold = rows // RP
+    r = rows % RP
+    row_ok = r < G * NQ
+    qi = r % NQ
     last_key = L - NQ + qi  # bottom-right causal: query i sees keys <= L - NQ + i
     offs_d = tl.arange(0, D)
     # q rows (b, h*G + g, i) are contiguous in a (B, Hq, NQ, D) tensor
-    q_rows = (b * Hkv + h).to(tl.int64) * G * NQ + rows
+    q_rows = (b * Hkv + h).to(tl.int64) * G * NQ + r
     q = tl.load(Q + q_rows[:, None] * D + offs_d[None, :], mask=row_ok[:, None], other=0.0).to(tl.float32)
     qf = fake_quant_rows(q, 16, False, True)  # ϕ(q) along D (exact in fp16)
+    if J > 1:  # block-diagonal (BLOCK_M, J·D): fold j's rows hold ϕ(q) in columns j·D .. j·D + D − 1
+        qf = tl.reshape(tl.broadcast_to(qf[:, None, :], (BLOCK_M, J, D)), (BLOCK_M, J * D))
+        qf = tl.where(fold[:, None] == (tl.arange(0, J * D) // D)[None, :], qf, 0.0)
     if DOT_F32:
         q_op = qf
     else:
@@ -177,7 +208,7 @@ def _decode_split_kernel(
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, D], tl.float32)
-    hq_rows = (b * Hkv + h) * G + rows // NQ
+    hq_rows = (b * Hkv + h) * G + r // NQ
     if DOT_F32:
         q16 = q
     else:
@@ -190,16 +221,17 @@ def _decode_split_kernel(
             t0 = start + it * BLOCK_N
             if t0 < end:
                 acc, l_i, m_i = _decode_tile(t0, acc, l_i, m_i, q_op, q16, s_scale, qk_scale, kg, vg, row_ok,
-                                             hq_rows, last_key, C, b, h, KD, KS, VD, VS, K16, V16, PT, SEL,
-                                             Hkv, MAXP, D, PS, BLOCK_N, THRIFT, DOT_F32)
+                                             fold, hq_rows, last_key, C, b, h, KD, KS, VD, VS, K16, V16, PT,
+                                             SEL, Hkv, MAXP, D, PS, BLOCK_N, J, RP, THRIFT, DOT_F32)
     else:
         for t0 in range(start, end, BLOCK_N):
             acc, l_i, m_i = _decode_tile(t0, acc, l_i, m_i, q_op, q16, s_scale, qk_scale, kg, vg, row_ok,
-                                         hq_rows, last_key, C, b, h, KD, KS, VD, VS, K16, V16, PT, SEL,
-                                         Hkv, MAXP, D, PS, BLOCK_N, THRIFT, DOT_F32)
+                                         fold, hq_rows, last_key, C, b, h, KD, KS, VD, VS, K16, V16, PT,
+                                         SEL, Hkv, MAXP, D, PS, BLOCK_N, J, RP, THRIFT, DOT_F32)
     if pid_s == NS - 1:
-        # the raw tail (< 16 tokens): 16-bit operands (the input values; FP32 in the interpreter), FP32
-        # accumulation, unquantized P̃ (rounded to the 16-bit dtype for the PV product, as FlashAttention)
+        # the raw tail (< 16 tokens, fold 0 only): 16-bit operands (the input values; FP32 in the
+        # interpreter), FP32 accumulation, unquantized P̃ (rounded to the 16-bit dtype for the PV product,
+        # as FlashAttention)
         t = L - C
         offs_t = tl.arange(0, 16)
         tmask = offs_t < t
@@ -213,9 +245,9 @@ def _decode_split_kernel(
             s = tl.dot(q16, tl.trans(kt), input_precision="tf32x3") * qk_scale
         else:
             s = tl.dot(q16, tl.trans(kt)) * qk_scale
-        okt = tmask[None, :] & ((C + offs_t)[None, :] <= last_key[:, None])
+        okt = tmask[None, :] & ((C + offs_t)[None, :] <= last_key[:, None]) & (fold == 0)[:, None]
         s = tl.where(okt, s, float("-inf"))
-        p, alpha, m_new, l_i = online_softmax_step(s, m_i, l_i, True)
+        p, alpha, m_new, l_i = online_softmax_step_max(s, _fold_max(tl.max(s, 1), J, RP), m_i, l_i, True)
         if DOT_F32:
             pv = tl.dot(p, vt.to(tl.float32))
         elif F32_CACHE:
@@ -224,10 +256,21 @@ def _decode_split_kernel(
             pv = tl.dot(p.to(vt.dtype), vt)
         acc = acc * alpha[:, None] + pv
         m_i = m_new
-    prow = (pid_bh.to(tl.int64) * NS + pid_s) * BLOCK_M + rows
-    tl.store(OP + prow[:, None] * D + offs_d[None, :], acc, mask=row_ok[:, None])
-    tl.store(MP + prow, m_i, mask=row_ok)
-    tl.store(LP + prow, l_i, mask=row_ok)
+    # merge the folds: the J rows of a query row share m and sum their keys' l and O
+    rr = tl.arange(0, RP)
+    if J > 1:
+        acc_r = tl.sum(tl.reshape(acc, (J, RP, D)), 0)
+        l_r = tl.sum(tl.reshape(l_i, (J, RP)), 0)
+        m_r = tl.max(tl.reshape(m_i, (J, RP)), 0)
+    else:
+        acc_r = acc
+        l_r = l_i
+        m_r = m_i
+    ok_r = rr < G * NQ
+    prow = (pid_bh.to(tl.int64) * NS + pid_s) * BLOCK_M + rr
+    tl.store(OP + prow[:, None] * D + offs_d[None, :], acc_r, mask=ok_r[:, None])
+    tl.store(MP + prow, m_r, mask=ok_r)
+    tl.store(LP + prow, l_r, mask=ok_r)
 
 
 @triton.jit
@@ -269,8 +312,10 @@ def default_splits(B: int, hkv: int, max_committed: int, block_n: int, device=No
 
 def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor | None = None,
                num_splits: int | None = None, block_n: int = 64, num_warps: int = 4,
-               num_stages: int = 2):
+               num_stages: int = 2, fold: bool = True):
     """q (B, Hq, NQ, D) contiguous -> (out (B, Hq, NQ, D) in q.dtype, lse (B, Hq, NQ) float32).
+
+    ``fold``: fold the keys of a tile over padding rows when G·NQ < 16 (see ``_decode_tile``).
 
     ``selection``: (B, Hq, max_pages) bool Thrift selection (pages computed in 16 bits) or None.
     """
@@ -284,7 +329,16 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
         raise ValueError("Thrift decode needs block_n=64 (the two-level P tile of 64 keys)")
     interp = _interpret()
     q = q.contiguous()
-    BLOCK_M = max(16, triton.next_power_of_2(G * NQ))
+    # rows: G·NQ query rows padded to RP; with fewer than 16 rows each row is folded J = 16 / RP times
+    # over the tile's keys (fold j: keys j·BLOCK_N/J ..), so the score tile has no padding rows;
+    # Thrift keeps J = 1 (its 16-bit selection is per 64-key tile)
+    RP = triton.next_power_of_2(G * NQ)
+    if fold and selection is None and RP < 16:
+        RP = max(RP, 16 // (block_n // 16))  # a fold must keep >= 16 keys
+        J = 16 // RP
+    else:
+        J = 1
+    BLOCK_M = max(16, RP * J)
     committed = cache.committed_lengths()
     max_c = max(committed) if committed else 0
     if num_splits is None:
@@ -315,7 +369,7 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
         cache.seq_lens, cache.k_global_scale, cache.v_global_scale, sel,
         OP, MP, LP,
         scale * LOG2E, Hkv, NQ, G, max(maxp, 1), TPS, num_splits,
-        D=D, PS=PS, BLOCK_M=BLOCK_M, BLOCK_N=block_n, THRIFT=thrift, DOT_F32=interp,
+        D=D, PS=PS, BLOCK_M=BLOCK_M, BLOCK_N=block_n, J=J, THRIFT=thrift, DOT_F32=interp,
         N_IT=TPS // block_n if interp else 0, F32_CACHE=cache.dtype == torch.float32,
         num_warps=num_warps, num_stages=num_stages)
     out = torch.empty(B, Hq, NQ, D, dtype=q.dtype, device=dev)
@@ -331,7 +385,7 @@ __all__ = ["decode_fwd", "default_splits"]
 
 def compile_for_target(capability: int = 90, *, thrift: bool = False, d: int = 128, page_size: int = 64,
                        block_m: int = 16, block_n: int = 64, dtype16: str = "bf16", num_warps: int = 4,
-                       num_stages: int = 2):
+                       num_stages: int = 2, folds: int | None = None):
     """Compile the split kernel for ``cuda:capability`` with Triton's AOT API (no GPU needed); returns
     the compiled kernel (``.asm["ptx"]``, ``.asm["cubin"]``, ``.n_regs``, ``.n_spills`` when known)."""
     from triton.backends.compiler import GPUTarget
@@ -341,7 +395,9 @@ def compile_for_target(capability: int = 90, *, thrift: bool = False, d: int = 1
             "V16": f"*{dtype16}", "KT": f"*{dtype16}", "VT": f"*{dtype16}", "PT": "*i32", "LENS": "*i32",
             "KG": "*fp32", "VG": "*fp32", "SEL": "*i8", "OP": "*fp32", "MP": "*fp32", "LP": "*fp32"}
     sig = {**ptrs, "qk_scale": "fp32", **{n: "i32" for n in ("Hkv", "NQ", "G", "MAXP", "TPS", "NS")}}
-    consts = dict(D=d, PS=page_size, BLOCK_M=block_m, BLOCK_N=block_n, THRIFT=thrift, DOT_F32=False, N_IT=0,
+    if folds is None:
+        folds = 1 if thrift else 4
+    consts = dict(D=d, PS=page_size, BLOCK_M=block_m, BLOCK_N=block_n, J=folds, THRIFT=thrift, DOT_F32=False, N_IT=0,
                   F32_CACHE=dtype16 == "fp32")
     sig.update({k: "constexpr" for k in consts})
     # pointers 16-byte aligned, as the JIT specializes them at run time
