@@ -877,19 +877,23 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="fp4attn bench reproduce", description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", default=None, help="text file for the LM (e.g. tinyshakespeare.txt); "
                     "without it the LM part is skipped")
-    ap.add_argument("--out", default=os.path.join(".", "fp4attn-out", "reproduce"))
+    ap.add_argument("--out", default=os.path.join(".", "fp4attn-out", "reproduce"), help="output folder")
     ap.add_argument("--parts", default=",".join(PARTS), help="comma-separated subset of a,b,c,d")
     ap.add_argument("--models", default=",".join(MODELS), help="comma-separated subset of lm,synthetic")
     ap.add_argument("--tiny", action="store_true", help="seconds-long smoke setting (CPU tests)")
     ap.add_argument("--device", default=None, help="cpu / cuda (default: cuda when available)")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=0, help="seed of every model init, batch order, eval set")
     ap.add_argument("--minutes", type=float, default=None,
                     help="skip every phase that would start after this much wall time (default: no limit)")
-    ap.add_argument("--scale", type=float, default=1.0, help="multiply every step count (pre-training, fine-tunes)")
-    ap.add_argument("--lm-pretrain-steps", type=int, default=None)
-    ap.add_argument("--lm-ft-steps", type=int, default=None, help="steps of each LM fine-tune")
-    ap.add_argument("--syn-pretrain-steps", type=int, default=None)
-    ap.add_argument("--syn-ft-steps", type=int, default=None, help="steps of each synthetic fine-tune")
+    ap.add_argument("--scale", type=float, default=1.0,
+                    help="multiply every step count (pre-training, fine-tunes; also those given below)")
+    lm, syn = LMConfig(), demo.Settings()
+    ap.add_argument("--lm-pretrain-steps", type=int, default=None, help=f"default {lm.pretrain_steps}")
+    ap.add_argument("--lm-ft-steps", type=int, default=None,
+                    help=f"steps of each of the 5 LM fine-tunes (default {lm.ft_steps})")
+    ap.add_argument("--syn-pretrain-steps", type=int, default=None, help=f"default {syn.train_steps}")
+    ap.add_argument("--syn-ft-steps", type=int, default=None,
+                    help=f"steps of each of the 5 synthetic fine-tunes (default {syn.qat_steps})")
     ap.add_argument("--warm-jobs", type=int, default=12,
                     help="CUDA: processes compiling the Triton kernels before the run (0: off)")
     ap.add_argument("--autotune", action="store_true", help="keep Attn-QAT kernel autotuning on (CUDA)")
@@ -904,7 +908,12 @@ def _split(text: str, allowed, what: str) -> list[str]:
     return [x for x in allowed if x in xs]
 
 
+def _pick(value, default):
+    return default if value is None else value
+
+
 def _steps(n: int, scale: float) -> int:
+    """``n`` (a step option or its default) times ``--scale``, at least 1."""
     return max(1, int(round(n * scale)))
 
 
@@ -929,8 +938,8 @@ def main(argv: list[str] | None = None) -> int:
     if "lm" in models:
         if args.data:
             cfg = LMConfig(**(LM_TINY if args.tiny else {}))
-            cfg.pretrain_steps = _steps(args.lm_pretrain_steps or cfg.pretrain_steps, args.scale)
-            cfg.ft_steps = _steps(args.lm_ft_steps or cfg.ft_steps, args.scale)
+            cfg.pretrain_steps = _steps(_pick(args.lm_pretrain_steps, cfg.pretrain_steps), args.scale)
+            cfg.ft_steps = _steps(_pick(args.lm_ft_steps, cfg.ft_steps), args.scale)
             tasks.append(_LMTask(cfg, args.data, device, args.seed))
         else:
             notes.append("LM part skipped: no --data given (e.g. --data tinyshakespeare.txt).")
@@ -939,8 +948,8 @@ def main(argv: list[str] | None = None) -> int:
         s = demo.Settings(**demo.SIZES[size])
         s.seed = args.seed
         s.thrift_budgets = list(THRIFT_BUDGETS)
-        s.train_steps = _steps(args.syn_pretrain_steps or s.train_steps, args.scale)
-        s.qat_steps = _steps(args.syn_ft_steps or s.qat_steps, args.scale)
+        s.train_steps = _steps(_pick(args.syn_pretrain_steps, s.train_steps), args.scale)
+        s.qat_steps = _steps(_pick(args.syn_ft_steps, s.qat_steps), args.scale)
         tasks.append(_SyntheticTask(s, device, SYN_CAPTURE_BATCH[size]))
     if not tasks:
         print("fp4attn bench reproduce: nothing to run (no --data and synthetic not selected)", file=sys.stderr)
