@@ -252,9 +252,10 @@ def make_attn(setting: dict):
         return lambda q, k, v, scale=None: fp4attn.thrift_attention(q, k, v, causal=True, scale=scale,
                                                                     budget=setting["budget"], fmt="nvfp4",
                                                                     block_size=setting["block_size"])
-    if kind == "qat":
+    if kind == "qat":  # optional "kwargs": the Attn-QAT ablation switches (high_precision_o=..., backward=...)
+        extra = dict(setting.get("kwargs", {}))
         return lambda q, k, v, scale=None: fp4attn.attn_qat(q, k, v, causal=True, scale=scale,
-                                                            fmt=setting.get("fmt", "nvfp4"))
+                                                            fmt=setting.get("fmt", "nvfp4"), **extra)
     raise ValueError(kind)
 
 
@@ -277,15 +278,19 @@ def _progress(iterable=None, **kw):
 
 
 def train(model: TinyLM, s: Settings, vocab: Vocab, *, steps: int, lr: float, contexts: list[int],
-          tokens_per_batch: int, attn, gen: torch.Generator, device, desc: str, autocast: bool):
-    """AdamW with linear warmup and cosine decay; returns the list of per-step losses."""
+          tokens_per_batch: int, attn, gen: torch.Generator, device, desc: str, autocast: bool,
+          grad_norms: list | None = None, progress: bool = True):
+    """AdamW with linear warmup and cosine decay; returns the list of per-step losses.
+
+    ``grad_norms``: when given, the gradient norm of every step (before clipping) is appended to it.
+    ``progress=False``: no progress bar."""
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.98), weight_decay=0.01)
     warm = max(1, steps // 20)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda i: min(1.0, (i + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(i, steps) / steps)))
     losses = []
     model.train()
-    bar = _progress(range(steps), desc=desc)
+    bar = _progress(range(steps), desc=desc, disable=not progress)
     for i in bar:
         length = contexts[i % len(contexts)]
         tokens, targets = make_batch(s, vocab, max(1, tokens_per_batch // length), length, gen)
@@ -296,10 +301,12 @@ def train(model: TinyLM, s: Settings, vocab: Vocab, *, steps: int, lr: float, co
         loss = F.cross_entropy(logits.float().flatten(0, 1), targets[:, -nq:].flatten())
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        gn = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         sched.step()
         losses.append(loss.item())
+        if grad_norms is not None:
+            grad_norms.append(gn.item())
         if i % 10 == 0:
             bar.set_postfix(loss=f"{sum(losses[-10:]) / len(losses[-10:]):.3f}")
     bar.close()

@@ -57,10 +57,25 @@ def _rope(x, base: float = 10000.0):
     return torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).flatten(-2)
 
 
+class CausalAttention(nn.Module):
+    """Causal softmax attention on (B, H, T, D) (after RoPE). No parameters: a module so that it can be
+    swapped (``fn(q, k, v)``, e.g. an fp4attn op; None = PyTorch SDPA) and observed with forward hooks."""
+
+    def __init__(self):
+        super().__init__()
+        self.fn = None
+
+    def forward(self, q, k, v):
+        if self.fn is not None:
+            return self.fn(q, k, v)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
 class Block(nn.Module):
     def __init__(self, d: int, heads: int, ffn: int):
         super().__init__()
         self.heads = heads
+        self.attn = CausalAttention()
         self.norm1 = RMSNorm(d)
         self.q_proj = nn.Linear(d, d, bias=False)
         self.k_proj = nn.Linear(d, d, bias=False)
@@ -79,7 +94,7 @@ class Block(nn.Module):
             return t.view(B, T, self.heads, D // self.heads).transpose(1, 2)
 
         q, k, v = split(self.q_proj(h)), split(self.k_proj(h)), split(self.v_proj(h))
-        a = F.scaled_dot_product_attention(_rope(q), _rope(k), v, is_causal=True)
+        a = self.attn(_rope(q), _rope(k), v)
         x = x + self.o_proj(a.transpose(1, 2).reshape(B, T, D))
         h = self.norm2(x)
         return x + self.down_proj(F.silu(self.gate_proj(h)) * self.up_proj(h))
@@ -104,6 +119,12 @@ class TinyLlama(nn.Module):
 
     def block_params(self) -> int:
         return sum(p.numel() for p in self.layers.parameters())
+
+    def set_attention(self, fn=None) -> TinyLlama:
+        """Run every layer's attention as ``fn(q, k, v)`` (causal, bhsd); None restores SDPA."""
+        for blk in self.layers:
+            blk.attn.fn = fn
+        return self
 
 
 # ----------------------------------------------------------------------------------------------
@@ -170,6 +191,59 @@ def batch(data, bs, seq, gen):
     return x, y
 
 
+def train_loop(model, train, vocab, device, *, steps: int, batch_size: int, seq: int, lr: float, seed: int,
+               name: str = "", log=print, log_every: int = 0, grad_norms: list | None = None) -> list[float]:
+    """AdamW (betas 0.9/0.95, weight decay 0.1), linear warmup over 5% then cosine to 0.1x, gradient
+    clipping at 1.0, bf16 autocast on CUDA; batches from ``torch.Generator`` seeded ``seed + 1``.
+    Returns the per-step losses (stops early at a non-finite loss); appends the pre-clipping gradient
+    norm of every step to ``grad_norms`` when given."""
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.1)
+    warm = max(1, steps // 20)
+
+    def lr_at(s):
+        if s < warm:
+            return (s + 1) / warm
+        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * (s - warm) / max(1, steps - warm)))
+
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
+    gen = torch.Generator().manual_seed(seed + 1)
+    use_ac = device.type == "cuda"
+    curve = []
+    model.train()
+    for step in range(steps):
+        x, y = batch(train, batch_size, seq, gen)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_ac):
+            loss = F.cross_entropy(model(x).float().view(-1, vocab), y.view(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        gn = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        curve.append(float(loss.detach()))
+        if grad_norms is not None:
+            grad_norms.append(float(gn))
+        if not math.isfinite(curve[-1]):
+            log(f"{name}: loss is not finite at step {step}; stopping")
+            break
+        if log_every and step % log_every == 0:
+            log(f"{name} step {step:5d} loss {curve[-1]:.4f}")
+    return curve
+
+
+@torch.no_grad()
+def val_loss(model, val, vocab, device, *, batch_size: int, seq: int, batches: int, seed: int = 1234) -> float:
+    """Mean cross-entropy over ``batches`` batches of random windows of ``val`` (generator seeded ``seed``)."""
+    model.eval()
+    use_ac = device.type == "cuda"
+    vgen = torch.Generator().manual_seed(seed)
+    vl = []
+    for _ in range(batches):
+        x, y = batch(val, batch_size, seq, vgen)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_ac):
+            vl.append(float(F.cross_entropy(model(x).float().view(-1, vocab), y.view(-1))))
+    return sum(vl) / len(vl)
+
+
 def train_one(method, args, train, val, vocab, device, log=print):
     torch.manual_seed(args.seed)
     model = TinyLlama(vocab, args.d_model, args.layers, args.heads, args.ffn).to(device)
@@ -177,44 +251,12 @@ def train_one(method, args, train, val, vocab, device, log=print):
         swap_linear_layers(model, exclude=("lm_head",), seed=args.seed)
     elif method == "rtn":
         swap_rtn(model)
-    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1)
-    warm = max(1, args.steps // 20)
-
-    def lr_at(s):
-        if s < warm:
-            return (s + 1) / warm
-        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * (s - warm) / max(1, args.steps - warm)))
-
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
-    gen = torch.Generator().manual_seed(args.seed + 1)
-    use_ac = device.type == "cuda"
-    curve = []
     t0 = time.time()
-    for step in range(args.steps):
-        x, y = batch(train, args.batch, args.seq, gen)
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_ac):
-            loss = F.cross_entropy(model(x).float().view(-1, vocab), y.view(-1))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        curve.append(float(loss.detach()))
-        if not math.isfinite(curve[-1]):
-            log(f"{method}: loss is not finite at step {step}; stopping")
-            break
-        if args.log_every and step % args.log_every == 0:
-            log(f"{method} step {step:5d} loss {curve[-1]:.4f}")
+    curve = train_loop(model, train, vocab, device, steps=args.steps, batch_size=args.batch, seq=args.seq,
+                       lr=args.lr, seed=args.seed, name=method, log=log, log_every=args.log_every)
     secs = time.time() - t0
-    model.eval()
-    vgen = torch.Generator().manual_seed(1234)
-    vl = []
-    with torch.no_grad():
-        for _ in range(args.val_batches):
-            x, y = batch(val, args.batch, args.seq, vgen)
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_ac):
-                vl.append(float(F.cross_entropy(model(x).float().view(-1, vocab), y.view(-1))))
-    return {"curve": curve, "val": sum(vl) / len(vl), "secs": secs, "params": model.block_params()}
+    vl = val_loss(model, val, vocab, device, batch_size=args.batch, seq=args.seq, batches=args.val_batches)
+    return {"curve": curve, "val": vl, "secs": secs, "params": model.block_params()}
 
 
 def main(argv: list[str] | None = None) -> int:
