@@ -192,11 +192,13 @@ def batch(data, bs, seq, gen):
 
 
 def train_loop(model, train, vocab, device, *, steps: int, batch_size: int, seq: int, lr: float, seed: int,
-               name: str = "", log=print, log_every: int = 0, grad_norms: list | None = None) -> list[float]:
+               name: str = "", log=print, log_every: int = 0, grad_norms: list | None = None,
+               every: int = 0, on_every=None) -> list[float]:
     """AdamW (betas 0.9/0.95, weight decay 0.1), linear warmup over 5% then cosine to 0.1x, gradient
     clipping at 1.0, bf16 autocast on CUDA; batches from ``torch.Generator`` seeded ``seed + 1``.
     Returns the per-step losses (stops early at a non-finite loss); appends the pre-clipping gradient
-    norm of every step to ``grad_norms`` when given."""
+    norm of every step to ``grad_norms`` when given; calls ``on_every(steps_done)`` every ``every`` steps
+    (e.g. a validation pass; the model is put back in training mode after it)."""
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.1)
     warm = max(1, steps // 20)
 
@@ -227,6 +229,9 @@ def train_loop(model, train, vocab, device, *, steps: int, batch_size: int, seq:
             break
         if log_every and step % log_every == 0:
             log(f"{name} step {step:5d} loss {curve[-1]:.4f}")
+        if every and on_every is not None and (step + 1) % every == 0:
+            on_every(step + 1)
+            model.train()
     return curve
 
 
@@ -251,12 +256,25 @@ def train_one(method, args, train, val, vocab, device, log=print):
         swap_linear_layers(model, exclude=("lm_head",), seed=args.seed)
     elif method == "rtn":
         swap_rtn(model)
+    vals = []  # (step, validation loss): the data is small, so long runs overfit; report the best too
+    t_val = [0.0]
+
+    def on_every(step):
+        t = time.time()
+        vals.append((step, val_loss(model, val, vocab, device, batch_size=args.batch, seq=args.seq,
+                                    batches=args.val_batches)))
+        t_val[0] += time.time() - t
+
     t0 = time.time()
     curve = train_loop(model, train, vocab, device, steps=args.steps, batch_size=args.batch, seq=args.seq,
-                       lr=args.lr, seed=args.seed, name=method, log=log, log_every=args.log_every)
-    secs = time.time() - t0
+                       lr=args.lr, seed=args.seed, name=method, log=log, log_every=args.log_every,
+                       every=args.val_every, on_every=on_every)
+    secs = time.time() - t0 - t_val[0]
     vl = val_loss(model, val, vocab, device, batch_size=args.batch, seq=args.seq, batches=args.val_batches)
-    return {"curve": curve, "val": vl, "secs": secs, "params": model.block_params()}
+    if not vals or vals[-1][0] != len(curve):
+        vals.append((len(curve), vl))
+    return {"curve": curve, "val": vl, "vals": vals, "best_val": min(v for _, v in vals), "secs": secs,
+            "params": model.block_params()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -275,6 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--val-batches", type=int, default=20)
+    ap.add_argument("--val-every", type=int, default=100, help="validation pass every N steps (0: at the end only)")
     ap.add_argument("--log-every", type=int, default=100)
     args = ap.parse_args(argv)
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
@@ -289,8 +308,10 @@ def main(argv: list[str] | None = None) -> int:
     for m in methods:
         res[m] = train_one(m, args, train, val, vocab, device)
     n = max(1, len(next(iter(res.values()))["curve"]) // 10)
-    headers = ["method", "final train loss (mean of last 10%)", "val loss", "seconds"]
-    rows = [[m, sum(r["curve"][-n:]) / n, r["val"], r["secs"]] for m, r in res.items()]
+    headers = ["method", "final train loss (mean of last 10%)", "final val loss", "best val loss (step)",
+               "train seconds"]
+    rows = [[m, sum(r["curve"][-n:]) / n, r["val"],
+             f"{r['best_val']:.4f} ({min(r['vals'], key=lambda sv: sv[1])[0]})", r["secs"]] for m, r in res.items()]
     p = next(iter(res.values()))["params"]
     print(f"# fp4attn bench quartet_train — {device_name() if device.type == 'cuda' else 'cpu'}, "
           f"{now_utc()}\n{args.layers} layers, d={args.d_model}, ffn={args.ffn}, {p / 1e6:.2f}M block "
@@ -298,22 +319,29 @@ def main(argv: list[str] | None = None) -> int:
     print(markdown_table(headers, rows, digits=4))
     path = write_csv(os.path.join(args.out, "quartet_train.csv"), ["method", "step", "loss"],
                      [[m, i, v] for m, r in res.items() for i, v in enumerate(r["curve"])])
-    print(f"\nwrote {path}")
+    vpath = write_csv(os.path.join(args.out, "quartet_train_val.csv"), ["method", "step", "val_loss"],
+                      [[m, st, v] for m, r in res.items() for st, v in r["vals"]])
+    print(f"\nwrote {path}, {vpath}")
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        fig, ax = plt.subplots(figsize=(6.5, 4))
+        fig, (ax, axv) = plt.subplots(1, 2, figsize=(11, 4))
         for m, r in res.items():
             c = torch.tensor(r["curve"])
             k = max(1, len(c) // 50)
             sm = c.unfold(0, k, 1).mean(1) if len(c) >= k else c
-            ax.plot(range(k - 1, k - 1 + len(sm)), sm.tolist(), label=f"{m} (val {r['val']:.3f})")
+            ax.plot(range(k - 1, k - 1 + len(sm)), sm.tolist(), label=m)
+            axv.plot([st for st, _ in r["vals"]], [v for _, v in r["vals"]], marker="o", ms=3,
+                     label=f"{m} (best {r['best_val']:.3f})")
         ax.set_xlabel("step")
         ax.set_ylabel("train loss (moving average)")
         ax.legend()
+        axv.set_xlabel("step")
+        axv.set_ylabel("validation loss")
+        axv.legend()
         fig.tight_layout()
         png = os.path.join(args.out, "quartet_train.png")
         fig.savefig(png, dpi=120)

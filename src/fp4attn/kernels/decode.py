@@ -311,7 +311,7 @@ def default_splits(B: int, hkv: int, max_committed: int, block_n: int, device=No
 
 
 def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor | None = None,
-               num_splits: int | None = None, block_n: int = 64, num_warps: int = 4,
+               num_splits: int | None = None, block_n: int = 64, num_warps: int = 2,
                num_stages: int = 2, fold: bool = True):
     """q (B, Hq, NQ, D) contiguous -> (out (B, Hq, NQ, D) in q.dtype, lse (B, Hq, NQ) float32).
 
