@@ -4,6 +4,7 @@ import csv
 import os
 import time
 
+import pytest
 import torch
 
 from fp4attn import demo
@@ -52,3 +53,24 @@ def test_demo_tiny_runs_under_two_minutes(tmp_path):
     s = demo.Settings(**demo.SIZES["tiny"])
     assert {int(r["context"]) for r in rows} == set(s.contexts)
     assert all(0.0 <= float(r["accuracy"]) <= 1.0 for r in rows)
+
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (CUDA autocast runs pow/mean in float32)")
+def test_block_gives_attention_one_dtype_under_autocast():
+    """Under CUDA bf16 autocast (the demo's GPU setting) the K-outlier RMS comes out float32; the block
+    must still hand q, k, v of one dtype to the attention op (fp4attn ops reject mixed dtypes: the
+    first GPU run of `fp4attn bench reproduce` failed there)."""
+    from fp4attn.demo import Block
+
+    blk = Block(32, 2, k_outlier=20.0, seed=0).cuda()
+    seen = []
+
+    def attn(q, k, v, scale):
+        seen.append((q.dtype, k.dtype, v.dtype))
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        blk(torch.randn(2, 16, 32, device="cuda"), attn)
+    assert seen and len(set(seen[0])) == 1, seen

@@ -199,7 +199,9 @@ class Block(nn.Module):
             q, k = F.rms_norm(q, (dh,)), F.rms_norm(k, (dh,))
             scale = self.temp / dh
         if self.k_offset.any():  # in units of the RMS of this head's K over the sequence (a constant per row)
-            k = k + self.k_offset.to(k.dtype) * k.detach().square().mean(dim=(2, 3), keepdim=True).sqrt()
+            # (cast: under CUDA autocast the RMS comes out float32, and q, k, v must share one dtype)
+            rms = k.detach().float().square().mean(dim=(2, 3), keepdim=True).sqrt()
+            k = k + (self.k_offset * rms).to(k.dtype)
         if last_n is not None:  # only the last rows are needed (bottom-right causal keeps them exact)
             q, x = q[:, :, -last_n:], x[:, -last_n:]
         a = attn(q, k, v, scale)  # (B, H, Nq, Dh), causal (bottom-right)
