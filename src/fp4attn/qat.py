@@ -14,12 +14,20 @@ perplexity with BF16 attention and with FP4 attention (post-training quantizatio
 weights, then of the Attn-QAT weights). Progress bars, a checkpoint every ``--ckpt-every`` steps
 (``--resume`` continues from it, bit-for-bit on the same data order), a results table
 (``qat_results.md``, also printed, and ``.csv``) and ``qat_loss.png`` / ``qat_grad_norm.png``.
+
+Under ``torchrun`` (``WORLD_SIZE`` > 1) it trains data-parallel: ``--dist ddp`` (the default there)
+or ``--dist fsdp2`` (``fully_shard`` on each decoder layer, then the root), each rank on its own
+stream of training windows (``--batch`` is per rank), on ``cuda:LOCAL_RANK`` with NCCL when CUDA is
+present, else on the CPU with gloo; ``--activation-checkpointing`` and ``--compile`` work with
+either. Evaluation runs on every rank (FSDP2 needs all of them); printing, checkpoints, tables and
+plots come from rank 0 only.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import hashlib
 import json
 import math
 import os
@@ -170,18 +178,24 @@ def eval_windows(ids: torch.Tensor, seq_len: int, max_windows: int) -> torch.Ten
 
 
 def lm_loss(model, batch: torch.Tensor) -> torch.Tensor:
-    logits = model(batch[:, :-1]).logits
+    # use_cache=False: no KV cache is built for a training / evaluation forward (same logits)
+    logits = model(batch[:, :-1], use_cache=False).logits
     return torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), batch[:, 1:].flatten())
 
 
 @torch.no_grad()
-def evaluate(model, windows: torch.Tensor, impl: str, batch: int) -> float:
+def evaluate(model, windows: torch.Tensor, impl: str, batch: int, device=None, eager: bool = False) -> float:
+    """Mean held-out loss. ``eager``: run torch.compile'd layers eagerly (no recompiles for eval modes)."""
+    import contextlib
     model.set_attn_implementation(impl)
     model.eval()
     tot = 0.0
-    for i in range(0, windows.shape[0], batch):
-        b = windows[i: i + batch]
-        tot += lm_loss(model, b).item() * b.shape[0]
+    with torch.compiler.set_stance("force_eager") if eager else contextlib.nullcontext():
+        for i in range(0, windows.shape[0], batch):
+            b = windows[i: i + batch]
+            if device is not None:
+                b = b.to(device)
+            tot += lm_loss(model, b).item() * b.shape[0]
     return tot / windows.shape[0]
 
 
@@ -191,14 +205,17 @@ def _progress(**kw):
 
 
 def train_phase(model, data: Windows, *, steps: int, start: int, lr: float, impl: str, opt, sched, log: dict,
-                ckpt, ckpt_every: int, desc: str, key: str, budget: list | None = None) -> bool:
+                ckpt, ckpt_every: int, desc: str, key: str, budget: list | None = None, dist=None) -> bool:
     """Run steps ``start..steps-1``; append to ``log[key]`` (loss) and ``log[key + '_gn']`` (grad norm).
 
     ``budget``: a one-element list with the steps this invocation may still run (``--stop-after``);
-    returns False when it ran out (after checkpointing), True when the phase finished."""
+    returns False when it ran out (after checkpointing), True when the phase finished.
+    ``dist``: a :class:`_Dist` when running under torchrun: the forward goes through its wrapper
+    (DDP) on its device, the logged loss is the mean over ranks, only rank 0 shows progress."""
     model.set_attn_implementation(impl)
     model.train()
-    bar = _progress(total=steps, initial=start, desc=desc)
+    fwd = model if dist is None else dist.wrapped
+    bar = _progress(total=steps, initial=start, desc=desc, disable=dist is not None and not dist.main)
     for step in range(start, steps):
         if budget is not None and budget[0] <= 0:
             ckpt(step)
@@ -206,16 +223,24 @@ def train_phase(model, data: Windows, *, steps: int, start: int, lr: float, impl
             return False
         if budget is not None:
             budget[0] -= 1
-        loss = lm_loss(model, data.next())
+        batch = data.next()
+        if dist is not None:
+            dist.note_batch(batch)
+            batch = batch.to(dist.device)
+        loss = lm_loss(fwd, batch)
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        gn = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0).item()
+        if dist is None:
+            gn = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0).item()
+        else:
+            gn = dist.clip_grad_norm(model, 1.0)
         opt.step()
         sched.step()
-        log[key].append(loss.item())
+        lv = loss.item() if dist is None else dist.mean_loss(loss)
+        log[key].append(lv)
         log[key + "_gn"].append(gn)
         bar.update(1)
-        bar.set_postfix(loss=f"{loss.item():.3f}", gnorm=f"{gn:.2f}")
+        bar.set_postfix(loss=f"{lv:.3f}", gnorm=f"{gn:.2f}")
         if ckpt is not None and ((step + 1) % ckpt_every == 0 or step + 1 == steps):
             ckpt(step + 1)
     bar.close()
@@ -228,6 +253,247 @@ def make_optim(model, lr: float, steps: int):
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda i: min(1.0, (i + 1) / warm) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(i, steps) / steps))))
     return opt, sched
+
+
+# ------------------------------------------------------------------------------------------------
+# one process or one rank of a torchrun job: DDP / FSDP2, activation checkpointing, torch.compile
+# ------------------------------------------------------------------------------------------------
+_WRAPPER_PREFIXES = ("_checkpoint_wrapped_module.", "_orig_mod.")
+
+
+def _clean_name(name: str) -> str:
+    """A parameter name without the prefixes activation checkpointing / compile wrappers add."""
+    for p in _WRAPPER_PREFIXES:
+        name = name.replace(p, "")
+    return name
+
+
+def _digest(t: torch.Tensor) -> str:
+    t = t.detach().cpu().contiguous()
+    return hashlib.sha256(t.reshape(-1).view(torch.uint8).numpy().tobytes()).hexdigest()[:32]
+
+
+def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The repeated transformer blocks of a transformers model, outermost first: instances of its
+    ``_no_split_modules`` classes, else its ``GradientCheckpointingLayer`` modules."""
+    names = set(getattr(model, "_no_split_modules", None) or ())
+    found = [(n, m) for n, m in model.named_modules() if n and type(m).__name__ in names]
+    if not found:
+        try:
+            from transformers.modeling_layers import GradientCheckpointingLayer
+        except ImportError:  # pragma: no cover - depends on the transformers version
+            GradientCheckpointingLayer = ()
+        found = [(n, m) for n, m in model.named_modules() if n and isinstance(m, GradientCheckpointingLayer)]
+    outer = [(n, m) for n, m in found if not any(n.startswith(o + ".") for o, _ in found)]
+    if not outer:
+        raise ValueError(f"fp4attn qat: cannot find the decoder layers of {type(model).__name__} "
+                         "(no _no_split_modules / GradientCheckpointingLayer modules)")
+    return [m for _, m in outer]
+
+
+def _checkpoint_layers(model: torch.nn.Module, layers: list[torch.nn.Module]) -> list[torch.nn.Module]:
+    """Replace each layer by a non-reentrant ``checkpoint_wrapper`` of it (its activations are
+    recomputed in the backward); returns the wrappers. State-dict names are unchanged (the wrapper's
+    hooks strip its prefix; ``torch.distributed.checkpoint.state_dict`` does too)."""
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointImpl, checkpoint_wrapper
+    targets = {id(m) for m in layers}
+    wrapped = []
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if id(child) in targets:
+                w = checkpoint_wrapper(child, checkpoint_impl=CheckpointImpl.NO_REENTRANT)
+                setattr(parent, name, w)
+                wrapped.append(w)
+    return wrapped
+
+
+class _Dist:
+    """Where ``fp4attn qat`` runs: one process (``mode="none"``, the model on ``device``, by default the
+    CPU) or one rank of a torchrun job (``"ddp"`` / ``"fsdp2"``). Holds the module the training forward
+    goes through (``wrapped``) and the few collective operations the command needs."""
+
+    def __init__(self, mode: str = "none", rank: int = 0, world: int = 1, device=None):
+        self.mode, self.rank, self.world = mode, rank, world
+        self.device = torch.device("cpu") if device is None else device
+        self.wrapped = None
+        self.compiled = False
+        self.checkpointed = 0         # decoder layers wrapped for activation checkpointing
+        self.mesh = None
+        self.first_batch = None       # digest of this rank's first training batch (--debug-rank-files)
+        self.local_losses = []        # this rank's own losses (the log has the mean over ranks)
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def on(self) -> bool:
+        return self.mode != "none"
+
+    def log(self, msg: str) -> None:
+        if self.main:
+            print(msg, file=sys.stderr)
+
+    # -- setup / teardown --------------------------------------------------------------------------
+    @classmethod
+    def from_args(cls, args):
+        """A :class:`_Dist` for ``args`` (the process group initialized), or an exit status."""
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        rank = int(os.environ.get("RANK", "0"))
+        local_rank = int(os.environ.get("LOCAL_RANK", str(rank)))
+        mode = args.dist if args.dist != "auto" else ("ddp" if world > 1 else "none")
+        if mode == "none" and world > 1:
+            print(f"fp4attn qat: --dist none under a launcher with WORLD_SIZE={world}: every process would run the "
+                  "whole job and write the same files; use --dist ddp / fsdp2, or start one process", file=sys.stderr)
+            return 2
+        if mode != "none" and not all(k in os.environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")):
+            print(f"fp4attn qat: --dist {mode} needs the environment torchrun sets (RANK, WORLD_SIZE, MASTER_ADDR, "
+                  f"MASTER_PORT): torchrun --nproc_per_node=N -m fp4attn qat ... --dist {mode}", file=sys.stderr)
+            return 2
+        want = args.device
+        if want == "auto":
+            want = "cuda" if mode != "none" and torch.cuda.is_available() else "cpu"
+        if want == "cuda":
+            if not torch.cuda.is_available():
+                print("fp4attn qat: --device cuda but CUDA is not available", file=sys.stderr)
+                return 2
+            if local_rank >= torch.cuda.device_count():
+                print(f"fp4attn qat: LOCAL_RANK {local_rank} but only {torch.cuda.device_count()} CUDA devices",
+                      file=sys.stderr)
+                return 2
+            device = torch.device("cuda", local_rank)
+            torch.cuda.set_device(device)
+        else:
+            device = torch.device("cpu")
+        ctx = cls(mode, rank if mode != "none" else 0, world if mode != "none" else 1, device)
+        if ctx.on:
+            import torch.distributed as dist
+            if device.type == "cuda":
+                dist.init_process_group("nccl", device_id=device)
+            else:
+                dist.init_process_group("gloo")
+            if mode == "fsdp2":
+                from torch.distributed.device_mesh import init_device_mesh
+                ctx.mesh = init_device_mesh(device.type, (world,))
+        return ctx
+
+    def close(self) -> None:
+        if self.on:
+            import torch.distributed as dist
+            if dist.is_initialized():
+                dist.destroy_process_group()
+
+    def wrap(self, model: torch.nn.Module, activation_checkpointing: bool = False, compile: bool = False):
+        """Move the model to the device; checkpoint, shard (FSDP2) or replicate (DDP), then compile its
+        decoder layers. The model object stays the one to call for evaluation and state dicts."""
+        model.to(self.device)
+        if not (activation_checkpointing or compile or self.mode == "fsdp2"):
+            layers = []
+        else:
+            layers = decoder_layers(model)
+        if activation_checkpointing:
+            layers = _checkpoint_layers(model, layers)
+            self.checkpointed = len(layers)
+        if self.mode == "fsdp2":
+            from torch.distributed.fsdp import fully_shard
+            for layer in layers:
+                fully_shard(layer, mesh=self.mesh)
+            fully_shard(model, mesh=self.mesh)
+            self.wrapped = model
+        elif self.mode == "ddp":
+            from torch.nn.parallel import DistributedDataParallel
+            self.wrapped = DistributedDataParallel(
+                model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
+        else:
+            self.wrapped = model
+        if compile:
+            # each decoder layer, in place (names unchanged), after DDP / fully_shard; masks, embeddings and the
+            # loss stay eager. Evaluation runs the layers eagerly (evaluate(eager=True)): no recompiles for it.
+            if self.mode == "ddp":
+                # no DDPOptimizer (it splits a graph at DDP's bucket boundaries; the per-layer graphs are small
+                # already, and some torch releases reject graphs holding the activation-checkpoint operator)
+                torch._dynamo.config.optimize_ddp = False
+            for layer in layers:
+                layer.compile()
+            self.compiled = True
+        return self.wrapped
+
+    def reshard(self, model: torch.nn.Module) -> None:
+        """FSDP2: free the gathered parameters an evaluation forward left (the root keeps them after a
+        forward until a backward), so that ``model.parameters()`` are the sharded ones again."""
+        if self.mode == "fsdp2":
+            from torch.distributed.fsdp import FSDPModule
+            for m in model.modules():
+                if isinstance(m, FSDPModule):
+                    m.reshard()
+
+    # -- per step ----------------------------------------------------------------------------------
+    def note_batch(self, batch: torch.Tensor) -> None:
+        if self.first_batch is None:
+            self.first_batch = _digest(batch)
+
+    def mean_loss(self, loss: torch.Tensor) -> float:
+        v = loss.item()
+        self.local_losses.append(v)
+        if not self.on:
+            return v
+        import torch.distributed as dist
+        t = loss.detach().float().reshape(1).clone()
+        dist.all_reduce(t)
+        return t.item() / self.world
+
+    def clip_grad_norm(self, model: torch.nn.Module, max_norm: float) -> float:
+        if self.mode != "fsdp2":
+            return torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm).item()
+        # FSDP2: the gradients are sharded DTensors; the norm of the whole gradient needs a reduction
+        params = [p for p in model.parameters() if p.grad is not None]
+        total = torch.nn.utils.get_total_norm([p.grad for p in params], 2.0)
+        if hasattr(total, "full_tensor"):
+            total = total.full_tensor()
+        torch.nn.utils.clip_grads_with_norm_(params, max_norm, total)
+        return total.item()
+
+    def gather(self, obj) -> list:
+        if not self.on:
+            return [obj]
+        import torch.distributed as dist
+        out = [None] * self.world
+        dist.all_gather_object(out, obj)
+        return out
+
+    # -- state dicts (full, unsharded; collective under FSDP2: every rank calls) --------------------
+    def model_state(self, model: torch.nn.Module) -> dict:
+        if self.mode == "fsdp2":
+            from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+            return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        sd = model.state_dict()
+        return sd if self.device.type == "cpu" else {k: v.detach().cpu() for k, v in sd.items()}
+
+    def optim_state(self, model: torch.nn.Module, opt):
+        if self.mode == "fsdp2":
+            if not opt.state:  # not stepped yet; get_optimizer_state_dict would initialize it by a zero step
+                return None
+            from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+            return get_optimizer_state_dict(model, opt,
+                                            options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        return opt.state_dict()
+
+    def load_optim(self, model: torch.nn.Module, opt, sd) -> None:
+        if self.mode == "fsdp2":
+            from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+            set_optimizer_state_dict(model, opt, sd, options=StateDictOptions(full_state_dict=True))
+        else:
+            opt.load_state_dict(sd)
+
+    def param_digests(self, model: torch.nn.Module) -> dict:
+        """{name: digest} of the full parameters (FSDP2: gathered; collective)."""
+        out = {}
+        for name, p in model.named_parameters():
+            t = p.detach()
+            if hasattr(t, "full_tensor"):
+                t = t.full_tensor()
+            out[_clean_name(name)] = _digest(t)
+        return out
 
 
 # ------------------------------------------------------------------------------------------------
@@ -257,6 +523,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="stop this invocation after N training steps (checkpointed; continue with --resume)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=os.path.join("fp4attn-out", "qat"))
+    g = p.add_argument_group("several GPUs / processes (launch with torchrun)")
+    g.add_argument("--dist", choices=("auto", "ddp", "fsdp2", "none"), default="auto",
+                   help="data parallelism: DDP, or FSDP2 (fully_shard on each decoder layer, then the root); "
+                   "auto: ddp when WORLD_SIZE > 1, else none. --batch is per process")
+    g.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                   help="auto: cuda:LOCAL_RANK under --dist ddp/fsdp2 when CUDA is present (NCCL), else the CPU "
+                   "(gloo); a single process runs on the CPU unless --device cuda")
+    g.add_argument("--activation-checkpointing", action="store_true",
+                   help="recompute each decoder layer's activations in the backward (non-reentrant checkpoint)")
+    g.add_argument("--compile", action="store_true",
+                   help="torch.compile each decoder layer for training (after DDP / fully_shard)")
+    g.add_argument("--debug-rank-files", action="store_true",
+                   help="every rank writes OUT/rank<R>.json: digests of its full parameters and first batch, "
+                   "its own losses (for tests)")
 
 
 def _save(path: str, obj) -> None:
@@ -266,6 +546,16 @@ def _save(path: str, obj) -> None:
 
 
 def run(args) -> int:
+    ctx = _Dist.from_args(args)
+    if isinstance(ctx, int):
+        return ctx
+    try:
+        return _run(args, ctx)
+    finally:
+        ctx.close()
+
+
+def _run(args, ctx: _Dist) -> int:
     from .integrations.transformers import register
 
     t0 = time.time()
@@ -283,73 +573,108 @@ def run(args) -> int:
     if train_ids.numel() < args.seq_len + 2:
         train_ids = ids  # tiny texts: evaluate on a slice of the training text (said in the table)
     val = eval_windows(val_ids, min(args.seq_len, val_ids.numel() - 1), args.eval_windows)
-    print(f"fp4attn qat: {desc}; {ids.numel()} tokens ({'file ' + text_path if text_path else 'embedded text'}); "
-          f"Attn-QAT {args.fmt}, {args.steps} steps", file=sys.stderr)
+    where = "" if not ctx.on else f"; {ctx.mode} on {ctx.world} processes ({ctx.device.type}), batch {args.batch} " \
+        "per process"
+    ctx.log(f"fp4attn qat: {desc}; {ids.numel()} tokens ({'file ' + text_path if text_path else 'embedded text'}); "
+            f"Attn-QAT {args.fmt}, {args.steps} steps{where}")
 
     qat_impl = register(args.fmt)                    # auto: Attn-QAT in train, FP4 inference in eval
     fp4_impl = register(args.fmt, mode="infer")      # FP4 inference, for evaluation
     log = {"pretrain": [], "pretrain_gn": [], "qat": [], "qat_gn": []}
     state = {"phase": "pretrain", "step": 0, "before": None}
     pre_steps = 0 if args.model else args.pretrain_steps
+    layout = None if not ctx.on else dict(mode=ctx.mode, world=ctx.world)
 
     resume = args.resume and os.path.exists(ckpt_path)
     if args.resume and not resume:
-        print(f"fp4attn qat: --resume but no {ckpt_path}; starting from scratch", file=sys.stderr)
+        ctx.log(f"fp4attn qat: --resume but no {ckpt_path}; starting from scratch")
     if resume:
-        ck = torch.load(ckpt_path, weights_only=False)
+        ck = torch.load(ckpt_path, weights_only=False, **({} if not ctx.on else {"map_location": "cpu"}))
         if ck["args"]["fmt"] != args.fmt or ck["args"]["model"] != args.model:
-            print("fp4attn qat: checkpoint was made with other --fmt/--model; refusing to resume", file=sys.stderr)
+            ctx.log("fp4attn qat: checkpoint was made with other --fmt/--model; refusing to resume")
             return 2
-        model.load_state_dict(ck["model"])
+        made = ck.get("dist")
+        if (None if made is None else dict(mode=made["mode"], world=made["world"])) != layout:
+            how = "one process" if made is None else f"--dist {made['mode']} on {made['world']} processes"
+            ctx.log(f"fp4attn qat: checkpoint was made with {how}; resume it the same way")
+            return 2
+        model.load_state_dict(ck["model"])  # the full state dict, before wrapping / sharding
         log, state = ck["log"], ck["state"]
-        print(f"fp4attn qat: resumed at {state['phase']} step {state['step']}", file=sys.stderr)
+        ctx.log(f"fp4attn qat: resumed at {state['phase']} step {state['step']}")
 
-    data = Windows(train_ids, args.seq_len, args.batch, args.seed)
+    # every rank its own stream of training windows (rank 0: the single-process stream)
+    data = Windows(train_ids, args.seq_len, args.batch, args.seed + 1_000_003 * ctx.rank)
     budget = None if args.stop_after is None else [args.stop_after]
+    ctx.wrap(model, activation_checkpointing=args.activation_checkpointing, compile=args.compile)
+    dev = None if ctx.device.type == "cpu" else ctx.device
 
     def stopped() -> int:
-        print(f"fp4attn qat: stopped after --stop-after {args.stop_after} steps; checkpoint {ckpt_path} "
-              "(continue with --resume)", file=sys.stderr)
+        ctx.log(f"fp4attn qat: stopped after --stop-after {args.stop_after} steps; checkpoint {ckpt_path} "
+                "(continue with --resume)")
         return 0
 
     def checkpointer(phase, opt, sched):
         def save(step):
             state.update(phase=phase, step=step)
-            _save(ckpt_path, dict(model=model.state_dict(), opt=opt.state_dict(), sched=sched.state_dict(),
-                                  data=data.state(), log=log, state=state, args=vars(args)))
+            model_sd, opt_sd = ctx.model_state(model), ctx.optim_state(model, opt)  # collective under FSDP2
+            extra = {}
+            if ctx.on:
+                extra["dist"] = dict(layout, data=ctx.gather(data.state()))
+                if opt_sd is None:
+                    extra["opt_fresh"] = True
+            if ctx.main:
+                _save(ckpt_path, dict(model=model_sd, opt=opt_sd, sched=sched.state_dict(), data=data.state(),
+                                      log=log, state=state, args=vars(args), **extra))
         return save
+
+    def restore(opt, sched):
+        """The optimizer, schedule and data-stream state of the checkpoint."""
+        if ck.get("opt") is None and not ck.get("opt_fresh"):
+            return
+        if ck.get("opt") is not None:
+            ctx.load_optim(model, opt, ck["opt"])
+        sched.load_state_dict(ck["sched"])
+        data.set_state(ck["data"] if not ctx.on else ck["dist"]["data"][ctx.rank])
 
     # phase 1: BF16 pre-training of the tiny model
     if state["phase"] == "pretrain" and pre_steps > 0:
         opt, sched = make_optim(model, args.pretrain_lr, pre_steps)
-        if resume and ck.get("opt") is not None:
-            opt.load_state_dict(ck["opt"])
-            sched.load_state_dict(ck["sched"])
-            data.set_state(ck["data"])
+        if resume:
+            restore(opt, sched)
         if not train_phase(model, data, steps=pre_steps, start=state["step"], lr=args.pretrain_lr, impl="sdpa",
                            opt=opt, sched=sched, log=log, ckpt=checkpointer("pretrain", opt, sched),
-                           ckpt_every=args.ckpt_every, desc="BF16 pre-training", key="pretrain", budget=budget):
+                           ckpt_every=args.ckpt_every, desc="BF16 pre-training", key="pretrain", budget=budget,
+                           dist=ctx):
             return stopped()
         resume = False
     if state["phase"] == "pretrain":
         state.update(phase="qat", step=0)
 
-    # evaluation before the fine-tune
+    # evaluation before the fine-tune (every rank: FSDP2 gathers the parameters collectively)
     if state["before"] is None:
-        state["before"] = {"bf16": evaluate(model, val, "sdpa", args.batch),
-                           "fp4": evaluate(model, val, fp4_impl, args.batch)}
+        state["before"] = {"bf16": evaluate(model, val, "sdpa", args.batch, dev, ctx.compiled),
+                           "fp4": evaluate(model, val, fp4_impl, args.batch, dev, ctx.compiled)}
+        ctx.reshard(model)
     # phase 2: Attn-QAT fine-tune
     opt, sched = make_optim(model, args.lr, args.steps)
-    if resume and state["phase"] == "qat" and ck.get("opt") is not None and ck["state"]["phase"] == "qat":
-        opt.load_state_dict(ck["opt"])
-        sched.load_state_dict(ck["sched"])
-        data.set_state(ck["data"])
+    if resume and state["phase"] == "qat" and ck["state"]["phase"] == "qat":
+        restore(opt, sched)
     if state["step"] < args.steps:
         if not train_phase(model, data, steps=args.steps, start=state["step"], lr=args.lr, impl=qat_impl, opt=opt,
                            sched=sched, log=log, ckpt=checkpointer("qat", opt, sched), ckpt_every=args.ckpt_every,
-                           desc=f"Attn-QAT ({args.fmt}) fine-tune", key="qat", budget=budget):
+                           desc=f"Attn-QAT ({args.fmt}) fine-tune", key="qat", budget=budget, dist=ctx):
             return stopped()
-    after = {"bf16": evaluate(model, val, "sdpa", args.batch), "fp4": evaluate(model, val, fp4_impl, args.batch)}
+    after = {"bf16": evaluate(model, val, "sdpa", args.batch, dev, ctx.compiled),
+             "fp4": evaluate(model, val, fp4_impl, args.batch, dev, ctx.compiled)}
+    ctx.reshard(model)
+    if args.debug_rank_files:
+        digests = ctx.param_digests(model)  # collective under FSDP2
+        with open(os.path.join(args.out, f"rank{ctx.rank}.json"), "w") as f:
+            json.dump(dict(rank=ctx.rank, world=ctx.world, mode=ctx.mode, device=str(ctx.device),
+                           compiled=ctx.compiled, checkpointed_layers=ctx.checkpointed, params=digests,
+                           first_batch=ctx.first_batch, local_losses=ctx.local_losses, after=after), f)
+    if not ctx.main:
+        return 0
     before = state["before"]
     wall = time.time() - t0
 
@@ -366,8 +691,9 @@ def run(args) -> int:
     lines.append(f"FP4 PTQ loss gap {gap:+.4f} nats; Attn-QAT closes "
                  f"{'—' if rec != rec else f'{100 * rec:.0f}%'} of it "
                  f"(after-QAT {args.fmt} loss vs the starting weights' BF16 loss).")
-    lines.append(f"{desc}; {args.steps} Attn-QAT steps, seq {args.seq_len}, batch {args.batch}; "
-                 f"wall {wall:.0f} s this invocation")
+    lines.append(f"{desc}; {args.steps} Attn-QAT steps, seq {args.seq_len}, batch {args.batch}"
+                 + (f" per process, {ctx.mode} on {ctx.world} processes ({ctx.device.type})" if ctx.on else "")
+                 + f"; wall {wall:.0f} s this invocation")
     text_out = "\n".join(lines)
     print(text_out)
     with open(os.path.join(args.out, "qat_results.md"), "w") as f:
