@@ -87,8 +87,8 @@ def sweep(q, cache, sel, rep_ms: float):
     base = default_splits(B, cache.num_kv_heads, max(cache.committed_lengths()), 64, q.device)
     rows = []
     best = (None, float("inf"))
-    for nw, ns, bn, mult, fold in itertools.product((1, 2, 4), (2, 3), (64,), (1, 2, 4), (True, False)):
-        if sel is not None and not fold:
+    for nw, ns, bn, mult, fold in itertools.product((1, 2, 4), (2,), (64,), (1, 2), (1, 2, 4)):
+        if sel is not None and fold != 1:
             continue  # Thrift never folds
         splits = max(1, int(base * mult))
         cfg = dict(num_warps=nw, num_stages=ns, block_n=bn, num_splits=splits, fold=fold)

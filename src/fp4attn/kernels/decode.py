@@ -299,23 +299,25 @@ def _decode_reduce_kernel(OP, MP, LP, O, LSE, NS, GQ, BLOCK_M, BLOCK_S: tl.const
 
 
 def default_splits(B: int, hkv: int, max_committed: int, block_n: int, device=None) -> int:
-    """Splits along the context: about 8 programs per SM in total, each >= 4 tiles (the best of the
-    H200 sweep in BENCHMARKS.md: 18 splits at B=8/Hkv=8/32k, 132 at B=1/Hkv=8/128k)."""
+    """Splits along the context: about 16 tiles per split (the best of the H200 sweep in BENCHMARKS.md:
+    34 splits at B=8/Hkv=8/32k, 132 at B=1/Hkv=8/128k, both ~15.5 tiles of 64 keys per split, 2 warps),
+    and at least ~2 programs per SM while each split keeps >= 4 tiles."""
     if device is not None and torch.cuda.is_available() and device.type == "cuda":
         sms = torch.cuda.get_device_properties(device).multi_processor_count
     else:
         sms = 132
     tiles = max(1, -(-max_committed // block_n))
-    want = max(1, -(-8 * sms // (B * hkv)))
-    return max(1, min(want, -(-tiles // 4)))
+    fill = min(-(-2 * sms // (B * hkv)), -(-tiles // 4))
+    return max(1, -(-tiles // 16), fill)
 
 
 def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor | None = None,
                num_splits: int | None = None, block_n: int = 64, num_warps: int = 2,
-               num_stages: int = 2, fold: bool = True):
+               num_stages: int = 2, fold: bool | int = True):
     """q (B, Hq, NQ, D) contiguous -> (out (B, Hq, NQ, D) in q.dtype, lse (B, Hq, NQ) float32).
 
-    ``fold``: fold the keys of a tile over padding rows when G·NQ < 16 (see ``_decode_tile``).
+    ``fold``: fold the keys of a tile over padding rows when G·NQ < 16 (see ``_decode_tile``); True: as
+    many folds as fit, an int: at most that many (1 = no folding).
 
     ``selection``: (B, Hq, max_pages) bool Thrift selection (pages computed in 16 bits) or None.
     """
@@ -333,8 +335,9 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
     # over the tile's keys (fold j: keys j·BLOCK_N/J ..), so the score tile has no padding rows;
     # Thrift keeps J = 1 (its 16-bit selection is per 64-key tile)
     RP = triton.next_power_of_2(G * NQ)
-    if fold and selection is None and RP < 16:
-        RP = max(RP, 16 // (block_n // 16))  # a fold must keep >= 16 keys
+    max_j = block_n // 16 if fold is True else max(1, min(int(fold), block_n // 16))  # a fold keeps >= 16 keys
+    if selection is None and RP < 16 and max_j > 1:
+        RP = max(RP, 16 // max_j)
         J = 16 // RP
     else:
         J = 1
