@@ -333,6 +333,25 @@ def test_decode_kernel_interpreter_ragged_gqa(nq, splits):
 
 
 @needs_interp
+@pytest.mark.parametrize("G,nq", [(2, 1), (1, 3)])
+def test_decode_kernel_folded_rows_equal_unfolded(G, nq):
+    """Folding a tile's keys over the padding rows (block-diagonal ϕ(q), folds merged at the end) is
+    a re-association of the same sums: the output equals the unfolded kernel's to float32 rounding, for
+    every fold count, ragged lengths and a raw tail (G·NQ = 2 and 3: 4 folds of 16 keys / 4 padded rows)."""
+    from fp4attn.kernels.decode import decode_fwd
+
+    B, Hkv, D = 2, 2, 32
+    k, v = _kv(B, Hkv, 150, D, dtype=torch.float32, seed=21)
+    c = KVCache.from_dense(k, v, lengths=[150, 61], dtype=torch.float32)
+    q = torch.randn(B, Hkv * G, nq, D, generator=torch.Generator().manual_seed(22))
+    base, base_lse = decode_fwd(q, c, scale=D ** -0.5, num_splits=2, fold=1)
+    for fold in (2, 4, True):
+        out, lse = decode_fwd(q, c, scale=D ** -0.5, num_splits=2, fold=fold)
+        assert torch.allclose(out, base, rtol=1e-5, atol=1e-6), (fold, (out - base).abs().max())
+        assert torch.allclose(lse, base_lse, rtol=1e-6, atol=1e-5), fold
+
+
+@needs_interp
 def test_thrift_decode_kernel_interpreter():
     from fp4attn.kernels.decode import decode_fwd
 
