@@ -20,6 +20,9 @@ if not torch.cuda.is_available():  # CPU machine: run the kernels in the interpr
 from fp4attn.formats import core  # noqa: E402
 
 triton = pytest.importorskip("triton")
+import triton.language as tl  # noqa: E402
+
+from fp4attn.formats.triton_helpers import e2m1_round_abs  # noqa: E402
 from fp4attn.kernels import quantize as kq  # noqa: E402
 
 _INTERPRETED = type(kq._rows_kernel).__name__ == "InterpretedFunction"
@@ -322,3 +325,26 @@ def test_gpu_large_random_all_configs():
     for fmt, kw in CONFIGS:
         for dim in (-1, 0):
             check_all(x, fmt, dim, kw)
+
+
+@triton.jit
+def _e2m1_round_abs_kernel(X, Y, N, BLOCK: tl.constexpr):
+    o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(Y + o, e2m1_round_abs(tl.load(X + o, mask=o < N, other=0.0)), mask=o < N)
+
+
+@cpu_only
+def test_cpu_e2m1_round_abs_every_neighbourhood_of_the_grid():
+    """The shared E2M1 rounding helper (magic-constant rounding below 2, bit rounding of the float32
+    mantissa from 2 up) against the PyTorch format on every float within 4 ulps of each grid value and
+    decision point (ties included), random values over [0, 10], tiny, huge and infinite inputs."""
+    pts = torch.tensor([0.0, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0, 7.0, 8.0])
+    bits = pts.view(torch.int32)
+    near = (bits[:, None] + torch.arange(-4, 5, dtype=torch.int32)[None, :]).flatten()
+    near = near[near >= 0].view(torch.float32)
+    rnd = torch.rand(100_000, generator=torch.Generator().manual_seed(3)) * 10
+    x = torch.cat([near, rnd, torch.tensor([1e-30, 1e-7, 3e38, 1e30, float("inf")])]).contiguous()
+    y = torch.empty_like(x)
+    _e2m1_round_abs_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
+    want = core.e2m1_round(x)
+    assert torch.equal(y, want), (x[y != want][:8], y[y != want][:8], want[y != want][:8])

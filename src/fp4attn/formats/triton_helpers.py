@@ -4,8 +4,8 @@ Same rules as ``fp4attn.formats.core`` (the PyTorch source of truth), written wi
 and integer bit tricks only, no per-bit branching, so that they are cheap in registers:
 
 * ``rint``: round to nearest even with the 1.5*2**23 magic constant (valid for |x| < 2**22).
-* E2M1: pick the quantum of the value's binade (0.5 below 2, 1 below 4, else 2), round the value to
-  a multiple of it (an even multiple is an even code, so ties go to the even code), saturate at 6.
+* E2M1: below 2 round to a multiple of 0.5 with a magic constant; from 2 up round the float32 bits to
+  one mantissa bit (nearest even, an integer add and mask); saturate at 6. Ties go to the even code.
 * E4M3: the same with a 3-bit mantissa, the binade read from the float32 exponent bits, subnormal
   quantum 2**-9, saturating at 448.
 * E8M0: the exponent of the block max read from its bits (exact, no log2).
@@ -18,6 +18,7 @@ import triton
 import triton.language as tl
 
 _RINT_MAGIC = tl.constexpr(12582912.0)  # 1.5 * 2**23 (a constexpr: jit code may only read those)
+_HALF_MAGIC = tl.constexpr(6291456.0)  # 1.5 * 2**22: float32 spacing 0.5
 
 
 @triton.jit
@@ -36,12 +37,17 @@ def exp2i(e):
 
 @triton.jit
 def e2m1_round_abs(a):
-    """|v| (float32, >= 0) -> nearest E2M1 magnitude, ties to even code, saturating at 6."""
-    q = tl.where(a < 2.0, 0.5, tl.where(a < 4.0, 1.0, 2.0))
-    # multiply by the exact reciprocal 1/q: Triton's `/` is div.full.f32 on GPU (approximate)
-    inv_q = tl.where(a < 2.0, 2.0, tl.where(a < 4.0, 1.0, 0.5))
-    r = rint(tl.minimum(a, 7.0) * inv_q) * q
-    return tl.minimum(r, 6.0)
+    """|v| (float32, >= 0) -> nearest E2M1 magnitude, ties to even code, saturating at 6.
+
+    Below 2 the E2M1 grid is the multiples of 0.5: adding 1.5·2^22 (float32 spacing 0.5 there) rounds
+    to the nearest, ties to the even multiple = the even code. From 2 up it is the floats with one
+    mantissa bit: round the float32 bits at bit 22 to nearest even (add 0x1FFFFF plus that bit, clear
+    the 22 bits below), which carries into the exponent at 3.5·2^k -> 2^(k+2) as E2M1 does. Then
+    saturate at 6 (values from 7 round to 8 first). 9 instructions, no multiply, one select."""
+    lo = (a + _HALF_MAGIC) - _HALF_MAGIC
+    b = a.to(tl.int32, bitcast=True)
+    hi = ((b + 0x1FFFFF + ((b >> 22) & 1)) & -4194304).to(tl.float32, bitcast=True)
+    return tl.minimum(tl.where(a < 2.0, lo, hi), 6.0)
 
 
 @triton.jit
