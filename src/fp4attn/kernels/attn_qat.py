@@ -232,12 +232,9 @@ def _fwd_inner(acc, acc_hp, l_i, m_i, q, k_base, v_base, offs_m, lo, hi, Nk, cau
             if MASK:
                 m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows that saw no key yet
             alpha = tl.math.exp2(m_i - m_use)
-            # once the running max has settled (most tiles), alpha == 1 in every row: skip the two
-            # accumulator rescales (exact: a multiply by 1.0 is the identity; the test is tile-uniform)
-            if tl.min(alpha, 0) < 1.0:
-                acc = acc * alpha[:, None]
-                if HP_O:
-                    acc_hp = acc_hp * alpha[:, None]
+            acc = acc * alpha[:, None]
+            if HP_O:
+                acc_hp = acc_hp * alpha[:, None]
             l_i = l_i * alpha
             m_i = m_new
         p = tl.math.exp2(tl.fma(s, qk_scale, -m_use[:, None]))  # P~ = exp(S - m)
