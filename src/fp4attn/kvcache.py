@@ -341,10 +341,17 @@ class KVCache:
     # ------------------------------------------------------------------------------------------
     # dense views (references, tests)
     # ------------------------------------------------------------------------------------------
+    def _pages_of(self, b: int, c: int, t: torch.Tensor, n: int) -> torch.Tensor:
+        """The first ``n`` rows, per kv head, of page-major storage ``t`` (pages, H, rows per page, ...)
+        over the pages that hold sequence b's first c committed tokens: (H, n, ...)."""
+        pages = torch.tensor(self._pages[b][: -(-c // self.page_size)], dtype=torch.long, device=self.device)
+        g = t[pages].transpose(0, 1)
+        return g.reshape(g.shape[0], -1, *g.shape[3:])[:, :n]
+
     def dequantize(self, dtype=torch.float32):
         """Dense (k, v) of shape (B, Hkv, max_len, D): committed tokens dequantized
         (code · block scale · global scale), the raw tail as stored, zeros beyond each length."""
-        B, H, D, ps = self.batch_size, self.num_kv_heads, self.head_dim, self.page_size
+        B, H, D = self.batch_size, self.num_kv_heads, self.head_dim
         Lmax = self.get_seq_length()
         k = torch.zeros(B, H, Lmax, D, dtype=torch.float32, device=self.device)
         v = torch.zeros_like(k)
@@ -352,13 +359,11 @@ class KVCache:
             L = self._lens[b]
             c = L - L % SLOT
             if c:
-                pages = torch.tensor(self._pages[b][: -(-c // ps)], dtype=torch.long, device=self.device)
-                kd = self.k_data[pages].transpose(0, 1).reshape(H, -1, D // 2)[:, :c]
-                ks = self.k_scale[pages].transpose(0, 1).reshape(H, -1, D // SLOT)[:, :c].float()
+                kd, ks, vd, vs = (self._pages_of(b, c, t, n) for t, n in (
+                    (self.k_data, c), (self.k_scale, c), (self.v_data, c // 2), (self.v_scale, c // SLOT)))
+                ks, vs = ks.float(), vs.float()
                 kc = core.e2m1_decode(core.unpack_last(kd)).view(H, c, D // SLOT, SLOT) * ks.unsqueeze(-1)
                 k[b, :, :c] = kc.view(H, c, D) * self.k_global_scale[b].view(H, 1, 1)
-                vd = self.v_data[pages].transpose(0, 1).reshape(H, -1, D)[:, : c // 2]
-                vs = self.v_scale[pages].transpose(0, 1).reshape(H, -1, D)[:, : c // SLOT].float()
                 vc = core.e2m1_decode(core.unpack_last(vd.transpose(1, 2)))  # (H, D, c)
                 vc = vc.view(H, D, c // SLOT, SLOT) * vs.transpose(1, 2).unsqueeze(-1)
                 v[b, :, :c] = vc.view(H, D, c).transpose(1, 2) * self.v_global_scale[b].view(H, 1, 1)
@@ -371,7 +376,7 @@ class KVCache:
         tails (``keep_16bit=True`` only)."""
         if not self.keep_16bit:
             raise ValueError("dense_16bit needs a cache built with keep_16bit=True")
-        B, H, D, ps = self.batch_size, self.num_kv_heads, self.head_dim, self.page_size
+        B, H, D = self.batch_size, self.num_kv_heads, self.head_dim
         Lmax = self.get_seq_length()
         k = torch.zeros(B, H, Lmax, D, dtype=self.dtype, device=self.device)
         v = torch.zeros_like(k)
@@ -379,9 +384,8 @@ class KVCache:
             L = self._lens[b]
             c = L - L % SLOT
             if c:
-                pages = torch.tensor(self._pages[b][: -(-c // ps)], dtype=torch.long, device=self.device)
-                k[b, :, :c] = self.k16[pages].transpose(0, 1).reshape(H, -1, D)[:, :c]
-                v[b, :, :c] = self.v16[pages].transpose(0, 1).reshape(H, -1, D)[:, :c]
+                k[b, :, :c] = self._pages_of(b, c, self.k16, c)
+                v[b, :, :c] = self._pages_of(b, c, self.v16, c)
             k[b, :, c:L] = self.k_tail[b, :, : L - c]
             v[b, :, c:L] = self.v_tail[b, :, : L - c]
         return k, v

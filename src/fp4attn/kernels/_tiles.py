@@ -5,6 +5,27 @@ import triton.language as tl
 
 
 @triton.jit
+def load_bhsd_rows(X, sx_b, sx_h, sx_n, sx_d, b, h, rows, N, D, DP: tl.constexpr):
+    """Rows ``rows`` (token indices) of head (b, h) of a (B, H, N, D) tensor with any strides, as a
+    (len(rows), DP) float32 tile zero-padded past N tokens and D channels; also returns the mask."""
+    cols = tl.arange(0, DP)
+    msk = (rows[:, None] < N) & (cols[None, :] < D)
+    src = X + b.to(tl.int64) * sx_b + h.to(tl.int64) * sx_h
+    x = tl.load(src + rows[:, None].to(tl.int64) * sx_n + cols[None, :] * sx_d, mask=msk, other=0.0)
+    return x.to(tl.float32), msk
+
+
+@triton.jit
+def visible(keys, offs_m, Nk, causal_off, CAUSAL: tl.constexpr):
+    """(rows, keys) mask of the scores a query row may see: key < Nk and, with CAUSAL, key <= row +
+    causal_off (bottom-right)."""
+    ok = keys[None, :] < Nk
+    if CAUSAL:
+        ok = ok & (keys[None, :] <= offs_m[:, None] + causal_off)
+    return ok
+
+
+@triton.jit
 def causal_key_range(m0, Nq, Nk, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
     """Key range of the query tile [m0, m0 + BLOCK_M) under the bottom-right causal mask.
 

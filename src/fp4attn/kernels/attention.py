@@ -121,7 +121,7 @@ from ..formats.triton_helpers import (
     pack_nibbles,
     unpack_nibbles_words,
 )
-from ._tiles import causal_key_range, online_softmax_step, softmax_finish
+from ._tiles import causal_key_range, load_bhsd_rows, online_softmax_step, softmax_finish, visible
 
 __all__ = ["PackedQKV", "quantize_qkv", "attention_packed", "attention_fwd", "default_path",
            "PATH_INTERP", "PATH_HOPPER", "PATH_BLACKWELL"]
@@ -210,10 +210,7 @@ def _prep_qk_kernel(X, sx_b, sx_h, sx_n, sx_d, C, S, SUB, QBAR, XS, H, N, D, NP,
     h = pid_bh % H
     rows = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
     cols = tl.arange(0, DP)
-    msk = (rows[:, None] < N) & (cols[None, :] < D)
-    src = X + b.to(tl.int64) * sx_b + h.to(tl.int64) * sx_h
-    x = tl.load(src + rows[:, None].to(tl.int64) * sx_n + cols[None, :] * sx_d, mask=msk, other=0.0)
-    x = x.to(tl.float32)
+    x, msk = load_bhsd_rows(X, sx_b, sx_h, sx_n, sx_d, b, h, rows, N, D, DP)
     if SUB_MODE == 1:
         sub = tl.load(SUB + pid_bh.to(tl.int64) * DP + cols)
         x = tl.where(msk, x - sub[None, :], 0.0)
@@ -244,10 +241,8 @@ def _prep_v_kernel(X, sx_b, sx_h, sx_n, sx_d, C, S, VEXP, H, N, D, NP,
     h = pid_bh % H
     rows = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
     cols = tl.arange(0, DP)
-    msk = (rows[:, None] < N) & (cols[None, :] < D)
-    src = X + b.to(tl.int64) * sx_b + h.to(tl.int64) * sx_h
-    x = tl.load(src + rows[:, None].to(tl.int64) * sx_n + cols[None, :] * sx_d, mask=msk, other=0.0)
-    xt = tl.trans(x.to(tl.float32))  # (DP, BLOCK_T): blocks along tokens
+    x, msk = load_bhsd_rows(X, sx_b, sx_h, sx_n, sx_d, b, h, rows, N, D, DP)
+    xt = tl.trans(x)  # (DP, BLOCK_T): blocks along tokens
     codes, sb = _quant_rows(xt, QB, IS_MX)
     packed = pack_nibbles(codes)  # (DP, BLOCK_T/2)
     t2 = pid_t * (BLOCK_T // 2) + tl.arange(0, BLOCK_T // 2)
@@ -553,10 +548,7 @@ def _attn_inner(acc, l_i, m_i, q_op, q_sc, qfac, qbar, Kc, Ks, KX, Vc, Vs, vexp,
             s += (tl.sum(kx * qbar[None, :], axis=1) * qk_scale)[None, :]
         # ---- softmax -----------------------------------------------------------------------------
         if MASK:
-            ok = kn[None, :] < Nk
-            if CAUSAL:
-                ok = ok & (kn[None, :] <= offs_m[:, None] + causal_off)
-            s = tl.where(ok, s, float("-inf"))
+            s = tl.where(visible(kn, offs_m, Nk, causal_off, CAUSAL), s, float("-inf"))
         if PMAX == 1:  # max-only pass
             m_i = tl.maximum(m_i, tl.max(s, 1))
         else:

@@ -55,7 +55,7 @@ import triton
 import triton.language as tl
 
 from ..formats.triton_helpers import fake_quant_blocks, fake_quant_p
-from ._tiles import causal_key_range, softmax_finish
+from ._tiles import causal_key_range, load_bhsd_rows, softmax_finish, visible
 
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
@@ -190,11 +190,7 @@ def _fwd_rowmax(m_i, q, k_base, offs_m, lo, hi, Nk, causal_off, qk_scale,
         start_n = tl.multiple_of(start_n, BLOCK_N)
         s = tl.dot(q, tl.load(kT_ptrs + start_n * DP))
         if MASK:
-            keys = start_n + offs_n
-            ok = keys[None, :] < Nk
-            if CAUSAL:
-                ok = ok & (keys[None, :] <= offs_m[:, None] + causal_off)
-            s = tl.where(ok, s, float("-inf"))
+            s = tl.where(visible(start_n + offs_n, offs_m, Nk, causal_off, CAUSAL), s, float("-inf"))
         m_i = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
     return m_i
 
@@ -219,11 +215,7 @@ def _fwd_inner(acc, acc_hp, l_i, m_i, q, k_base, v_base, offs_m, lo, hi, Nk, cau
         kT = tl.load(kT_ptrs + start_n * DP)
         s = tl.dot(q, kT)  # unscaled; S * log2(e) = s * qk_scale
         if MASK:
-            keys = start_n + offs_n
-            ok = keys[None, :] < Nk
-            if CAUSAL:
-                ok = ok & (keys[None, :] <= offs_m[:, None] + causal_off)
-            s = tl.where(ok, s, float("-inf"))
+            s = tl.where(visible(start_n + offs_n, offs_m, Nk, causal_off, CAUSAL), s, float("-inf"))
         if EXACT_M:
             m_use = m_i
         else:
@@ -360,12 +352,8 @@ def _bwd_pre_kernel(OX, DO, DOP, DLSE, DELTA,
     h = pid_bh % Hq
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = tl.arange(0, DP)
-    msk = (rows[:, None] < Nq) & (cols[None, :] < D)
-    r64 = rows[:, None].to(tl.int64)
-    o = tl.load(OX + b.to(tl.int64) * so_b + h.to(tl.int64) * so_h + r64 * so_n + cols[None, :] * so_d,
-                mask=msk, other=0.0).to(tl.float32)
-    do = tl.load(DO + b.to(tl.int64) * sd_b + h.to(tl.int64) * sd_h + r64 * sd_n + cols[None, :] * sd_d,
-                 mask=msk, other=0.0).to(tl.float32)
+    o, _ = load_bhsd_rows(OX, so_b, so_h, so_n, so_d, b, h, rows, Nq, D, DP)
+    do, _ = load_bhsd_rows(DO, sd_b, sd_h, sd_n, sd_d, b, h, rows, Nq, D, DP)
     delta = tl.sum(o * do, 1)
     if HAS_DLSE:
         # d lse_i / d S_ij = P_ij, so an lse gradient folds into D: dS = P (dP - (D - dlse))

@@ -36,7 +36,7 @@ import triton.language as tl
 from ..formats import triton_helpers as _th
 from ..formats.triton_helpers import fake_quant_p
 from ..reference.thrift import budget_to_k
-from ._tiles import causal_key_range, online_softmax_step, softmax_finish
+from ._tiles import causal_key_range, load_bhsd_rows, online_softmax_step, softmax_finish, visible
 from .attn_qat import head_dim_padded, pad_tokens, prep
 
 if not isinstance(_th._RINT_MAGIC, tl.constexpr):
@@ -62,9 +62,7 @@ def _block_mean_kernel(X, M, sx_b, sx_h, sx_n, H, N, NB, D,
     h = bh % H
     rows = j * BS + tl.arange(0, BS)
     cols = tl.arange(0, DP)
-    msk = (rows[:, None] < N) & (cols[None, :] < D)
-    x = tl.load(X + b.to(tl.int64) * sx_b + h.to(tl.int64) * sx_h + rows[:, None].to(tl.int64) * sx_n
-                + cols[None, :], mask=msk, other=0.0).to(tl.float32)
+    x, _ = load_bhsd_rows(X, sx_b, sx_h, sx_n, 1, b, h, rows, N, D, DP)
     cnt = tl.minimum(N - j * BS, BS).to(tl.float32)
     tl.store(M + (bh.to(tl.int64) * NB + j) * DP + cols, tl.sum(x, 0) / cnt)
 
@@ -147,10 +145,7 @@ def _fp4_tile(start_n, acc, l_i, m_i, q, Kf, Vf, SELM, kv_off, sel_base, offs_m,
     offs_d = tl.arange(0, DP)
     kT = tl.load(Kf + kv_off + (start_n + offs_n)[None, :] * DP + offs_d[:, None])
     s = tl.dot(q, kT) * qk_scale
-    keys = start_n + offs_n
-    ok = keys[None, :] < Nk
-    if CAUSAL:
-        ok = ok & (keys[None, :] <= offs_m[:, None] + causal_off)
+    ok = visible(start_n + offs_n, offs_m, Nk, causal_off, CAUSAL)
     sel_t = tl.load(SELM + sel_base * NKB + start_n // BLOCK_N)
     ok = ok & (sel_t == 0)
     s = tl.where(ok, s, float("-inf"))
@@ -210,11 +205,7 @@ def _thrift_fwd_kernel(Qf, Kf, Vf, Qx, Kx, Vx, SELI, SELM, O, LSE,
                 s = tl.dot(q16.to(tl.float32), kT.to(tl.float32)) * qk_scale
             else:
                 s = tl.dot(q16, kT) * qk_scale
-            keys = start_n + offs_n
-            ok = keys[None, :] < Nk
-            if CAUSAL:
-                ok = ok & (keys[None, :] <= offs_m[:, None] + causal_off)
-            s = tl.where(ok, s, float("-inf"))
+            s = tl.where(visible(start_n + offs_n, offs_m, Nk, causal_off, CAUSAL), s, float("-inf"))
             p, alpha, m_new, l_i = online_softmax_step(s, m_i, l_i, True)
             v = tl.load(Vx + kv_off + (start_n + offs_n)[:, None] * DP + offs_d[None, :])
             if DOT_F32:
