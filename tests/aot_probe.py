@@ -110,8 +110,10 @@ def fam_decode():
 def fam_quartet():
     from fp4attn.kernels import quartet as Kq
     a = torch.randn(64, 256, dtype=torch.bfloat16)
-    Kq.quest_fp8(a)
+    q8, mask, rs = Kq.quest_fp8(a)
     Kq.sr_fp8(a, sign_seed=1, noise_seed=2)
+    Kq.sr_fp8(q8.t(), sign_seed=1, noise_seed=2, scale=rs)
+    Kq.mask_ihadamard(a, mask, torch.bfloat16)
 
 
 FAMILIES = {name[4:]: fn for name, fn in dict(globals()).items() if name.startswith("fam_")}

@@ -22,8 +22,8 @@ triton = pytest.importorskip("triton")
 import triton.language as tl  # noqa: E402
 
 from fp4attn.formats.stochastic import e2m1_stochastic_round, sr_quantize_mxfp4  # noqa: E402
-from fp4attn.formats.triton_helpers import exp2i  # noqa: E402
-from fp4attn.formats.triton_stochastic import e2m1_sr, mx_sr_blocks  # noqa: E402
+from fp4attn.formats.triton_helpers import e2m1_code, exp2i  # noqa: E402
+from fp4attn.formats.triton_stochastic import e2m1_sr, e2m1_sr_code, mx_sr_blocks  # noqa: E402
 from fp4attn.kernels import quartet as kq  # noqa: E402
 from fp4attn.reference.quartet import (  # noqa: E402
     QuartetRNG,
@@ -33,7 +33,7 @@ from fp4attn.reference.quartet import (  # noqa: E402
     quest_quantize,
 )
 
-_INTERPRETED = type(kq._quest_fp8_kernel).__name__ == "InterpretedFunction"
+_INTERPRETED = type(kq._quest_mxfp4_kernel).__name__ == "InterpretedFunction"
 
 
 def _interpreter_index_fix():
@@ -62,16 +62,25 @@ gpu = pytest.mark.gpu
 
 
 @triton.jit
-def _rand_kernel(OUT, seed, R, LP, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    tl.store(OUT + offs, tl.rand(seed, offs), mask=offs < R * LP)
+def _philox_words_kernel(OUT, seed, NC, BLOCK: tl.constexpr):
+    c = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    w0, w1, w2, w3 = tl.randint4x(seed, c)
+    tl.store(OUT + c * 4, w0.to(tl.int32, bitcast=True), mask=c < NC)
+    tl.store(OUT + c * 4 + 1, w1.to(tl.int32, bitcast=True), mask=c < NC)
+    tl.store(OUT + c * 4 + 2, w2.to(tl.int32, bitcast=True), mask=c < NC)
+    tl.store(OUT + c * 4 + 3, w3.to(tl.int32, bitcast=True), mask=c < NC)
 
 
 def philox_uniforms(seed: int, R: int, LP: int, device="cpu") -> torch.Tensor:
-    """The uniforms ``_sr_fp8_kernel`` draws: tl.rand(noise_seed, r * LP + l)."""
-    out = torch.empty(R, LP, device=device)
-    _rand_kernel[(triton.cdiv(R * LP, 256),)](out, seed, R, LP, BLOCK=256)
-    return out
+    """The uniforms the SR kernel draws, written independently of ``sr_uniforms`` from its documented
+    rule: element (r, l) is half (l % 2) of Philox word (l % 8) // 2 of counter (r * LP + l) // 8,
+    u = (h + 0.5) / 2**16."""
+    nc = R * LP // 8
+    words = torch.empty(nc * 4, dtype=torch.int32, device=device)
+    _philox_words_kernel[(triton.cdiv(nc, 64),)](words, seed, nc, BLOCK=64)
+    w = words.to(torch.int64) & 0xFFFFFFFF
+    halves = torch.stack([w & 0xFFFF, w >> 16], dim=1).reshape(R, LP)
+    return ((halves.double() + 0.5) / 65536).float()
 
 
 def sr_expected(a: torch.Tensor, signs: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
@@ -155,11 +164,13 @@ def test_e4m3_bits_helper_matches_torch_cast():
 
 
 @triton.jit
-def _sr_helpers_kernel(X, U, OUT, OUTB, E, BLOCK: tl.constexpr):
+def _sr_helpers_kernel(X, U, OUT, OUTB, E, CODE, CODE2, BLOCK: tl.constexpr):
     offs = tl.arange(0, BLOCK)
     x = tl.load(X + offs)
     u = tl.load(U + offs)
     tl.store(OUT + offs, e2m1_sr(x, u))
+    tl.store(CODE + offs, e2m1_sr_code(x, u))
+    tl.store(CODE2 + offs, e2m1_code(e2m1_sr(x, u)))
     r, e = mx_sr_blocks(tl.reshape(x, (BLOCK // 32, 32)), tl.reshape(u, (BLOCK // 32, 32)), 0.75)
     tl.store(OUTB + offs, tl.reshape(r * tl.expand_dims(exp2i(e), 1), (BLOCK,)))
     tl.store(E + tl.arange(0, BLOCK // 32), e)
@@ -174,14 +185,17 @@ def test_triton_sr_helpers_match_pytorch_bit_for_bit():
                            -0.2, float("nan")])
     u = torch.rand(1024, generator=g)
     out, outb, e = torch.empty(1024), torch.empty(1024), torch.empty(32, dtype=torch.int32)
-    k[(1,)](x, u, out, outb, e, BLOCK=1024)
+    code, code2 = torch.empty(1024, dtype=torch.uint8), torch.empty(1024, dtype=torch.uint8)
+    k[(1,)](x, u, out, outb, e, code, code2, BLOCK=1024)
+    # the direct SR code equals encoding the SR value (NaN: both 0)
+    assert torch.equal(code, code2) and code[15] == 0
     ref = e2m1_stochastic_round(x, u)
     assert torch.equal(out[:15].view(torch.int32),
                        ref[:15].view(torch.int32))  # bit for bit, -0.0 included
     assert out[15].isnan() and torch.equal(out[16:].view(torch.int32), ref[16:].view(torch.int32))
     xb = x.clone()
     xb[15] = 0.3  # finite blocks only (the kernels flag NaN blocks themselves)
-    k[(1,)](xb, u, out, outb, e, BLOCK=1024)
+    k[(1,)](xb, u, out, outb, e, code, code2, BLOCK=1024)
     refb = sr_quantize_mxfp4(xb, noise=u)
     assert torch.equal(outb, refb.values) and torch.equal(e, refb.exponents)
 
@@ -474,3 +488,58 @@ def test_gpu_module_dispatches_to_kernels():
     assert y.grad_fn is not None and "QuartetLinearCUDA" in type(y.grad_fn).__name__
     y.float().square().sum().backward()
     assert x.grad.shape == x.shape and m.weight.grad.dtype == torch.bfloat16
+
+
+@triton.jit
+def _e4m3_hw_sw_kernel(X, B, OUT_HW, OUT_SW, VAL_HW, VAL_SW, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    x = tl.load(X + offs, mask=m, other=0.0)
+    tl.store(OUT_HW + offs, kq._to_e4m3(x, True), mask=m)
+    tl.store(OUT_SW + offs, kq._to_e4m3(x, False), mask=m)
+    b = tl.load(B + offs, mask=offs < 256, other=0)
+    tl.store(VAL_HW + offs, kq._e4m3_value(b, True), mask=offs < 256)
+    tl.store(VAL_SW + offs, kq._e4m3_value(b, False), mask=offs < 256)
+
+
+@gpu
+@needs_cuda
+def test_gpu_hardware_e4m3_conversions_equal_the_software_forms():
+    """The kernels use the hardware E4M3 conversions on GPU; the interpreter tests check the software
+    forms against the reference, so the two must give the same bytes / values on every input the
+    kernels produce: E2M1 values times 2**k, k <= 6 (exact in E4M3 down to 2**-9, rounded below; the
+    software form truncates other normal values, which never reach it), and NaN."""
+    e2m1 = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0], device="cuda")
+    k = torch.arange(-24, 7, device="cuda", dtype=torch.float32)
+    vals = (e2m1[:, None] * torch.exp2(k)[None, :]).flatten()
+    x = torch.cat([vals, -vals, torch.tensor([float("nan")], device="cuda")]).contiguous()
+    n = x.numel()
+    hw, sw = (torch.empty(n, dtype=torch.uint8, device="cuda") for _ in range(2))
+    b = torch.arange(256, dtype=torch.uint8, device="cuda")
+    vhw, vsw = (torch.empty(256, device="cuda") for _ in range(2))
+    _e4m3_hw_sw_kernel[(triton.cdiv(n, 1024),)](x, b, hw, sw, vhw, vsw, n, BLOCK=1024)
+    fin = x.isfinite()
+    assert torch.equal(hw[fin], sw[fin])
+    assert ((hw[~fin] & 0x7F) == 0x7F).all() and ((sw[~fin] & 0x7F) == 0x7F).all()  # NaN, either sign
+    same = (vhw == vsw) | (vhw.isnan() & vsw.isnan())
+    assert same.all() and torch.equal(vsw.isnan(), (b & 0x7F) == 0x7F)
+
+
+@gpu
+@needs_cuda
+def test_gpu_sr_operand_matches_reference_primitives():
+    """The compiled SR kernel (16-bit Philox uniforms, hardware E4M3) vs the reference fed the same
+    signs and uniforms. float32 input: the Hadamard is a float32 dot, whose summation order differs
+    from the reference matmul, so a value may land on the other side of an SR decision point (rare)."""
+    torch.manual_seed(3)
+    dy = torch.randn(300, 520, device="cuda")  # L = 520 -> padded to 544
+    q8, rs = kq.sr_fp8(dy, sign_seed=11, noise_seed=12345)
+    expect = sr_expected(dy, kq.random_signs(11, 544, "cuda"), philox_uniforms(12345, 300, 544, "cuda"))
+    got = kq.e4m3_dequant(q8, rs)
+    assert got.shape == expect.shape
+    assert (got != expect).float().mean() < 1e-3
+    x8, _, rsx = kq.quest_fp8(torch.randn(200, 256, device="cuda"))
+    q8, rs = kq.sr_fp8(x8.t(), sign_seed=5, noise_seed=6, scale=rsx)
+    src = kq.e4m3_dequant(x8, rsx).t()
+    expect = sr_expected(src, kq.random_signs(5, 224, "cuda"), philox_uniforms(6, 256, 224, "cuda"))
+    assert (kq.e4m3_dequant(q8, rs) != expect).float().mean() < 1e-3

@@ -14,15 +14,34 @@ from .triton_helpers import exp2i, mx_exponent
 
 
 @triton.jit
+def _sr_quanta(a, u):
+    """|v| (float32, >= 0), u in [0, 1) -> (n, binade): the SR result is n quanta of the binade's
+    quantum q (binade 0: |v| < 2, q = 0.5; 1: below 4, q = 1; 2: up to the saturation at 6, q = 2)."""
+    a = tl.minimum(a, 6.0)
+    b0 = a < 2.0
+    b1 = a < 4.0
+    t = a * tl.where(b0, 2.0, tl.where(b1, 1.0, 0.5))
+    lo = tl.floor(t)
+    n = lo + (u < (t - lo)).to(tl.float32)
+    return n, tl.where(b0, 0, tl.where(b1, 1, 2))
+
+
+@triton.jit
 def e2m1_sr_abs(a, u):
     """|v| (float32, >= 0) and uniform u in [0, 1) -> an E2M1 magnitude, unbiased, saturating at 6."""
-    a = tl.minimum(a, 6.0)
-    q = tl.where(a < 2.0, 0.5, tl.where(a < 4.0, 1.0, 2.0))
-    inv_q = tl.where(a < 2.0, 2.0, tl.where(a < 4.0, 1.0, 0.5))
-    t = a * inv_q
-    lo = tl.floor(t)
-    up = (u < (t - lo)).to(tl.float32)
-    return (lo + up) * q
+    n, binade = _sr_quanta(a, u)
+    return n * tl.where(binade == 0, 0.5, tl.where(binade == 1, 1.0, 2.0))
+
+
+@triton.jit
+def e2m1_sr_code(v, u):
+    """``e2m1_code(e2m1_sr(v, u))`` without a second rounding: the code is n + 2·binade (n quanta:
+    codes 0-4 below 2 are 0..2 in steps of 0.5, 2/3/4 -> codes 4/5/6, 4/6 -> codes 6/7); sign in bit 3.
+    NaN -> 0 (callers flag NaN blocks through their scale)."""
+    n, binade = _sr_quanta(tl.abs(v), u)
+    mag = n.to(tl.int32) + 2 * binade
+    sign = (v.to(tl.int32, bitcast=True) >> 31) & 1
+    return tl.where(v == v, mag | (sign << 3), 0).to(tl.uint8)
 
 
 @triton.jit
@@ -49,3 +68,24 @@ def mx_sr_blocks(xb, u, PRESCALE: tl.constexpr):
     e = mx_exponent(amax, True)
     v = xb * tl.expand_dims(exp2i(-e), -1) * PRESCALE
     return e2m1_sr(v, u), e
+
+
+@triton.jit
+def sr_uniforms(seed, rows, l0, LP, C: tl.constexpr):
+    """Uniforms in (0, 1) for the SR of an (R, C) tile at columns ``l0 .. l0 + C`` of an (·, LP) grid
+    (``l0``, ``C`` and ``LP`` multiples of 8; ``rows`` int32 or int64 with ``rows * LP < 2**31``).
+
+    Eight 16-bit uniforms per Philox4x32-10 call: element (r, l) takes the low (l even) or high (l odd)
+    half ``h`` of word ``(l % 8) // 2`` of ``tl.randint4x(seed, (r * LP + l) // 8)`` and
+    ``u = (h + 0.5) / 2**16``. With 16-bit uniforms an SR step is taken with a probability within
+    2**-17 of the exact one (the rounding stays unbiased to that resolution); one Philox call per
+    element would cost ~8x more instructions for randomness the 3-bit grid cannot use.
+    """
+    R: tl.constexpr = rows.shape[0]
+    ctr = rows[:, None] * (LP // 8) + (l0 // 8 + tl.arange(0, C // 8))[None, :]
+    w0, w1, w2, w3 = tl.randint4x(seed, ctr.to(tl.int32))
+    # join(join(w0, w2), join(w1, w3)) indexes [.., i, j] = w_{2i+j}: word k sits at position k
+    w = tl.join(tl.join(w0, w2), tl.join(w1, w3)).to(tl.uint32, bitcast=True)
+    h = tl.join(w & 0xFFFF, w >> 16)  # [.., k, half]
+    u = (h.to(tl.float32) + 0.5) * (1.0 / 65536.0)
+    return tl.reshape(u, (R, C))

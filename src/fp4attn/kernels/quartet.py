@@ -17,21 +17,27 @@ FP8 embedding of MXFP4 (how Hopper runs MXFP4 GEMMs without losing exactness)
   float32 accumulation (``use_fast_accum=False``), the row/column power-of-two scales are applied in
   float32 by ``_scaled_mm``'s row-wise scaling (or, where that is unavailable, after a float32 GEMM).
 
-Kernels (all read and write uint8 for the E4M3 bytes, so they need no FP8 support in Triton):
-  * ``_quest_fp8_kernel``: per 32-group Hadamard as a 32x32 ``tl.dot``, QuEST scale, E2M1 rounding,
-    FP8 embedding, trust mask as one int32 word per group (bit i = element i). Two passes over K (the
-    first finds the row's largest exponent), per tile of rows.
-  * ``_sr_fp8_kernel``: the backward operands. Reads any strided (R, L) view (dy, dy^T, or the saved
+Kernels (all read and write uint8 for the E4M3 bytes; the GPU converts with the hardware E4M3
+instructions, the interpreter with the bit-exact software forms). Each quantizer is two one-pass
+kernels over independent (row, column) tiles: it first writes packed MXFP4 (E2M1 codes + E8M0 scale
+bytes, also the Blackwell GEMM operand), then ``_mx_to_fp8_kernel`` turns them into the FP8 embedding
+(every program reads its rows' scale bytes for the row maximum E_r, then converts its tile). The
+input is read once and the Hadamard computed once (an earlier version made two passes over the input,
+the first one only for E_r).
+  * ``_quest_mxfp4_kernel``: per 32-group Hadamard as a 32x32 ``tl.dot``, QuEST scale, E2M1 codes,
+    trust mask as one int32 word per group (bit i = element i).
+  * ``_sr_mxfp4_kernel``: the backward operands. Reads any strided (R, L) view (dy, dy^T, or the saved
     FP8 operands transposed, scaled back by their row scales), random signs along L (Philox
-    ``tl.randint(sign_seed, l)``, the same for both operands of one GEMM), Hadamard, SR of 3/4 x with
-    "floor" scales (Philox ``tl.rand(noise_seed, r * Lp + l)``), FP8 embedding; L zero-padded to 32.
+    ``tl.randint(sign_seed, l)``, drawn once per GEMM by ``random_signs``), Hadamard, SR of 3/4 x with
+    "floor" scales (16-bit uniforms, eight per Philox call: ``triton_stochastic.sr_uniforms``);
+    L zero-padded to 32.
   * ``_mask_ihadamard_kernel``: ``16/9 *``, trust mask, inverse Hadamard, cast to the gradient dtype.
 RNG: the per-backward seed of :class:`~fp4attn.reference.quartet.QuartetRNG` is split into six
 sub-seeds (SplitMix64). Deterministic given the seed; a different stream from the CPU reference.
 
 Native MXFP4 (Blackwell, compute capability >= 10; ``gemm_path``): ``_quest_mxfp4_kernel`` and
-``_sr_mxfp4_kernel`` write packed E2M1 codes (element 2i in the low nibble, as ``FP4Tensor``) and
-E8M0 scale bytes in one pass (no row offset needed), and ``_mxfp4_gemm_kernel`` multiplies them with
+``_sr_mxfp4_kernel``'s packed E2M1 codes (element 2i in the low nibble, as ``FP4Tensor``) and E8M0
+scale bytes are the operands as they are (no conversion), and ``_mxfp4_gemm_kernel`` multiplies them with
 ``tl.dot_scaled`` (lowered to ``tcgen05.mma ... kind::mxf4.block_scale`` on sm_100: compile-checked,
 not run or timed here). The same signs and Philox draws as the FP8 path, so both paths agree up to
 float32 accumulation order (tested on CPU with the GEMM emulated).
@@ -48,8 +54,9 @@ import triton.language as tl
 
 from ..formats.core import e2m1_decode as _e2m1_decode_torch
 from ..formats.core import unpack_last
-from ..formats.triton_helpers import block_amax, block_bad, e2m1_code, e2m1_round, exp2i, mx_exponent, rint
-from ..formats.triton_stochastic import e2m1_sr
+from ..formats.triton_helpers import (block_amax, block_bad, e2m1_code, e2m1_decode, exp2i, mx_exponent, rint,
+                                      unpack_nibbles)
+from ..formats.triton_stochastic import e2m1_sr_code, sr_uniforms
 from ..reference.quartet import QUEST_EPS, QUEST_STD_FACTOR, SR_RESCALE, _splitmix64, hadamard_matrix
 
 __all__ = ["supported", "QuartetLinearCUDA", "quest_fp8", "sr_fp8", "mask_ihadamard", "fp8_gemm",
@@ -96,7 +103,8 @@ def fp8_embedding_exact(exponents: torch.Tensor, nonzero: torch.Tensor | None = 
 @triton.jit
 def _e4m3_bits(v):
     """float32 -> E4M3 bits (uint8). Exact for E4M3 values; magnitudes below 2**-6 are rounded to the
-    2**-9 grid (nearest, ties even); NaN -> 0x7F. Values must be <= 448 (callers guarantee 384)."""
+    2**-9 grid (nearest, ties even); NaN -> 0x7F. Values must be <= 448 (callers guarantee 384).
+    The software form (interpreter, tests); GPUs use ``_e4m3_bits_hw``."""
     a = tl.abs(v)
     b = a.to(tl.int32, bitcast=True)
     E = ((b >> 23) & 0xFF) - 127
@@ -109,8 +117,21 @@ def _e4m3_bits(v):
 
 
 @triton.jit
-def _e4m3_value(bits):
-    """E4M3 bits (uint8) -> float32."""
+def _to_e4m3(v, HW: tl.constexpr):
+    """``_e4m3_bits``; with HW the hardware conversion (sm_89+, ``cvt.rn.satfinite.e4m3x2.f32``: one
+    instruction per two values, round to nearest even, NaN -> 0x7F/0xFF) -- the same bytes for the
+    values the kernels produce (|v| <= 384), up to the sign bit of NaN."""
+    if HW:
+        return v.to(tl.float8e4nv).to(tl.uint8, bitcast=True)
+    else:
+        return _e4m3_bits(v)
+
+
+@triton.jit
+def _e4m3_value(bits, HW: tl.constexpr):
+    """E4M3 bits (uint8) -> float32 (HW: the hardware conversion, GPU only)."""
+    if HW:
+        return bits.to(tl.float8e4nv, bitcast=True).to(tl.float32)
     b = bits.to(tl.int32)
     E = (b >> 3) & 15
     m = (b & 7).to(tl.float32)
@@ -161,106 +182,11 @@ def _signs_kernel(OUT, seed, L, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _quest_fp8_kernel(X, sxr, sxk, H, Q8, MASK, RS, ESCR, R, K,
-                      HDOT: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
-    pid = tl.program_id(0)
-    rows = pid * BLOCK_R + tl.arange(0, BLOCK_R)
-    rmask = rows < R
-    rows64 = rows.to(tl.int64)
-    NG: tl.constexpr = BLOCK_K // 32
-    KG = K // 32
-    hr = tl.arange(0, 32)
-    Hm = tl.load(H + hr[:, None] * 32 + hr[None, :])
-    lane = tl.arange(0, 32)
-    emax = tl.full((BLOCK_R,), -127, tl.int32)
-    for k0 in range(0, K, BLOCK_K):
-        cols = k0 + tl.arange(0, BLOCK_K)
-        m2 = rmask[:, None] & (cols < K)[None, :]
-        x = tl.load(X + rows64[:, None] * sxr + cols[None, :] * sxk, mask=m2, other=0.0)
-        xh = _hadamard(x, Hm, HDOT)
-        e = _quest_exp(xh)
-        bad = block_bad(xh)
-        gcols = k0 // 32 + tl.arange(0, NG)
-        gm = rmask[:, None] & (gcols < KG)[None, :]
-        tl.store(ESCR + rows64[:, None] * KG + gcols[None, :], e, mask=gm)
-        emax = tl.maximum(emax, tl.max(tl.where(gm & (bad == 0), e, -127), axis=1))
-    for k0 in range(0, K, BLOCK_K):
-        cols = k0 + tl.arange(0, BLOCK_K)
-        m2 = rmask[:, None] & (cols < K)[None, :]
-        x = tl.load(X + rows64[:, None] * sxr + cols[None, :] * sxk, mask=m2, other=0.0)
-        xh = _hadamard(x, Hm, HDOT)
-        gcols = k0 // 32 + tl.arange(0, NG)
-        gm = rmask[:, None] & (gcols < KG)[None, :]
-        e = tl.load(ESCR + rows64[:, None] * KG + gcols[None, :], mask=gm, other=0)
-        bad = block_bad(xh)
-        v = xh * tl.expand_dims(exp2i(-e), 2)
-        r = e2m1_round(v)
-        trust = (tl.abs(v) < 6.0) & tl.expand_dims(bad == 0, 2)
-        q = r * tl.expand_dims(exp2i(e - emax[:, None] + 6), 2)
-        q = tl.where(tl.expand_dims(bad != 0, 2), float("nan"), q)
-        bits = tl.reshape(_e4m3_bits(q), (BLOCK_R, BLOCK_K))
-        tl.store(Q8 + rows64[:, None] * K + cols[None, :], bits, mask=m2)
-        word = tl.sum(trust.to(tl.int32) << lane[None, None, :], axis=2)
-        tl.store(MASK + rows64[:, None] * KG + gcols[None, :], word, mask=gm)
-    tl.store(RS + rows, exp2i(emax - 6), mask=rmask)
-
-
-@triton.jit
-def _sr_fp8_kernel(A, sar, sal, ASCALE, H, NOISE, sign_seed, noise_seed, Q8, RS, ESCR, R, L, LP,
-                   A_FP8: tl.constexpr, HAS_NOISE: tl.constexpr, HDOT: tl.constexpr,
-                   BLOCK_R: tl.constexpr, BLOCK_L: tl.constexpr):
-    pid = tl.program_id(0)
-    rows = pid * BLOCK_R + tl.arange(0, BLOCK_R)
-    rmask = rows < R
-    rows64 = rows.to(tl.int64)
-    NG: tl.constexpr = BLOCK_L // 32
-    LG = LP // 32
-    hr = tl.arange(0, 32)
-    Hm = tl.load(H + hr[:, None] * 32 + hr[None, :])
-    emax = tl.full((BLOCK_R,), -127, tl.int32)
-    for l0 in range(0, LP, BLOCK_L):
-        cols = l0 + tl.arange(0, BLOCK_L)
-        m2 = rmask[:, None] & (cols < L)[None, :]
-        a = tl.load(A + rows64[:, None] * sar + cols[None, :] * sal, mask=m2, other=0)
-        if A_FP8:
-            a = _e4m3_value(a) * tl.load(ASCALE + cols, mask=cols < L, other=0.0)[None, :]
-        a = a.to(tl.float32) * _signs(sign_seed, cols)[None, :]
-        ah = _hadamard(a, Hm, HDOT)
-        e = mx_exponent(block_amax(ah), True)
-        gcols = l0 // 32 + tl.arange(0, NG)
-        gm = rmask[:, None] & (gcols < LG)[None, :]
-        tl.store(ESCR + rows64[:, None] * LG + gcols[None, :], e, mask=gm)
-        emax = tl.maximum(emax, tl.max(tl.where(gm & (block_bad(ah) == 0), e, -127), axis=1))
-    for l0 in range(0, LP, BLOCK_L):
-        cols = l0 + tl.arange(0, BLOCK_L)
-        m2 = rmask[:, None] & (cols < L)[None, :]
-        a = tl.load(A + rows64[:, None] * sar + cols[None, :] * sal, mask=m2, other=0)
-        if A_FP8:
-            a = _e4m3_value(a) * tl.load(ASCALE + cols, mask=cols < L, other=0.0)[None, :]
-        a = a.to(tl.float32) * _signs(sign_seed, cols)[None, :]
-        ah = _hadamard(a, Hm, HDOT)
-        gcols = l0 // 32 + tl.arange(0, NG)
-        gm = rmask[:, None] & (gcols < LG)[None, :]
-        e = tl.load(ESCR + rows64[:, None] * LG + gcols[None, :], mask=gm, other=0)
-        mo = rmask[:, None] & (cols < LP)[None, :]
-        offs = rows64[:, None] * LP + cols[None, :]
-        if HAS_NOISE:
-            u = tl.load(NOISE + offs, mask=mo, other=0.0)
-        else:
-            u = tl.rand(noise_seed, offs.to(tl.int32))
-        u = tl.reshape(u, (BLOCK_R, NG, 32))
-        v = ah * tl.expand_dims(exp2i(-e), 2) * 0.75
-        r = e2m1_sr(v, u)
-        q = r * tl.expand_dims(exp2i(e - emax[:, None] + 6), 2)
-        q = tl.where(tl.expand_dims(block_bad(ah) != 0, 2), float("nan"), q)
-        bits = tl.reshape(_e4m3_bits(q), (BLOCK_R, BLOCK_L))
-        tl.store(Q8 + offs, bits, mask=mo)
-    tl.store(RS + rows, exp2i(emax - 6), mask=rmask)
-
-
-@triton.jit
-def _mask_ihadamard_kernel(D, MASK, OUT, R, K, scale, H,
+def _mask_ihadamard_kernel(D, MASK, OUT, R, K, scale, H, HDOT: tl.constexpr,
                            BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
+    """OUT = ((scale * D) * mask) H^T per 32-group. HDOT 1/2 (bf16/fp16 D): the masked 16-bit D goes
+    into the +-1 dot unchanged (exact products, float32 sums) and ``scale / sqrt(32)`` is applied to
+    the float32 result; HDOT 0 (float32 D): float32 dot with the normalized H."""
     pid_r = tl.program_id(0)
     pid_k = tl.program_id(1)
     rows = pid_r * BLOCK_R + tl.arange(0, BLOCK_R)
@@ -269,7 +195,9 @@ def _mask_ihadamard_kernel(D, MASK, OUT, R, K, scale, H,
     NG: tl.constexpr = BLOCK_K // 32
     KG = K // 32
     m2 = (rows < R)[:, None] & (cols < K)[None, :]
-    d = tl.load(D + rows64[:, None] * K + cols[None, :], mask=m2, other=0.0).to(tl.float32) * scale
+    d = tl.load(D + rows64[:, None] * K + cols[None, :], mask=m2, other=0.0)
+    if HDOT == 0:
+        d = d.to(tl.float32)
     gcols = pid_k * NG + tl.arange(0, NG)
     gm = (rows < R)[:, None] & (gcols < KG)[None, :]
     word = tl.load(MASK + rows64[:, None] * KG + gcols[None, :], mask=gm, other=0)
@@ -278,7 +206,10 @@ def _mask_ihadamard_kernel(D, MASK, OUT, R, K, scale, H,
     d3 = tl.where(keep, tl.reshape(d, (BLOCK_R, NG, 32)), 0.0)
     hr = tl.arange(0, 32)
     Hm = tl.load(H + hr[:, None] * 32 + hr[None, :])
-    out = _hadamard(tl.reshape(d3, (BLOCK_R, BLOCK_K)), Hm, 0)
+    if HDOT == 0:
+        out = _hadamard(tl.reshape(d3, (BLOCK_R, BLOCK_K)) * scale, Hm, 0)
+    else:
+        out = _hadamard(tl.reshape(d3, (BLOCK_R, BLOCK_K)), Hm, HDOT) * scale
     tl.store(OUT + rows64[:, None] * K + cols[None, :],
              tl.reshape(out, (BLOCK_R, BLOCK_K)).to(OUT.dtype.element_ty), mask=m2)
 
@@ -287,8 +218,11 @@ def _mask_ihadamard_kernel(D, MASK, OUT, R, K, scale, H,
 # Native MXFP4 (Blackwell): packed quantizers (one pass, no row offset needed) and tl.dot_scaled
 # ----------------------------------------------------------------------------------------------
 @triton.jit
-def _pack_store(P, S, rows64, k0, R, KH, KG, codes, e, bad, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
-    """Store E2M1 codes (BR, NG, 32) as packed bytes (element 2i low nibble) and E8M0 scale bytes."""
+def _pack_store(P, S, EMAX, rows64, k0, R, KH, KG, codes, e, bad, ROW_MAX: tl.constexpr,
+                BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Store E2M1 codes (BR, NG, 32) as packed bytes (element 2i low nibble) and E8M0 scale bytes.
+    ROW_MAX: also fold the tile's largest exponent over its non-NaN groups into ``EMAX[row]`` (an
+    atomic max: order-independent, so deterministic) for the FP8 embedding's row offset."""
     NG: tl.constexpr = BLOCK_K // 32
     c2 = tl.reshape(codes.to(tl.int32), (BLOCK_R, BLOCK_K // 2, 2))
     lo, hi = tl.split(c2)
@@ -297,13 +231,17 @@ def _pack_store(P, S, rows64, k0, R, KH, KG, codes, e, bad, BLOCK_R: tl.constexp
     rm = (rows64 < R)[:, None]
     tl.store(P + rows64[:, None] * KH + bcols[None, :], byte, mask=rm & (bcols < KH)[None, :])
     gcols = k0 // 32 + tl.arange(0, NG)
+    gm = rm & (gcols < KG)[None, :]
     sb = tl.where(bad != 0, 255, e + 127).to(tl.uint8)
-    tl.store(S + rows64[:, None] * KG + gcols[None, :], sb, mask=rm & (gcols < KG)[None, :])
+    tl.store(S + rows64[:, None] * KG + gcols[None, :], sb, mask=gm)
+    if ROW_MAX:
+        tile_max = tl.max(tl.where(gm & (bad == 0), e, -127), axis=1)
+        tl.atomic_max(EMAX + rows64, tile_max, mask=rows64 < R, sem="relaxed")
 
 
 @triton.jit
-def _quest_mxfp4_kernel(X, sxr, sxk, H, P, S, MASK, R, K,
-                        HDOT: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
+def _quest_mxfp4_kernel(X, sxr, sxk, H, P, S, MASK, EMAX, R, K,
+                        ROW_MAX: tl.constexpr, HDOT: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
     rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     rows64 = rows.to(tl.int64)
     k0 = tl.program_id(1) * BLOCK_K
@@ -319,7 +257,7 @@ def _quest_mxfp4_kernel(X, sxr, sxk, H, P, S, MASK, R, K,
     bad = block_bad(xh)
     v = xh * tl.expand_dims(exp2i(-e), 2)
     trust = (tl.abs(v) < 6.0) & tl.expand_dims(bad == 0, 2)
-    _pack_store(P, S, rows64, k0, R, K // 2, KG, e2m1_code(v), e, bad, BLOCK_R, BLOCK_K)
+    _pack_store(P, S, EMAX, rows64, k0, R, K // 2, KG, e2m1_code(v), e, bad, ROW_MAX, BLOCK_R, BLOCK_K)
     lane = tl.arange(0, 32)
     word = tl.sum(trust.to(tl.int32) << lane[None, None, :], axis=2)
     gcols = k0 // 32 + tl.arange(0, NG)
@@ -328,8 +266,9 @@ def _quest_mxfp4_kernel(X, sxr, sxk, H, P, S, MASK, R, K,
 
 
 @triton.jit
-def _sr_mxfp4_kernel(A, sar, sal, H, sign_seed, noise_seed, P, S, R, L, LP,
-                     HDOT: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_L: tl.constexpr):
+def _sr_mxfp4_kernel(A, sar, sal, ASCALE, H, NOISE, SIGNS, noise_seed, P, S, EMAX, R, L, LP,
+                     ROW_MAX: tl.constexpr, A_FP8: tl.constexpr, HAS_NOISE: tl.constexpr, HW: tl.constexpr, HDOT: tl.constexpr,
+                     BLOCK_R: tl.constexpr, BLOCK_L: tl.constexpr):
     rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     rows64 = rows.to(tl.int64)
     l0 = tl.program_id(1) * BLOCK_L
@@ -338,14 +277,48 @@ def _sr_mxfp4_kernel(A, sar, sal, H, sign_seed, noise_seed, P, S, R, L, LP,
     hr = tl.arange(0, 32)
     Hm = tl.load(H + hr[:, None] * 32 + hr[None, :])
     m2 = (rows < R)[:, None] & (cols < L)[None, :]
-    a = tl.load(A + rows64[:, None] * sar + cols[None, :] * sal, mask=m2, other=0).to(tl.float32)
-    ah = _hadamard(a * _signs(sign_seed, cols)[None, :], Hm, HDOT)
+    a = tl.load(A + rows64[:, None] * sar + cols[None, :] * sal, mask=m2, other=0)
+    if A_FP8:  # the saved forward operand: E4M3 bytes times its per-(original-)row scale
+        a = _e4m3_value(a, HW) * tl.load(ASCALE + cols, mask=cols < L, other=0.0)[None, :]
+    signs = tl.load(SIGNS + cols, mask=cols < L, other=0.0)  # random_signs(sign_seed, L), shared by both operands
+    ah = _hadamard(a.to(tl.float32) * signs[None, :], Hm, HDOT)
     e = mx_exponent(block_amax(ah), True)
     bad = block_bad(ah)
-    offs = rows64[:, None] * LP + cols[None, :]
-    u = tl.reshape(tl.rand(noise_seed, offs.to(tl.int32)), (BLOCK_R, NG, 32))
-    r = e2m1_sr(ah * tl.expand_dims(exp2i(-e), 2) * 0.75, u)
-    _pack_store(P, S, rows64, l0, R, LP // 2, LP // 32, e2m1_code(r), e, bad, BLOCK_R, BLOCK_L)
+    if HAS_NOISE:
+        u = tl.load(NOISE + rows64[:, None] * LP + cols[None, :], mask=(rows < R)[:, None] & (cols < LP)[None, :],
+                    other=0.0)
+    else:
+        u = sr_uniforms(noise_seed, rows, l0, LP, BLOCK_L)
+    codes = e2m1_sr_code(ah * tl.expand_dims(exp2i(-e), 2) * 0.75, tl.reshape(u, (BLOCK_R, NG, 32)))
+    _pack_store(P, S, EMAX, rows64, l0, R, LP // 2, LP // 32, codes, e, bad, ROW_MAX, BLOCK_R, BLOCK_L)
+
+
+@triton.jit
+def _mx_to_fp8_kernel(P, S, EMAX, Q8, RS, R, L, HW: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_L: tl.constexpr):
+    """Packed MXFP4 rows (codes (R, L/2), E8M0 bytes (R, L/32), 255 = NaN group) and the row maxima
+    E_r of the non-NaN group exponents (from the quantizer's ROW_MAX) -> the FP8 embedding: E4M3
+    bytes of ``value * 2**(6 - E_r)`` (R, L) and row scales ``2**(E_r - 6)``. Every tile in parallel."""
+    rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    rmask = rows < R
+    rows64 = rows.to(tl.int64)
+    LG = L // 32
+    emax = tl.load(EMAX + rows, mask=rmask, other=0)
+    NG: tl.constexpr = BLOCK_L // 32
+    l0 = tl.program_id(1) * BLOCK_L
+    bcols = l0 // 2 + tl.arange(0, BLOCK_L // 2)
+    byte = tl.load(P + rows64[:, None] * (L // 2) + bcols[None, :], mask=rmask[:, None] & (bcols < L // 2)[None, :],
+                   other=0)
+    gcols = l0 // 32 + tl.arange(0, NG)
+    gm = rmask[:, None] & (gcols < LG)[None, :]
+    sb = tl.load(S + rows64[:, None] * LG + gcols[None, :], mask=gm, other=255).to(tl.int32)
+    v = tl.reshape(e2m1_decode(unpack_nibbles(byte)), (BLOCK_R, NG, 32))
+    v = v * tl.expand_dims(exp2i(sb - 127 - emax[:, None] + 6), 2)
+    v = tl.where(tl.expand_dims(sb == 255, 2), float("nan"), v)
+    cols = l0 + tl.arange(0, BLOCK_L)
+    tl.store(Q8 + rows64[:, None] * L + cols[None, :], _to_e4m3(tl.reshape(v, (BLOCK_R, BLOCK_L)), HW),
+             mask=rmask[:, None] & (cols < L)[None, :])
+    if tl.program_id(1) == 0:
+        tl.store(RS + rows, exp2i(emax - 6), mask=rmask)
 
 
 @triton.jit
@@ -406,46 +379,44 @@ def _block_rows(R: int) -> int:
     return 32 if R >= 8192 else 16
 
 
+def _mx_to_fp8(p: torch.Tensor, sc: torch.Tensor, emax: torch.Tensor, block_r: int = 32, block_l: int = 256):
+    """Packed MXFP4 rows + their row maxima -> (E4M3 uint8 (R, L), float32 row scales (R,))."""
+    R, L = p.shape[0], p.shape[1] * 2
+    q8 = torch.empty(R, L, dtype=torch.uint8, device=p.device)
+    rs = torch.empty(R, dtype=torch.float32, device=p.device)
+    grid = (triton.cdiv(R, block_r), triton.cdiv(L, block_l))
+    _mx_to_fp8_kernel[grid](p, sc, emax, q8, rs, R, L, HW=not _INTERPRET, BLOCK_R=block_r, BLOCK_L=block_l,
+                            num_warps=4)
+    return q8, rs
+
+
 def quest_fp8(a: torch.Tensor, block_r: int | None = None, block_k: int = 128):
     """Hadamard + QuEST of a 2-D (R, K) tensor -> (E4M3 uint8 (R, K), mask words int32 (R, K/32),
-    row scales float32 (R,)). Dequantized value = e4m3(q8) * rs[:, None]."""
-    R, K = a.shape
-    block_r = block_r or _block_rows(R)
-    hd = _hdot_for(a.dtype)
-    q8 = torch.empty(R, K, dtype=torch.uint8, device=a.device)
-    mask = torch.empty(R, K // 32, dtype=torch.int32, device=a.device)
-    rs = torch.empty(R, dtype=torch.float32, device=a.device)
-    escr = torch.empty(R, K // 32, dtype=torch.int32, device=a.device)
-    grid = (triton.cdiv(R, block_r),)
-    _quest_fp8_kernel[grid](a, a.stride(0), a.stride(1), _hmat(str(a.device), hd), q8, mask, rs, escr, R, K,
-                            HDOT=hd, BLOCK_R=block_r, BLOCK_K=block_k, num_warps=4)
+    row scales float32 (R,)). Dequantized value = e4m3(q8) * rs[:, None].
+
+    Two kernels, each one pass in parallel over (row, column) tiles: the packed quantization (as
+    ``quest_mxfp4``, plus the row maxima) and the conversion to the FP8 embedding."""
+    p, sc, mask, emax = _quest_mx(a, block_r, block_k, row_max=True)
+    q8, rs = _mx_to_fp8(p, sc, emax)
     return q8, mask, rs
 
 
 def sr_fp8(a: torch.Tensor, *, sign_seed: int, noise_seed: int, scale: torch.Tensor | None = None,
-           noise: torch.Tensor | None = None, block_r: int | None = None, block_l: int = 128):
+           noise: torch.Tensor | None = None, signs: torch.Tensor | None = None, block_r: int | None = None,
+           block_l: int = 64):
     """Backward operand: random-sign Hadamard along the last dim of the 2-D view ``a`` (R, L), SR of
     3/4 x to MXFP4, FP8 embedding. ``a`` may be a strided view; uint8 ``a`` holds E4M3 bytes to be
     multiplied by ``scale[l]``. Returns (E4M3 uint8 (R, Lp), row scales (R,)), Lp = L rounded up to 32.
-    ``noise``: optional (R, Lp) uniforms replacing the Philox draws (tests)."""
-    R, L = a.shape
-    block_r = block_r or _block_rows(R)
-    LP = (L + 31) // 32 * 32
-    a_fp8 = a.dtype == torch.uint8
-    hd = _hdot_for(torch.bfloat16 if a_fp8 else a.dtype)  # E4M3 * 2**k * (+-1) is exact in bf16
-    q8 = torch.empty(R, LP, dtype=torch.uint8, device=a.device)
-    rs = torch.empty(R, dtype=torch.float32, device=a.device)
-    escr = torch.empty(R, LP // 32, dtype=torch.int32, device=a.device)
-    grid = (triton.cdiv(R, block_r),)
-    _sr_fp8_kernel[grid](a, a.stride(0), a.stride(1), scale if a_fp8 else rs, _hmat(str(a.device), hd),
-                         noise if noise is not None else rs, sign_seed, noise_seed, q8, rs, escr, R, L, LP,
-                         A_FP8=a_fp8, HAS_NOISE=noise is not None, HDOT=hd,
-                         BLOCK_R=block_r, BLOCK_L=block_l, num_warps=4)
-    return q8, rs
+    ``noise``: optional (R, Lp) uniforms replacing the Philox draws (tests); ``signs``: optional
+    ``random_signs(sign_seed, L)`` computed once for both operands of a GEMM."""
+    p, sc, emax = _sr_mx(a, sign_seed, noise_seed, scale, noise, signs, block_r, block_l, row_max=True)
+    return _mx_to_fp8(p, sc, emax)
 
 
 def random_signs(seed: int, n: int, device) -> torch.Tensor:
-    """The +-1 signs ``sr_fp8`` applies along its reduction dim for ``sign_seed=seed`` (tests)."""
+    """The +-1 signs (float32 (n,)) the SR quantizers apply along their reduction dim for
+    ``sign_seed=seed``: element l is ``1 - 2 * (tl.randint(seed, l) & 1)``. One small kernel; the SR
+    kernels read the vector (a Philox call per element in the SR kernel cost more than its rounding)."""
     out = torch.empty(n, dtype=torch.float32, device=device)
     _signs_kernel[(triton.cdiv(n, 128),)](out, seed, n, BLOCK=128)
     return out
@@ -456,8 +427,10 @@ def mask_ihadamard(d: torch.Tensor, mask: torch.Tensor, out_dtype: torch.dtype, 
     """``((scale * d) ⊙ mask) H^T`` per 32-group along the last dim of a contiguous (R, K) tensor."""
     R, K = d.shape
     out = torch.empty(R, K, dtype=out_dtype, device=d.device)
+    hd = _hdot_for(d.dtype)
+    s = scale if hd == _HDOT_F32 else scale * _INV_SQRT32
     grid = (triton.cdiv(R, block_r), triton.cdiv(K, block_k))
-    _mask_ihadamard_kernel[grid](d, mask, out, R, K, scale, _hmat(str(d.device), _HDOT_F32),
+    _mask_ihadamard_kernel[grid](d, mask, out, R, K, s, _hmat(str(d.device), hd), HDOT=hd,
                                  BLOCK_R=block_r, BLOCK_K=block_k, num_warps=4)
     return out
 
@@ -502,38 +475,61 @@ def unpack_mask(words: torch.Tensor) -> torch.Tensor:
     return ((words.unsqueeze(-1) >> lane) & 1).bool().reshape(words.shape[0], -1)
 
 
-def quest_mxfp4(a: torch.Tensor, block_r: int | None = None, block_k: int = 128):
-    """Hadamard + QuEST of a 2-D (R, K) tensor as packed MXFP4: (codes uint8 (R, K/2), element 2i in the
-    low nibble; E8M0 scale bytes uint8 (R, K/32), 255 = NaN group; mask words int32 (R, K/32)).
+def _row_max_buffer(R: int, device, row_max: bool) -> torch.Tensor:
+    return torch.full((R if row_max else 1,), -127, dtype=torch.int32, device=device)
 
-    ``FP4Tensor(codes, scales.view(torch.float8_e8m0fnu), None, "mxfp4", 1, a.shape, a.dtype)`` is
-    the quantized operand (its ``dequantize()`` equals the reference QuEST values)."""
+
+def _quest_mx(a, block_r, block_k, row_max):
     R, K = a.shape
     block_r = block_r or _block_rows(R)
     hd = _hdot_for(a.dtype)
     p = torch.empty(R, K // 2, dtype=torch.uint8, device=a.device)
     sc = torch.empty(R, K // 32, dtype=torch.uint8, device=a.device)
     mask = torch.empty(R, K // 32, dtype=torch.int32, device=a.device)
+    emax = _row_max_buffer(R, a.device, row_max)
     grid = (triton.cdiv(R, block_r), triton.cdiv(K, block_k))
-    _quest_mxfp4_kernel[grid](a, a.stride(0), a.stride(1), _hmat(str(a.device), hd), p, sc, mask, R, K,
-                              HDOT=hd, BLOCK_R=block_r, BLOCK_K=block_k, num_warps=4)
-    return p, sc, mask
+    _quest_mxfp4_kernel[grid](a, a.stride(0), a.stride(1), _hmat(str(a.device), hd), p, sc, mask, emax, R, K,
+                              ROW_MAX=row_max, HDOT=hd, BLOCK_R=block_r, BLOCK_K=block_k, num_warps=4)
+    return p, sc, mask, emax
 
 
-def sr_mxfp4(a: torch.Tensor, *, sign_seed: int, noise_seed: int, block_r: int | None = None,
-             block_l: int = 128):
-    """The backward operand as packed MXFP4 (same draws as :func:`sr_fp8`): (codes (R, Lp/2),
-    scale bytes (R, Lp/32)) of SR(3/4 * (a diag(signs)) H) along the last dim, L padded to 32."""
+def quest_mxfp4(a: torch.Tensor, block_r: int | None = None, block_k: int = 128):
+    """Hadamard + QuEST of a 2-D (R, K) tensor as packed MXFP4: (codes uint8 (R, K/2), element 2i in the
+    low nibble; E8M0 scale bytes uint8 (R, K/32), 255 = NaN group; mask words int32 (R, K/32)).
+
+    ``FP4Tensor(codes, scales.view(torch.float8_e8m0fnu), None, "mxfp4", 1, a.shape, a.dtype)`` is
+    the quantized operand (its ``dequantize()`` equals the reference QuEST values)."""
+    return _quest_mx(a, block_r, block_k, row_max=False)[:3]
+
+
+def _sr_mx(a, sign_seed, noise_seed, scale, noise, signs, block_r, block_l, row_max):
     R, L = a.shape
-    block_r = block_r or _block_rows(R)
+    block_r = block_r or 2 * _block_rows(R)
+    if signs is None:
+        signs = random_signs(sign_seed, L, a.device)
     LP = (L + 31) // 32 * 32
-    hd = _hdot_for(a.dtype)
+    a_fp8 = a.dtype == torch.uint8
+    if a_fp8 and scale is None:
+        raise ValueError("scale: required (float32, one per column) when a holds E4M3 bytes (uint8)")
+    hd = _hdot_for(torch.bfloat16 if a_fp8 else a.dtype)  # E4M3 * 2**k * (+-1) is exact in bf16
     p = torch.empty(R, LP // 2, dtype=torch.uint8, device=a.device)
     sc = torch.empty(R, LP // 32, dtype=torch.uint8, device=a.device)
+    emax = _row_max_buffer(R, a.device, row_max)
     grid = (triton.cdiv(R, block_r), triton.cdiv(LP, block_l))
-    _sr_mxfp4_kernel[grid](a, a.stride(0), a.stride(1), _hmat(str(a.device), hd), sign_seed, noise_seed,
-                           p, sc, R, L, LP, HDOT=hd, BLOCK_R=block_r, BLOCK_L=block_l, num_warps=4)
-    return p, sc
+    _sr_mxfp4_kernel[grid](a, a.stride(0), a.stride(1), scale if a_fp8 else p, _hmat(str(a.device), hd),
+                           noise if noise is not None else p, signs, noise_seed, p, sc, emax, R, L, LP,
+                           ROW_MAX=row_max, A_FP8=a_fp8, HAS_NOISE=noise is not None, HW=not _INTERPRET,
+                           HDOT=hd, BLOCK_R=block_r, BLOCK_L=block_l, num_warps=4)
+    return p, sc, emax
+
+
+def sr_mxfp4(a: torch.Tensor, *, sign_seed: int, noise_seed: int, scale: torch.Tensor | None = None,
+             noise: torch.Tensor | None = None, signs: torch.Tensor | None = None, block_r: int | None = None,
+             block_l: int = 64):
+    """The backward operand as packed MXFP4: (codes (R, Lp/2), scale bytes (R, Lp/32)) of
+    SR(3/4 * (a diag(signs)) H) along the last dim, L padded to 32. ``a``, ``scale``, ``noise`` as in
+    :func:`sr_fp8` (which converts this result to the FP8 embedding)."""
+    return _sr_mx(a, sign_seed, noise_seed, scale, noise, signs, block_r, block_l, row_max=False)[:2]
 
 
 def mxfp4_dequant(p: torch.Tensor, sc: torch.Tensor) -> torch.Tensor:
@@ -652,8 +648,8 @@ class QuartetLinearCUDA(torch.autograd.Function):
             xsrc = mxfp4_dequant(xp, xs).to(torch.bfloat16)
             wsrc = mxfp4_dequant(wp, ws).to(torch.bfloat16)
 
-            def operand(a, sign_seed, noise_seed, scale=None):
-                return sr_mxfp4(a, sign_seed=sign_seed, noise_seed=noise_seed)
+            def operand(a, signs, noise_seed, scale=None):
+                return sr_mxfp4(a, sign_seed=0, noise_seed=noise_seed, signs=signs)
 
             def gemm(a, b, out_dtype):
                 return mxfp4_gemm(a[0], a[1], b[0], b[1], out_dtype)
@@ -662,8 +658,8 @@ class QuartetLinearCUDA(torch.autograd.Function):
             M, N = x8.shape[0], w8.shape[0]
             xsrc, wsrc = x8, w8
 
-            def operand(a, sign_seed, noise_seed, scale=None):
-                return sr_fp8(a, sign_seed=sign_seed, noise_seed=noise_seed, scale=scale)
+            def operand(a, signs, noise_seed, scale=None):
+                return sr_fp8(a, sign_seed=0, noise_seed=noise_seed, scale=scale, signs=signs)
 
             def gemm(a, b, out_dtype):
                 return fp8_gemm(a[0], a[1], b[0], b[1], out_dtype)
@@ -674,13 +670,15 @@ class QuartetLinearCUDA(torch.autograd.Function):
             dy2 = dy2.contiguous()
         dx = dw = db = None
         if needs[0]:
-            g = operand(dy2, s_sign_x, s_g)  # (M, N)
-            wt = operand(wsrc.t(), s_sign_x, s_w, None if ctx.path == "mxfp4" else rsw)  # (K, N)
+            signs = random_signs(s_sign_x, N, dy.device)  # the same for both operands of the GEMM
+            g = operand(dy2, signs, s_g)  # (M, N)
+            wt = operand(wsrc.t(), signs, s_w, None if ctx.path == "mxfp4" else rsw)  # (K, N)
             dxq = gemm(g, wt, _grad_gemm_dtype(xd))  # (M, K)
             dx = mask_ihadamard(dxq, mx, xd).reshape(*dy.shape[:-1], K)
         if needs[1]:
-            gt = operand(dy2.t(), s_sign_w, s_gt)  # (N, Mp)
-            xt = operand(xsrc.t(), s_sign_w, s_x, None if ctx.path == "mxfp4" else rsx)  # (K, Mp)
+            signs = random_signs(s_sign_w, M, dy.device)
+            gt = operand(dy2.t(), signs, s_gt)  # (N, Mp)
+            xt = operand(xsrc.t(), signs, s_x, None if ctx.path == "mxfp4" else rsx)  # (K, Mp)
             dwq = gemm(gt, xt, _grad_gemm_dtype(wd))  # (N, K)
             dw = mask_ihadamard(dwq, mw, wd)
         if needs[2]:
