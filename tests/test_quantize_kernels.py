@@ -22,7 +22,7 @@ from fp4attn.formats import core  # noqa: E402
 triton = pytest.importorskip("triton")
 import triton.language as tl  # noqa: E402
 
-from fp4attn.formats.triton_helpers import e2m1_round_abs  # noqa: E402
+from fp4attn.formats.triton_helpers import e2m1_code, e2m1_code_cmp, e2m1_round_abs  # noqa: E402
 from fp4attn.kernels import quantize as kq  # noqa: E402
 
 _INTERPRETED = type(kq._rows_kernel).__name__ == "InterpretedFunction"
@@ -348,3 +348,29 @@ def test_cpu_e2m1_round_abs_every_neighbourhood_of_the_grid():
     _e2m1_round_abs_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
     want = core.e2m1_round(x)
     assert torch.equal(y, want), (x[y != want][:8], y[y != want][:8], want[y != want][:8])
+
+
+@triton.jit
+def _e2m1_codes_kernel(X, C1, C2, N, BLOCK: tl.constexpr):
+    o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(X + o, mask=o < N, other=0.0)
+    tl.store(C1 + o, e2m1_code_cmp(x).to(tl.uint8), mask=o < N)
+    tl.store(C2 + o, e2m1_code(x), mask=o < N)
+
+
+@cpu_only
+def test_cpu_e2m1_code_cmp_equals_e2m1_code():
+    """The comparison encoder (constant decision points on the float bits) against the rounding
+    encoder on every float within 4 ulps of each grid value and decision point, both signs (ties,
+    -0.0 included), random values, tiny, huge and infinite inputs."""
+    pts = torch.tensor([0.0, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0, 7.0, 8.0])
+    bits = pts.view(torch.int32)
+    near = (bits[:, None] + torch.arange(-4, 5, dtype=torch.int32)[None, :]).flatten()
+    near = near[near >= 0].view(torch.float32)
+    rnd = (torch.rand(50_000, generator=torch.Generator().manual_seed(4)) - 0.5) * 20
+    x = torch.cat([near, -near, rnd, torch.tensor([1e-30, -1e-7, 3e38, -1e30, float("inf"), float("-inf")])])
+    x = x.contiguous()
+    c1, c2 = (torch.empty(x.numel(), dtype=torch.uint8) for _ in range(2))
+    _e2m1_codes_kernel[(triton.cdiv(x.numel(), 1024),)](x, c1, c2, x.numel(), BLOCK=1024)
+    assert torch.equal(c1, c2), (x[c1 != c2][:8], c1[c1 != c2][:8], c2[c1 != c2][:8])
+    assert torch.equal(core.e2m1_decode(c1.long()), core.e2m1_round(x))

@@ -114,6 +114,16 @@ def block_amax(xb):
 
 
 @triton.jit
+def block_amax_bad(xb):
+    """(``block_amax``, ``block_bad``) of a (..., BLOCK) float32 tile with one reduction: the integer
+    max of the |x| bit patterns (NaN and Inf patterns lie above every finite one). amax is 0 for a
+    block flagged bad (callers replace such blocks)."""
+    m = tl.max(xb.to(tl.int32, bitcast=True) & 0x7FFFFFFF, axis=-1)
+    bad = (m >= 0x7F800000).to(tl.int32)
+    return tl.where(bad != 0, 0, m).to(tl.float32, bitcast=True), bad
+
+
+@triton.jit
 def block_bad(xb):
     """1 where the last axis of a (..., BLOCK) tile holds a NaN or +-Inf."""
     return tl.max((~(tl.abs(xb) < float("inf"))).to(tl.int32), axis=-1)
@@ -368,3 +378,17 @@ def e2m1_code_from_points(a, g0, g1, g2, g3, g4, g5, g6):
     b1 = a > tl.where(b2, g5, g1)
     b0 = a > tl.where(b2, tl.where(b1, g6, g4), tl.where(b1, g2, g0))
     return b2.to(tl.int32) * 4 + b1.to(tl.int32) * 2 + b0.to(tl.int32)
+
+
+@triton.jit
+def e2m1_code_cmp(v):
+    """float32 v -> E2M1 code (int32, sign in bit 3) by comparing |v|'s float bits with the constant
+    decision points 0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5 (">=" where the tie goes up to the even
+    code): the same code as ``e2m1_code`` for every non-NaN v, saturating, in ~8 integer ops instead
+    of a rounding and a float-to-code mapping. NaN gives a code of magnitude 7 (callers flag
+    non-finite blocks through their scale)."""
+    b = v.to(tl.int32, bitcast=True)
+    c = e2m1_code_from_points(b & 0x7FFFFFFF, 0x3E800000, 0x3F3FFFFF, 0x3FA00000, 0x3FDFFFFF, 0x40200000,
+                              0x405FFFFF, 0x40A00000)
+    return c | ((b >> 28) & 8)
+

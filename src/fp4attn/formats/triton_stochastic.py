@@ -86,6 +86,7 @@ def sr_uniforms(seed, rows, l0, LP, C: tl.constexpr):
     w0, w1, w2, w3 = tl.randint4x(seed, ctr.to(tl.int32))
     # join(join(w0, w2), join(w1, w3)) indexes [.., i, j] = w_{2i+j}: word k sits at position k
     w = tl.join(tl.join(w0, w2), tl.join(w1, w3)).to(tl.uint32, bitcast=True)
-    h = tl.join(w & 0xFFFF, w >> 16)  # [.., k, half]
-    u = (h.to(tl.float32) + 0.5) * (1.0 / 65536.0)
+    # 1 + h/2**16 + 2**-17 built from bits (h into the top 16 mantissa bits; no int->float conversion)
+    m = tl.join((w & 0xFFFF) << 7, (w >> 9) & 0x7FFF80) | 0x3F800040  # [.., k, half]
+    u = m.to(tl.float32, bitcast=True) - 1.0
     return tl.reshape(u, (R, C))

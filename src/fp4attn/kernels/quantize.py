@@ -45,6 +45,7 @@ from ..formats.triton_helpers import (
     block_amax,
     block_bad,
     e2m1_code,
+    e2m1_code_cmp,
     e2m1_code_from_points,
     e2m1_decision_points,
     e2m1_decode,
@@ -135,9 +136,7 @@ def _encode(x, s, inv, denom, g0, g1, g2, g3, g4, g5, g6, any_bad,
     if IS_MX:
         if FAST:
             # x * 2**-e is exact (= the reference's x / 2**e); compare with the constant points
-            v = (a.to(tl.float32, bitcast=True) * inv).to(tl.int32, bitcast=True)
-            c = e2m1_code_from_points(v, 0x3E800000, 0x3F3FFFFF, 0x3FA00000, 0x3FDFFFFF, 0x40200000, 0x405FFFFF,
-                          0x40A00000) | ((xb >> 28) & 8)
+            c = e2m1_code_cmp(x * inv)
         else:
             c = e2m1_code(x * inv).to(tl.int32)
     else:

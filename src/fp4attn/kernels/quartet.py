@@ -54,7 +54,7 @@ import triton.language as tl
 
 from ..formats.core import e2m1_decode as _e2m1_decode_torch
 from ..formats.core import unpack_last
-from ..formats.triton_helpers import (block_amax, block_bad, e2m1_code, e2m1_decode, exp2i, mx_exponent, rint,
+from ..formats.triton_helpers import (block_amax_bad, block_bad, e2m1_code_cmp, e2m1_decode, exp2i, mx_exponent, rint,
                                       unpack_nibbles)
 from ..formats.triton_stochastic import e2m1_sr_code, sr_uniforms
 from ..reference.quartet import QUEST_EPS, QUEST_STD_FACTOR, SR_RESCALE, _splitmix64, hadamard_matrix
@@ -257,7 +257,7 @@ def _quest_mxfp4_kernel(X, sxr, sxk, H, P, S, MASK, EMAX, R, K,
     bad = block_bad(xh)
     v = xh * tl.expand_dims(exp2i(-e), 2)
     trust = (tl.abs(v) < 6.0) & tl.expand_dims(bad == 0, 2)
-    _pack_store(P, S, EMAX, rows64, k0, R, K // 2, KG, e2m1_code(v), e, bad, ROW_MAX, BLOCK_R, BLOCK_K)
+    _pack_store(P, S, EMAX, rows64, k0, R, K // 2, KG, e2m1_code_cmp(v), e, bad, ROW_MAX, BLOCK_R, BLOCK_K)
     lane = tl.arange(0, 32)
     word = tl.sum(trust.to(tl.int32) << lane[None, None, :], axis=2)
     gcols = k0 // 32 + tl.arange(0, NG)
@@ -282,14 +282,14 @@ def _sr_mxfp4_kernel(A, sar, sal, ASCALE, H, NOISE, SIGNS, noise_seed, P, S, EMA
         a = _e4m3_value(a, HW) * tl.load(ASCALE + cols, mask=cols < L, other=0.0)[None, :]
     signs = tl.load(SIGNS + cols, mask=cols < L, other=0.0)  # random_signs(sign_seed, L), shared by both operands
     ah = _hadamard(a.to(tl.float32) * signs[None, :], Hm, HDOT)
-    e = mx_exponent(block_amax(ah), True)
-    bad = block_bad(ah)
+    amax, bad = block_amax_bad(ah)
+    e = mx_exponent(amax, True)
     if HAS_NOISE:
         u = tl.load(NOISE + rows64[:, None] * LP + cols[None, :], mask=(rows < R)[:, None] & (cols < LP)[None, :],
                     other=0.0)
     else:
         u = sr_uniforms(noise_seed, rows, l0, LP, BLOCK_L)
-    codes = e2m1_sr_code(ah * tl.expand_dims(exp2i(-e), 2) * 0.75, tl.reshape(u, (BLOCK_R, NG, 32)))
+    codes = e2m1_sr_code(ah * tl.expand_dims(exp2i(-e) * 0.75, 2), tl.reshape(u, (BLOCK_R, NG, 32)))
     _pack_store(P, S, EMAX, rows64, l0, R, LP // 2, LP // 32, codes, e, bad, ROW_MAX, BLOCK_R, BLOCK_L)
 
 
