@@ -95,11 +95,33 @@ def bench_shape(M, K, N, rep_ms=200.0, dev="cuda"):
     return res, notes
 
 
+def kernel_breakdown(M: int, K: int, rep_ms: float = 100.0, dev: str = "cuda"):
+    """Per-kernel times (ms) of the Quartet quantizers on one (M, K) bf16 operand, next to a copy of it."""
+    from ..kernels import quartet as kq
+
+    torch.manual_seed(0)
+    x = torch.randn(M, K, device=dev, dtype=torch.bfloat16)
+    x8, mx, rsx = kq.quest_fp8(x)
+    p, sc, _, emax = kq._quest_mx(x, None, 128, True)
+    d = torch.randn(M, K, device=dev, dtype=torch.bfloat16)
+    cases = [("copy of the bf16 operand", lambda: x.clone()),
+             ("QuEST quantizer (quest_fp8)", lambda: kq.quest_fp8(x)),
+             ("  packed MXFP4 kernel + row max", lambda: kq._quest_mx(x, None, 128, True)),
+             ("  conversion to the FP8 embedding", lambda: kq._mx_to_fp8(p, sc, emax)),
+             ("SR quantizer of a bf16 operand (sr_fp8)", lambda: kq.sr_fp8(x, sign_seed=1, noise_seed=2)),
+             ("SR quantizer of a saved FP8 operand, transposed",
+              lambda: kq.sr_fp8(x8.t(), sign_seed=1, noise_seed=2, scale=rsx)),
+             ("mask + inverse Hadamard", lambda: kq.mask_ihadamard(d, mx, torch.bfloat16))]
+    return [(name, _measure(fn, rep_ms)[0]) for name, fn in cases]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="fp4attn bench linear", description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="./fp4attn-out", help="folder for linear.csv")
     ap.add_argument("--shapes", default=DEFAULT_SHAPES, help="comma list of MxKxN (default: the issue's four)")
     ap.add_argument("--rep-ms", type=float, default=200.0, help="timing budget per measurement (ms)")
+    ap.add_argument("--kernels", action="store_true",
+                    help="also time each quantizer kernel on the first shape's (M, K) operand")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("fp4attn bench linear needs a CUDA GPU", file=sys.stderr)
@@ -133,6 +155,10 @@ def main(argv: list[str] | None = None) -> int:
     print(markdown_table(headers, rows, digits=3))
     for k, v in all_notes.items():
         print(f"- {k}: {v}")
+    if args.kernels:
+        M, K, _ = shapes[0]
+        print(f"\nQuartet kernels on one ({M}, {K}) bf16 operand:\n")
+        print(markdown_table(["kernel", "ms"], kernel_breakdown(M, K, args.rep_ms / 2), digits=3))
     path = write_csv(f"{args.out}/linear.csv", headers, rows)
     print(f"\nwrote {path}")
     return 0
