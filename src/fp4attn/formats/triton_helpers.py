@@ -39,15 +39,20 @@ def exp2i(e):
 def e2m1_round_abs(a):
     """|v| (float32, >= 0) -> nearest E2M1 magnitude, ties to even code, saturating at 6.
 
-    Below 2 the E2M1 grid is the multiples of 0.5: adding 1.5·2^22 (float32 spacing 0.5 there) rounds
-    to the nearest, ties to the even multiple = the even code. From 2 up it is the floats with one
-    mantissa bit: round the float32 bits at bit 22 to nearest even (add 0x1FFFFF plus that bit, clear
-    the 22 bits below), which carries into the exponent at 3.5·2^k -> 2^(k+2) as E2M1 does. Then
-    saturate at 6 (values from 7 round to 8 first). 9 instructions, no multiply, one select."""
-    lo = (a + _HALF_MAGIC) - _HALF_MAGIC
-    b = a.to(tl.int32, bitcast=True)
-    hi = ((b + 0x1FFFFF + ((b >> 22) & 1)) & -4194304).to(tl.float32, bitcast=True)
-    return tl.minimum(tl.where(a < 2.0, lo, hi), 6.0)
+    Saturate first (rounding is monotone and 6 is on the grid, so min(round(a), 6) == round(min(a, 6))).
+    Then one magic-constant rounding for every binade: the E2M1 grid has spacing 0.5 below 2 and one
+    mantissa bit (spacing 2^(k-1) in [2^k, 2^(k+1))) from 1 up. With f = max(2^k, 1) (the float
+    exponent bits of a, then max with 1.0), the constant M = f * 1.5 * 2^22 lies in [2^(k+22),
+    2^(k+23)), whose float32 spacing is exactly the grid spacing: M + a is rounded to the grid (ties
+    to even: M is an even number of spacings, so even sums = even codes) and subtracting M again is
+    exact. f * 1.5 * 2^22 is exact, so each fma is a plain add of +-M (the interpreter's unfused fma
+    gives the same bits). 5 instructions (was 9: two rounding paths and a select). Equal to the former
+    two-path version on every float32 in [0, +inf] (checked exhaustively; tests/test_formats.py checks
+    a dense subset against the reference)."""
+    a = tl.minimum(a, 6.0)
+    f = tl.maximum((a.to(tl.int32, bitcast=True) & 0x7F800000).to(tl.float32, bitcast=True), 1.0)
+    r = tl.fma(f, _HALF_MAGIC, a)
+    return tl.fma(f, -_HALF_MAGIC, r)
 
 
 @triton.jit
