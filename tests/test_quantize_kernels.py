@@ -22,7 +22,7 @@ from fp4attn.formats import core  # noqa: E402
 triton = pytest.importorskip("triton")
 import triton.language as tl  # noqa: E402
 
-from fp4attn.formats.triton_helpers import e2m1_round_abs  # noqa: E402
+from fp4attn.formats.triton_helpers import e2m1_round_abs, e2m1_round_pow2, exp2i  # noqa: E402
 from fp4attn.kernels import quantize as kq  # noqa: E402
 
 _INTERPRETED = type(kq._rows_kernel).__name__ == "InterpretedFunction"
@@ -350,3 +350,33 @@ def test_cpu_e2m1_round_abs_every_neighbourhood_of_the_grid():
     _e2m1_round_abs_kernel[(triton.cdiv(x.numel(), 1 << 16),)](x, y, x.numel(), BLOCK=1 << 16)
     want = core.e2m1_round(x)
     assert torch.equal(y, want), (x[y != want][:8], y[y != want][:8], want[y != want][:8])
+
+
+@triton.jit
+def _e2m1_round_pow2_kernel(X, Y, Z, N, E, BLOCK: tl.constexpr):
+    o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(X + o, mask=o < N, other=0.0)
+    tl.store(Y + o, e2m1_round_pow2(x, exp2i(E)), mask=o < N)
+    tl.store(Z + o, e2m1_round_abs(x * exp2i(-E)) * exp2i(E), mask=o < N)
+
+
+@cpu_only
+@pytest.mark.parametrize("e", [-127, -126, -125, -9, -1, 0, 3])
+def test_cpu_e2m1_round_pow2_is_the_scaled_rounding(e):
+    """MXFP4's fake_quant_p rounds on the grid scaled by s = 2^e; same bits as scaling by 2^-e, rounding
+    and scaling back: every float within 4 ulps of each scaled grid value and decision point, every
+    509th float32 of [0, 16s], subnormals, huge and infinite values (tools/exactness_checks.py mx
+    sweeps every float32 of [0, 16s])."""
+    pts = torch.tensor([0.0, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0, 7.0, 8.0],
+                       dtype=torch.float64) * 2.0 ** e
+    bits = pts.float().view(torch.int32)
+    near = (bits[:, None] + torch.arange(-4, 5, dtype=torch.int32)[None, :]).flatten()
+    near = near[near >= 0]
+    top = int(torch.tensor(16.0 * 2.0 ** e, dtype=torch.float32).view(torch.int32))
+    dense = torch.arange(0, top + 1, 509, dtype=torch.int32)
+    sub = torch.arange(0, 1 << 23, 4099, dtype=torch.int32)
+    x = torch.cat([near, dense, sub]).view(torch.float32)
+    x = torch.cat([x, torch.tensor([3e38, 1e30, float("inf")])]).contiguous()
+    y, z = torch.empty_like(x), torch.empty_like(x)
+    _e2m1_round_pow2_kernel[(triton.cdiv(x.numel(), 1 << 16),)](x, y, z, x.numel(), e, BLOCK=1 << 16)
+    assert torch.equal(y.view(torch.int32), z.view(torch.int32)), (x[y != z][:8], y[y != z][:8], z[y != z][:8])

@@ -6,6 +6,7 @@ compares the former formula with the current one over every float32 of a range a
 of mismatches (expected: 0). Minutes per check on one CPU core.
 
     python tools/exactness_checks.py e2m1            # every float32 in [0, +inf]
+    python tools/exactness_checks.py mx [E ...]      # every float32 in [0, 16 * 2^E] for each E
 """
 
 import sys
@@ -32,6 +33,25 @@ def e2m1_round_abs_v2(a):
     return (m + a) - m
 
 
+def _exp2(e):
+    return np.float32(np.ldexp(np.float32(1.0), e))
+
+
+def e2m1_round_pow2_v1(x, e):
+    """The former MXFP4 path of fake_quant_p: scale by 2^-e, round, scale back (both products exact)."""
+    with np.errstate(over="ignore"):
+        return e2m1_round_abs_v2(x * _exp2(-e)) * _exp2(e)
+
+
+def e2m1_round_pow2_v2(x, e):
+    """e2m1_round_pow2: the same rounding on the grid scaled by s = 2^e."""
+    s = _exp2(e)
+    x = np.minimum(x, np.float32(6.0) * s)
+    f = np.maximum((x.view(np.int32) & 0x7F800000).view(np.float32), s)
+    m = f * M22
+    return (m + x) - m
+
+
 def _sweep(lo_bits, hi_bits, old, new, label):
     bad, t = 0, time.time()
     step = 1 << 26
@@ -50,8 +70,19 @@ def check_e2m1():
     return _sweep(0, 0x7F800000, e2m1_round_abs_v1, e2m1_round_abs_v2, "e2m1_round_abs on [0, inf]")
 
 
-CHECKS = {"e2m1": check_e2m1}
+def check_mx(exps=(-127, -126, -125, -124, -100, -20, -3, -1, 0, 1, 60, 100)):
+    bad = 0
+    for e in exps:
+        hi = int(np.float32(16.0 * 2.0 ** e).view(np.int32))
+        bad += _sweep(0, hi, lambda x: e2m1_round_pow2_v1(x, e), lambda x: e2m1_round_pow2_v2(x, e),
+                      f"e2m1_round_pow2, s = 2^{e}, x in [0, 16s]")
+        x = np.array([3e38, np.inf, 1e30], dtype=np.float32)
+        bad += int((e2m1_round_pow2_v1(x, e).view(np.int32) != e2m1_round_pow2_v2(x, e).view(np.int32)).sum())
+    return bad
+
 
 if __name__ == "__main__":
-    names = sys.argv[1:] or list(CHECKS)
-    sys.exit(1 if sum(CHECKS[n]() for n in names) else 0)
+    args = sys.argv[1:] or ["e2m1", "mx"]
+    if args[0] == "mx" and len(args) > 1:
+        sys.exit(1 if check_mx([int(a) for a in args[1:]]) else 0)
+    sys.exit(1 if sum({"e2m1": check_e2m1, "mx": check_mx}[n]() for n in args) else 0)
