@@ -22,7 +22,7 @@ from fp4attn.formats import core  # noqa: E402
 triton = pytest.importorskip("triton")
 import triton.language as tl  # noqa: E402
 
-from fp4attn.formats.triton_helpers import e2m1_round_abs, e2m1_round_pow2, exp2i  # noqa: E402
+from fp4attn.formats.triton_helpers import e2m1_round_abs, e2m1_round_pow2, e4m3_round, exp2i  # noqa: E402
 from fp4attn.kernels import quantize as kq  # noqa: E402
 
 _INTERPRETED = type(kq._rows_kernel).__name__ == "InterpretedFunction"
@@ -380,3 +380,27 @@ def test_cpu_e2m1_round_pow2_is_the_scaled_rounding(e):
     y, z = torch.empty_like(x), torch.empty_like(x)
     _e2m1_round_pow2_kernel[(triton.cdiv(x.numel(), 1 << 16),)](x, y, z, x.numel(), e, BLOCK=1 << 16)
     assert torch.equal(y.view(torch.int32), z.view(torch.int32)), (x[y != z][:8], y[y != z][:8], z[y != z][:8])
+
+
+@triton.jit
+def _e4m3_round_kernel(X, Y, N, BLOCK: tl.constexpr):
+    o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(Y + o, e4m3_round(tl.load(X + o, mask=o < N, other=0.0)), mask=o < N)
+
+
+@cpu_only
+def test_cpu_e4m3_round_helper_against_the_format():
+    """The shared E4M3 rounding helper (one magic constant per binade) against the PyTorch format:
+    every float within 4 ulps of each E4M3 value and midpoint, every 1021st float32 of [0, 2^10],
+    subnormal, huge and infinite inputs (tools/exactness_checks.py e4m3 sweeps every float32)."""
+    grid = torch.arange(0, 127, dtype=torch.uint8).view(torch.float8_e4m3fn).double()
+    pts = torch.cat([grid, (grid[1:] + grid[:-1]) / 2, torch.tensor([464.0, 480.0, 512.0])]).float()
+    near = (pts.view(torch.int32)[:, None] + torch.arange(-4, 5, dtype=torch.int32)[None, :]).flatten()
+    near = near[near >= 0]
+    dense = torch.arange(0, 0x44800001, 1021, dtype=torch.int32)
+    x = torch.cat([near, dense]).view(torch.float32)
+    x = torch.cat([x, torch.tensor([1e-40, 1e-30, 3e38, 1e30, float("inf")])]).contiguous()
+    y = torch.empty_like(x)
+    _e4m3_round_kernel[(triton.cdiv(x.numel(), 1 << 16),)](x, y, x.numel(), BLOCK=1 << 16)
+    want = core.e4m3_round(x).float()
+    assert torch.equal(y, want), (x[y != want][:8], y[y != want][:8], want[y != want][:8])

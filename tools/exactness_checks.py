@@ -6,6 +6,7 @@ compares the former formula with the current one over every float32 of a range a
 of mismatches (expected: 0). Minutes per check on one CPU core.
 
     python tools/exactness_checks.py e2m1            # every float32 in [0, +inf]
+    python tools/exactness_checks.py e4m3            # every float32 in [0, +inf]
     python tools/exactness_checks.py mx [E ...]      # every float32 in [0, 16 * 2^E] for each E
 """
 
@@ -31,6 +32,24 @@ def e2m1_round_abs_v2(a):
     f = np.maximum((a.view(np.int32) & 0x7F800000).view(np.float32), np.float32(1.0))
     m = f * M22
     return (m + a) - m
+
+
+def e4m3_round_v1(x):
+    """The former E4M3 helper: x * 2^(3-e) rounded with the 1.5 * 2^23 constant, times 2^(e-3)."""
+    e = np.maximum(((x.view(np.int32) >> 23) & 0xFF) - 127, -6)
+    q = ((e - 3 + 127) << 23).astype(np.int32).view(np.float32)
+    inv_q = ((130 - e) << 23).astype(np.int32).view(np.float32)
+    r = np.float32(12582912.0)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return np.minimum(((x * inv_q + r) - r) * q, np.float32(448.0))
+
+
+def e4m3_round_v2(x):
+    """The current helper: saturate, then one magic constant 1.5 * 2^20 * max(binade, 2^-6)."""
+    x = np.minimum(x, np.float32(448.0))
+    f = np.maximum((x.view(np.int32) & 0x7F800000).view(np.float32), np.float32(2.0 ** -6))
+    m = f * np.float32(1572864.0)
+    return (m + x) - m
 
 
 def _exp2(e):
@@ -70,6 +89,10 @@ def check_e2m1():
     return _sweep(0, 0x7F800000, e2m1_round_abs_v1, e2m1_round_abs_v2, "e2m1_round_abs on [0, inf]")
 
 
+def check_e4m3():
+    return _sweep(0, 0x7F800000, e4m3_round_v1, e4m3_round_v2, "e4m3_round on [0, inf]")
+
+
 def check_mx(exps=(-127, -126, -125, -124, -100, -20, -3, -1, 0, 1, 60, 100)):
     bad = 0
     for e in exps:
@@ -82,7 +105,7 @@ def check_mx(exps=(-127, -126, -125, -124, -100, -20, -3, -1, 0, 1, 60, 100)):
 
 
 if __name__ == "__main__":
-    args = sys.argv[1:] or ["e2m1", "mx"]
+    args = sys.argv[1:] or ["e2m1", "e4m3", "mx"]
     if args[0] == "mx" and len(args) > 1:
         sys.exit(1 if check_mx([int(a) for a in args[1:]]) else 0)
-    sys.exit(1 if sum({"e2m1": check_e2m1, "mx": check_mx}[n]() for n in args) else 0)
+    sys.exit(1 if sum({"e2m1": check_e2m1, "e4m3": check_e4m3, "mx": check_mx}[n]() for n in args) else 0)

@@ -89,12 +89,17 @@ def e2m1_decode(code):
 
 @triton.jit
 def e4m3_round(x):
-    """float32 x >= 0 -> nearest E4M3 value (float32), ties to even, saturating at 448."""
-    e = ((x.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127
-    e = tl.maximum(e, -6)
-    q = ((e - 3 + 127) << 23).to(tl.float32, bitcast=True)
-    inv_q = ((130 - e) << 23).to(tl.float32, bitcast=True)
-    return tl.minimum(rint(x * inv_q) * q, 448.0)
+    """float32 x >= 0 -> nearest E4M3 value (float32), ties to even, saturating at 448.
+
+    ``e2m1_round_abs``'s method with a 3-bit mantissa: saturate first (448 is on the grid), then add
+    and subtract M = 1.5 * 2^20 * max(2^k, 2^-6) for x in [2^k, 2^(k+1)): M's float32 spacing is
+    2^(k-3), the E4M3 spacing of that binade (2^-9 in the subnormal range below 2^-6). 5 instructions
+    (was 9 with two exponent-built factors). Same bits as the former version on every float32 in
+    [0, +inf] (checked exhaustively)."""
+    x = tl.minimum(x, 448.0)
+    f = tl.maximum((x.to(tl.int32, bitcast=True) & 0x7F800000).to(tl.float32, bitcast=True), 0.015625)
+    r = tl.fma(f, 1572864.0, x)
+    return tl.fma(f, -1572864.0, r)
 
 
 @triton.jit
