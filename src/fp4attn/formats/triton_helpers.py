@@ -19,6 +19,9 @@ import triton.language as tl
 
 _RINT_MAGIC = tl.constexpr(12582912.0)  # 1.5 * 2**23 (a constexpr: jit code may only read those)
 _HALF_MAGIC = tl.constexpr(6291456.0)  # 1.5 * 2**22: float32 spacing 0.5
+# compiled for a GPU (inline PTX allowed) rather than run by the interpreter; fixed at import, like the
+# kernels themselves (TRITON_INTERPRET decides at decoration time which kind of function they are)
+_GPU_ASM = tl.constexpr(__import__("os").environ.get("TRITON_INTERPRET", "0") in ("", "0"))
 
 
 @triton.jit
@@ -179,9 +182,30 @@ def fake_quant_p(p, BLOCK: tl.constexpr, IS_MX: tl.constexpr):
     if IS_MX:
         q = e2m1_round_pow2(pb, exp2i(mx_exponent(amax, False))[:, :, None])
     else:
-        s, inv = p_block_scales(amax, IS_MX)
+        s = e4m3_round(amax * (1.0 / 6.0))
+        # s is 0 or in [2^-9, 448]. For s == 0 the old inv = 0 gave q = 0; 1/max(s, 2^-9) = 512 keeps
+        # p * inv finite (s == 0 means amax <= 6 * 2^-10 (1 + 2^-23), so p * 512 <= 3.01) and q =
+        # round(.) * 0 = +0 all the same, one max instead of a compare and a select.
+        inv = rcp_approx(tl.maximum(s, 0.001953125))
         q = e2m1_round_abs(pb * inv[:, :, None]) * s[:, :, None]
     return tl.reshape(q, (R, C))
+
+
+@triton.jit
+def rcp_approx(x):
+    """The float32 reciprocal that Triton's ``1.0 / x`` gives on the GPU, for x = 0 or 2^-126 <= |x| <=
+    2^126, without its range scaling.
+
+    ``1.0 / x`` lowers to PTX div.full.f32, which ptxas expands into: scale x (and the numerator) by
+    1/4 if |x| > 2^126, by 2^24 if |x| < 2^-126, then MUFU.RCP and one multiply by the numerator
+    factor -- 1.0 inside that range, so the result is MUFU.RCP(x), exactly what rcp.approx.ftz.f32
+    compiles to (ftz only matters for subnormal x or results, none here; x = 0 gives +inf in both).
+    7 instructions less per value. The interpreter computes 1.0 / x as before."""
+    if _GPU_ASM:
+        return tl.inline_asm_elementwise("rcp.approx.ftz.f32 $0, $1;", "=r,r", [x], dtype=tl.float32,
+                                         is_pure=True, pack=1)
+    else:
+        return 1.0 / x
 
 
 @triton.jit
@@ -217,7 +241,7 @@ def p_block_scales(amax, IS_MX: tl.constexpr):
         inv = exp2i(-e)
     else:
         s = e4m3_round(amax * (1.0 / 6.0))
-        inv = tl.where(s > 0, 1.0 / s, 0.0)
+        inv = tl.where(s > 0, rcp_approx(s), 0.0)  # s = 0 or in [2^-9, 448]: the bits of 1.0 / s
     return s, inv
 
 
