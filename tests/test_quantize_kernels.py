@@ -22,7 +22,8 @@ from fp4attn.formats import core  # noqa: E402
 triton = pytest.importorskip("triton")
 import triton.language as tl  # noqa: E402
 
-from fp4attn.formats.triton_helpers import e2m1_round_abs, e2m1_round_pow2, e4m3_round, exp2i  # noqa: E402
+from fp4attn.formats.triton_helpers import (  # noqa: E402
+    e2m1_round_abs, e2m1_round_pow2, e4m3_round, exp2i, mx_exponent, mx_scale_rceil)
 from fp4attn.kernels import quantize as kq  # noqa: E402
 
 _INTERPRETED = type(kq._rows_kernel).__name__ == "InterpretedFunction"
@@ -404,3 +405,26 @@ def test_cpu_e4m3_round_helper_against_the_format():
     _e4m3_round_kernel[(triton.cdiv(x.numel(), 1 << 16),)](x, y, x.numel(), BLOCK=1 << 16)
     want = core.e4m3_round(x).float()
     assert torch.equal(y, want), (x[y != want][:8], y[y != want][:8], want[y != want][:8])
+
+
+@triton.jit
+def _mx_scale_kernel(X, Y, Z, N, BLOCK: tl.constexpr):
+    o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(X + o, mask=o < N, other=0.0)
+    tl.store(Y + o, mx_scale_rceil(x), mask=o < N)
+    tl.store(Z + o, exp2i(mx_exponent(x, False)), mask=o < N)
+
+
+@cpu_only
+def test_cpu_mx_scale_rceil_is_exp2_of_the_rceil_exponent():
+    """The 4-instruction MXFP4 scale of fake_quant_p against exp2i(mx_exponent(amax)): every 4093rd
+    float32 in [0, 1.5 * 2^127), every float within 4 ulps of each 1.5 * 2^k (the rceil boundary) and
+    of each power of two (tools/exactness_checks.py mxscale sweeps every float32)."""
+    k = torch.arange(-149, 128, dtype=torch.float64)
+    pts = torch.cat([2.0 ** k, 1.5 * 2.0 ** k[k < 127]]).float().view(torch.int32)
+    near = (pts[:, None] + torch.arange(-4, 5, dtype=torch.int32)[None, :]).flatten()
+    near = near[(near >= 0) & (near < 0x7F400000)]
+    x = torch.cat([near, torch.arange(0, 0x7F400000, 4093, dtype=torch.int32)]).view(torch.float32).contiguous()
+    y, z = torch.empty_like(x), torch.empty_like(x)
+    _mx_scale_kernel[(triton.cdiv(x.numel(), 1 << 16),)](x, y, z, x.numel(), BLOCK=1 << 16)
+    assert torch.equal(y.view(torch.int32), z.view(torch.int32)), (x[y != z][:8], y[y != z][:8], z[y != z][:8])

@@ -7,6 +7,7 @@ of mismatches (expected: 0). Minutes per check on one CPU core.
 
     python tools/exactness_checks.py e2m1            # every float32 in [0, +inf]
     python tools/exactness_checks.py e4m3            # every float32 in [0, +inf]
+    python tools/exactness_checks.py mxscale         # every float32 amax in [0, 1.5 * 2^127)
     python tools/exactness_checks.py mx [E ...]      # every float32 in [0, 16 * 2^E] for each E
 """
 
@@ -93,6 +94,27 @@ def check_e4m3():
     return _sweep(0, 0x7F800000, e4m3_round_v1, e4m3_round_v2, "e4m3_round on [0, inf]")
 
 
+def mx_scale_v1(amax):
+    """exp2i(mx_exponent(amax, FLOOR=False)): the rceil E8M0 scale as before."""
+    bits = amax.view(np.int32)
+    e0 = ((bits >> 23) & 0xFF) - 127
+    e = np.where((bits & 0x7FFFFF) <= 0x400000, e0 - 2, e0 - 1)
+    e = np.minimum(np.maximum(np.where(amax > 0, e, -127), -127), 127)
+    normal = ((e + 127) << 23).astype(np.int32).view(np.float32)
+    sub = np.left_shift(1, np.minimum(np.maximum(e + 149, 0), 30)).astype(np.int32).view(np.float32)
+    return np.where(e >= -126, normal, sub)
+
+
+def mx_scale_v2(amax):
+    """mx_scale_rceil."""
+    b = ((amax.view(np.int32) + 0x3FFFFF) & 0x7F800000).view(np.float32)
+    return np.maximum(b, np.float32(2.0 ** -125)) * np.float32(0.25)
+
+
+def check_mxscale():
+    return _sweep(0, 0x7F3FFFFF, mx_scale_v1, mx_scale_v2, "mx_scale_rceil on [0, 1.5 * 2^127)")
+
+
 def check_mx(exps=(-127, -126, -125, -124, -100, -20, -3, -1, 0, 1, 60, 100)):
     bad = 0
     for e in exps:
@@ -105,7 +127,7 @@ def check_mx(exps=(-127, -126, -125, -124, -100, -20, -3, -1, 0, 1, 60, 100)):
 
 
 if __name__ == "__main__":
-    args = sys.argv[1:] or ["e2m1", "e4m3", "mx"]
+    args = sys.argv[1:] or ["e2m1", "e4m3", "mxscale", "mx"]
     if args[0] == "mx" and len(args) > 1:
         sys.exit(1 if check_mx([int(a) for a in args[1:]]) else 0)
-    sys.exit(1 if sum({"e2m1": check_e2m1, "e4m3": check_e4m3, "mx": check_mx}[n]() for n in args) else 0)
+    sys.exit(1 if sum({"e2m1": check_e2m1, "e4m3": check_e4m3, "mxscale": check_mxscale, "mx": check_mx}[n]() for n in args) else 0)
