@@ -22,7 +22,8 @@ from fp4attn.formats import core  # noqa: E402
 triton = pytest.importorskip("triton")
 import triton.language as tl  # noqa: E402
 
-from fp4attn.formats.triton_helpers import e2m1_code, e2m1_code_cmp, e2m1_round_abs  # noqa: E402
+from fp4attn.formats.triton_helpers import (  # noqa: E402
+    e2m1_code, e2m1_code_cmp, e2m1_round_abs, e2m1_round_pow2, e4m3_round, exp2i, mx_exponent, mx_scale_rceil)
 from fp4attn.kernels import quantize as kq  # noqa: E402
 
 _INTERPRETED = type(kq._rows_kernel).__name__ == "InterpretedFunction"
@@ -335,17 +336,19 @@ def _e2m1_round_abs_kernel(X, Y, N, BLOCK: tl.constexpr):
 
 @cpu_only
 def test_cpu_e2m1_round_abs_every_neighbourhood_of_the_grid():
-    """The shared E2M1 rounding helper (magic-constant rounding below 2, bit rounding of the float32
-    mantissa from 2 up) against the PyTorch format on every float within 4 ulps of each grid value and
-    decision point (ties included), random values over [0, 10], tiny, huge and infinite inputs."""
+    """The shared E2M1 rounding helper (one magic-constant rounding whose constant follows the binade)
+    against the PyTorch format on every float within 4 ulps of each grid value and decision point
+    (ties included), every 251st float32 of [0, 8], random values over [0, 10], tiny, huge and
+    infinite inputs."""
     pts = torch.tensor([0.0, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0, 7.0, 8.0])
     bits = pts.view(torch.int32)
     near = (bits[:, None] + torch.arange(-4, 5, dtype=torch.int32)[None, :]).flatten()
     near = near[near >= 0].view(torch.float32)
     rnd = torch.rand(100_000, generator=torch.Generator().manual_seed(3)) * 10
-    x = torch.cat([near, rnd, torch.tensor([1e-30, 1e-7, 3e38, 1e30, float("inf")])]).contiguous()
+    dense = torch.arange(0, 0x41000001, 251, dtype=torch.int32).view(torch.float32)
+    x = torch.cat([near, dense, rnd, torch.tensor([1e-30, 1e-7, 3e38, 1e30, float("inf")])]).contiguous()
     y = torch.empty_like(x)
-    _e2m1_round_abs_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
+    _e2m1_round_abs_kernel[(triton.cdiv(x.numel(), 1 << 16),)](x, y, x.numel(), BLOCK=1 << 16)
     want = core.e2m1_round(x)
     assert torch.equal(y, want), (x[y != want][:8], y[y != want][:8], want[y != want][:8])
 
@@ -374,3 +377,80 @@ def test_cpu_e2m1_code_cmp_equals_e2m1_code():
     _e2m1_codes_kernel[(triton.cdiv(x.numel(), 1024),)](x, c1, c2, x.numel(), BLOCK=1024)
     assert torch.equal(c1, c2), (x[c1 != c2][:8], c1[c1 != c2][:8], c2[c1 != c2][:8])
     assert torch.equal(core.e2m1_decode(c1.long()), core.e2m1_round(x))
+
+
+@triton.jit
+def _e2m1_round_pow2_kernel(X, Y, Z, N, E, BLOCK: tl.constexpr):
+    o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(X + o, mask=o < N, other=0.0)
+    tl.store(Y + o, e2m1_round_pow2(x, exp2i(E)), mask=o < N)
+    tl.store(Z + o, e2m1_round_abs(x * exp2i(-E)) * exp2i(E), mask=o < N)
+
+
+@cpu_only
+@pytest.mark.parametrize("e", [-127, -126, -125, -9, -1, 0, 3])
+def test_cpu_e2m1_round_pow2_is_the_scaled_rounding(e):
+    """MXFP4's fake_quant_p rounds on the grid scaled by s = 2^e; same bits as scaling by 2^-e, rounding
+    and scaling back: every float within 4 ulps of each scaled grid value and decision point, every
+    509th float32 of [0, 16s], subnormals, huge and infinite values (tools/exactness_checks.py mx
+    sweeps every float32 of [0, 16s])."""
+    pts = torch.tensor([0.0, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0, 7.0, 8.0],
+                       dtype=torch.float64) * 2.0 ** e
+    bits = pts.float().view(torch.int32)
+    near = (bits[:, None] + torch.arange(-4, 5, dtype=torch.int32)[None, :]).flatten()
+    near = near[near >= 0]
+    top = int(torch.tensor(16.0 * 2.0 ** e, dtype=torch.float32).view(torch.int32))
+    dense = torch.arange(0, top + 1, 509, dtype=torch.int32)
+    sub = torch.arange(0, 1 << 23, 4099, dtype=torch.int32)
+    x = torch.cat([near, dense, sub]).view(torch.float32)
+    x = torch.cat([x, torch.tensor([3e38, 1e30, float("inf")])]).contiguous()
+    y, z = torch.empty_like(x), torch.empty_like(x)
+    _e2m1_round_pow2_kernel[(triton.cdiv(x.numel(), 1 << 16),)](x, y, z, x.numel(), e, BLOCK=1 << 16)
+    assert torch.equal(y.view(torch.int32), z.view(torch.int32)), (x[y != z][:8], y[y != z][:8], z[y != z][:8])
+
+
+@triton.jit
+def _e4m3_round_kernel(X, Y, N, BLOCK: tl.constexpr):
+    o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(Y + o, e4m3_round(tl.load(X + o, mask=o < N, other=0.0)), mask=o < N)
+
+
+@cpu_only
+def test_cpu_e4m3_round_helper_against_the_format():
+    """The shared E4M3 rounding helper (one magic constant per binade) against the PyTorch format:
+    every float within 4 ulps of each E4M3 value and midpoint, every 1021st float32 of [0, 2^10],
+    subnormal, huge and infinite inputs (tools/exactness_checks.py e4m3 sweeps every float32)."""
+    grid = torch.arange(0, 127, dtype=torch.uint8).view(torch.float8_e4m3fn).double()
+    pts = torch.cat([grid, (grid[1:] + grid[:-1]) / 2, torch.tensor([464.0, 480.0, 512.0])]).float()
+    near = (pts.view(torch.int32)[:, None] + torch.arange(-4, 5, dtype=torch.int32)[None, :]).flatten()
+    near = near[near >= 0]
+    dense = torch.arange(0, 0x44800001, 1021, dtype=torch.int32)
+    x = torch.cat([near, dense]).view(torch.float32)
+    x = torch.cat([x, torch.tensor([1e-40, 1e-30, 3e38, 1e30, float("inf")])]).contiguous()
+    y = torch.empty_like(x)
+    _e4m3_round_kernel[(triton.cdiv(x.numel(), 1 << 16),)](x, y, x.numel(), BLOCK=1 << 16)
+    want = core.e4m3_round(x).float()
+    assert torch.equal(y, want), (x[y != want][:8], y[y != want][:8], want[y != want][:8])
+
+
+@triton.jit
+def _mx_scale_kernel(X, Y, Z, N, BLOCK: tl.constexpr):
+    o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(X + o, mask=o < N, other=0.0)
+    tl.store(Y + o, mx_scale_rceil(x), mask=o < N)
+    tl.store(Z + o, exp2i(mx_exponent(x, False)), mask=o < N)
+
+
+@cpu_only
+def test_cpu_mx_scale_rceil_is_exp2_of_the_rceil_exponent():
+    """The 4-instruction MXFP4 scale of fake_quant_p against exp2i(mx_exponent(amax)): every 4093rd
+    float32 in [0, 1.5 * 2^127), every float within 4 ulps of each 1.5 * 2^k (the rceil boundary) and
+    of each power of two (tools/exactness_checks.py mxscale sweeps every float32)."""
+    k = torch.arange(-149, 128, dtype=torch.float64)
+    pts = torch.cat([2.0 ** k, 1.5 * 2.0 ** k[k < 127]]).float().view(torch.int32)
+    near = (pts[:, None] + torch.arange(-4, 5, dtype=torch.int32)[None, :]).flatten()
+    near = near[(near >= 0) & (near < 0x7F400000)]
+    x = torch.cat([near, torch.arange(0, 0x7F400000, 4093, dtype=torch.int32)]).view(torch.float32).contiguous()
+    y, z = torch.empty_like(x), torch.empty_like(x)
+    _mx_scale_kernel[(triton.cdiv(x.numel(), 1 << 16),)](x, y, z, x.numel(), BLOCK=1 << 16)
+    assert torch.equal(y.view(torch.int32), z.view(torch.int32)), (x[y != z][:8], y[y != z][:8], z[y != z][:8])

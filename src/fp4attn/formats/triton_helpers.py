@@ -19,6 +19,9 @@ import triton.language as tl
 
 _RINT_MAGIC = tl.constexpr(12582912.0)  # 1.5 * 2**23 (a constexpr: jit code may only read those)
 _HALF_MAGIC = tl.constexpr(6291456.0)  # 1.5 * 2**22: float32 spacing 0.5
+# compiled for a GPU (inline PTX allowed) rather than run by the interpreter; fixed at import, like the
+# kernels themselves (TRITON_INTERPRET decides at decoration time which kind of function they are)
+_GPU_ASM = tl.constexpr(__import__("os").environ.get("TRITON_INTERPRET", "0") in ("", "0"))
 
 
 @triton.jit
@@ -39,15 +42,20 @@ def exp2i(e):
 def e2m1_round_abs(a):
     """|v| (float32, >= 0) -> nearest E2M1 magnitude, ties to even code, saturating at 6.
 
-    Below 2 the E2M1 grid is the multiples of 0.5: adding 1.5·2^22 (float32 spacing 0.5 there) rounds
-    to the nearest, ties to the even multiple = the even code. From 2 up it is the floats with one
-    mantissa bit: round the float32 bits at bit 22 to nearest even (add 0x1FFFFF plus that bit, clear
-    the 22 bits below), which carries into the exponent at 3.5·2^k -> 2^(k+2) as E2M1 does. Then
-    saturate at 6 (values from 7 round to 8 first). 9 instructions, no multiply, one select."""
-    lo = (a + _HALF_MAGIC) - _HALF_MAGIC
-    b = a.to(tl.int32, bitcast=True)
-    hi = ((b + 0x1FFFFF + ((b >> 22) & 1)) & -4194304).to(tl.float32, bitcast=True)
-    return tl.minimum(tl.where(a < 2.0, lo, hi), 6.0)
+    Saturate first (rounding is monotone and 6 is on the grid, so min(round(a), 6) == round(min(a, 6))).
+    Then one magic-constant rounding for every binade: the E2M1 grid has spacing 0.5 below 2 and one
+    mantissa bit (spacing 2^(k-1) in [2^k, 2^(k+1))) from 1 up. With f = max(2^k, 1) (the float
+    exponent bits of a, then max with 1.0), the constant M = f * 1.5 * 2^22 lies in [2^(k+22),
+    2^(k+23)), whose float32 spacing is exactly the grid spacing: M + a is rounded to the grid (ties
+    to even: M is an even number of spacings, so even sums = even codes) and subtracting M again is
+    exact. f * 1.5 * 2^22 is exact, so each fma is a plain add of +-M (the interpreter's unfused fma
+    gives the same bits). 5 instructions (was 9: two rounding paths and a select). Equal to the former
+    two-path version on every float32 in [0, +inf] (checked exhaustively; tests/test_formats.py checks
+    a dense subset against the reference)."""
+    a = tl.minimum(a, 6.0)
+    f = tl.maximum((a.to(tl.int32, bitcast=True) & 0x7F800000).to(tl.float32, bitcast=True), 1.0)
+    r = tl.fma(f, _HALF_MAGIC, a)
+    return tl.fma(f, -_HALF_MAGIC, r)
 
 
 @triton.jit
@@ -84,12 +92,17 @@ def e2m1_decode(code):
 
 @triton.jit
 def e4m3_round(x):
-    """float32 x >= 0 -> nearest E4M3 value (float32), ties to even, saturating at 448."""
-    e = ((x.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127
-    e = tl.maximum(e, -6)
-    q = ((e - 3 + 127) << 23).to(tl.float32, bitcast=True)
-    inv_q = ((130 - e) << 23).to(tl.float32, bitcast=True)
-    return tl.minimum(rint(x * inv_q) * q, 448.0)
+    """float32 x >= 0 -> nearest E4M3 value (float32), ties to even, saturating at 448.
+
+    ``e2m1_round_abs``'s method with a 3-bit mantissa: saturate first (448 is on the grid), then add
+    and subtract M = 1.5 * 2^20 * max(2^k, 2^-6) for x in [2^k, 2^(k+1)): M's float32 spacing is
+    2^(k-3), the E4M3 spacing of that binade (2^-9 in the subnormal range below 2^-6). 5 instructions
+    (was 9 with two exponent-built factors). Same bits as the former version on every float32 in
+    [0, +inf] (checked exhaustively)."""
+    x = tl.minimum(x, 448.0)
+    f = tl.maximum((x.to(tl.int32, bitcast=True) & 0x7F800000).to(tl.float32, bitcast=True), 0.015625)
+    r = tl.fma(f, 1572864.0, x)
+    return tl.fma(f, -1572864.0, r)
 
 
 @triton.jit
@@ -168,14 +181,76 @@ def fake_quant_p(p, BLOCK: tl.constexpr, IS_MX: tl.constexpr):
     """Fake-quantize a tile of P~ = exp(S - m) (finite, >= 0) in blocks of BLOCK along keys.
 
     The cheap path for attention inner loops: no NaN handling (P~ is finite by construction) and a
-    reciprocal instead of a division.
+    reciprocal instead of a division. MXFP4 rounds directly on the scaled grid (``e2m1_round_pow2``:
+    the same bits as rounding p * 2^-e and scaling back, without the two multiplies); P~ must stay
+    below 2^100 there (P~ <= 1 in attention, <= 448 * 6 after a two-level scale).
     """
     R: tl.constexpr = p.shape[0]
     C: tl.constexpr = p.shape[1]
     pb = tl.reshape(p, (R, C // BLOCK, BLOCK))
-    s, inv = p_block_scales(tl.max(pb, axis=2), IS_MX)
-    q = e2m1_round_abs(pb * inv[:, :, None]) * s[:, :, None]
+    amax = tl.max(pb, axis=2)
+    if IS_MX:
+        q = e2m1_round_pow2(pb, mx_scale_rceil(amax)[:, :, None])
+    else:
+        s = e4m3_round(amax * (1.0 / 6.0))
+        # s is 0 or in [2^-9, 448]. For s == 0 the old inv = 0 gave q = 0; 1/max(s, 2^-9) = 512 keeps
+        # p * inv finite (s == 0 means amax <= 6 * 2^-10 (1 + 2^-23), so p * 512 <= 3.01) and q =
+        # round(.) * 0 = +0 all the same, one max instead of a compare and a select.
+        inv = rcp_approx(tl.maximum(s, 0.001953125))
+        q = e2m1_round_abs(pb * inv[:, :, None]) * s[:, :, None]
     return tl.reshape(q, (R, C))
+
+
+@triton.jit
+def rcp_approx(x):
+    """The float32 reciprocal that Triton's ``1.0 / x`` gives on the GPU, for x = 0 or 2^-126 <= |x| <=
+    2^126, without its range scaling.
+
+    ``1.0 / x`` lowers to PTX div.full.f32, which ptxas expands into: scale x (and the numerator) by
+    1/4 if |x| > 2^126, by 2^24 if |x| < 2^-126, then MUFU.RCP and one multiply by the numerator
+    factor -- 1.0 inside that range, so the result is MUFU.RCP(x), exactly what rcp.approx.ftz.f32
+    compiles to (ftz only matters for subnormal x or results, none here; x = 0 gives +inf in both).
+    7 instructions less per value. The interpreter computes 1.0 / x as before."""
+    if _GPU_ASM:
+        return tl.inline_asm_elementwise("rcp.approx.ftz.f32 $0, $1;", "=r,r", [x], dtype=tl.float32,
+                                         is_pure=True, pack=1)
+    else:
+        return 1.0 / x
+
+
+@triton.jit
+def mx_scale_rceil(amax):
+    """``exp2i(mx_exponent(amax, False))`` (the rceil E8M0 scale 2^e as float32) for finite amax in
+    [0, 1.5 * 2^127), in 4 instructions instead of ~15.
+
+    rceil takes e = e0 - 2, or e0 - 1 when the mantissa field exceeds 0x400000: adding 0x3FFFFF to the
+    bits carries into the exponent exactly then, and the masked exponent bits times 1/4 are 2^e (a
+    power-of-two product, exact also when it lands on the subnormal 2^-127); the max with 2^-125
+    before the 1/4 is mx_exponent's lower clamp at 2^-127, and covers amax = 0 and subnormal amax
+    (their masked bits read 0 or 2^-126). Same bits as before for every float32 amax in [0, 1.5 * 2^127) (checked
+    exhaustively)."""
+    b = ((amax.to(tl.int32, bitcast=True) + 0x3FFFFF) & 0x7F800000).to(tl.float32, bitcast=True)
+    return tl.maximum(b, 2.350988701644575e-38) * 0.25  # max(b, 2^-125) / 4 = max(b / 4, 2^-127)
+
+
+@triton.jit
+def e2m1_round_pow2(x, s):
+    """``e2m1_round_abs(x * (1/s)) * s`` for x >= 0 and a power of two s = 2^e, e in [-127, 100]
+    (MXFP4 block scales; x < 2^100), in 5 instructions instead of 7.
+
+    Scaling by a power of two commutes with every step of ``e2m1_round_abs`` as long as nothing
+    underflows or overflows: saturate at 6s; the binade floor of x/s maxed with 1 becomes the binade
+    floor of x maxed with s (for a subnormal x the exponent bits read 0 and the max gives s, which is
+    right: x < 2^-126 <= 2s, and below 2s the spacing is s/2 whatever the binade); the magic constant
+    1.5 * 2^22 * f >= 1.5 * 2^-105 is a normal float, so M + x rounds to the spacing of M's binade, s
+    times the spacing of the unscaled sum, and the subtraction is exact. The old path's products
+    x * 2^-e and r * 2^e were exact too (r * 2^e >= 2^-128 is a representable subnormal at worst).
+    Same bits as the two-multiply version on every float32 x in [0, 16s] for e in {-127, -126, -125,
+    -124, -100, -20, -3, -1, 0, 1, 60, 100} (tools/exactness_checks.py mx)."""
+    x = tl.minimum(x, 6.0 * s)
+    f = tl.maximum((x.to(tl.int32, bitcast=True) & 0x7F800000).to(tl.float32, bitcast=True), s)
+    r = tl.fma(f, _HALF_MAGIC, x)
+    return tl.fma(f, -_HALF_MAGIC, r)
 
 
 @triton.jit
@@ -191,7 +266,7 @@ def p_block_scales(amax, IS_MX: tl.constexpr):
         inv = exp2i(-e)
     else:
         s = e4m3_round(amax * (1.0 / 6.0))
-        inv = tl.where(s > 0, 1.0 / s, 0.0)
+        inv = tl.where(s > 0, rcp_approx(s), 0.0)  # s = 0 or in [2^-9, 448]: the bits of 1.0 / s
     return s, inv
 
 

@@ -1,0 +1,149 @@
+"""Static SASS instruction counts of the Attn-QAT inner loops, for sm_90, without a GPU.
+
+Compiles ``_fwd_kernel`` and ``_bwd_dkdv_kernel`` of ``fp4attn.kernels.attn_qat`` the way a real launch
+at (B, H, N, D) = (16, 16, 4096, 128) bf16 would (Triton's own argument specialization: pointer and
+integer arguments divisible by 16 get ``tt.divisibility=16``, integers equal to 1 become constants),
+with the default GPU configs, down to a cubin with the ptxas bundled with Triton; disassembles it with
+the bundled ``cuobjdump -sass`` and reports, for every loop (a backward ``BRA``), the number of
+instructions between the branch target and the branch, by opcode class, plus registers and spills.
+
+    PYTHONPATH=src python tools/sass_count.py [fwd|dkdv ...] [--fmt nvfp4|mxfp4] [--dump DIR]
+
+The first loop with the most HGMMA/HMMA instructions is the main (unmasked) key-tile loop of the
+forward (the MXFP4 forward's row-max pre-pass loop has fewer) / the query-tile loop of dK/dV; it is the number quoted in commit messages ("SASS per tile").
+"""
+
+import argparse
+import collections
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+os.environ["TRITON_INTERPRET"] = "0"
+os.environ["FP4ATTN_AUTOTUNE"] = "0"
+
+import torch  # noqa: E402
+import triton  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.compiler import ASTSource, make_backend  # noqa: E402
+from triton.runtime.jit import create_function_from_signature  # noqa: E402
+
+from fp4attn.kernels import attn_qat as K  # noqa: E402
+
+BIN = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
+TARGET = GPUTarget("cuda", 90, 32)
+
+
+def compile_like_launch(fn, args, kwargs):
+    """triton.compile with the signature, constants and attributes a real launch would use."""
+    backend = make_backend(TARGET)
+    binder = create_function_from_signature(fn.signature, fn.params, backend)
+    bound, spec, _ = binder(*args, **kwargs)
+    names = [p.name for p in fn.params]
+    sig = {n: s[0] for n, s in zip(names, spec)}
+    consts = {(i,): v for i, (s, v) in enumerate(zip(sig.values(), bound.values())) if s == "constexpr"}
+    attrs = {(i,): backend.parse_attr(s[1]) for i, s in enumerate(spec) if isinstance(s[1], str)}
+    opts = {k: v for k, v in kwargs.items() if k in ("num_warps", "num_stages")}
+    return triton.compile(ASTSource(fn, sig, consts, attrs), target=TARGET, options=opts)
+
+
+def cuobjdump(ck, flag):
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(ck.asm["cubin"])
+        f.flush()
+        return subprocess.run([os.path.join(BIN, "cuobjdump"), flag, f.name], check=True,
+                              capture_output=True, text=True).stdout
+
+
+def resources(ck):
+    """'REG:.. STACK:.. SHARED:.. LOCAL:..' line of cuobjdump -res-usage (LOCAL > 0 means spills)."""
+    m = re.search(r"(REG:\d+ STACK:\d+ SHARED:\d+ LOCAL:\d+)", cuobjdump(ck, "-res-usage"))
+    return m.group(1) if m else "?"
+
+
+_INS = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?);")
+
+
+def parse(sass):
+    """[(address, opcode, full text)] in program order."""
+    out = []
+    for line in sass.splitlines():
+        m = _INS.search(line)
+        if m:
+            text = m.group(2).strip()
+            op = re.sub(r"^@!?U?P[T0-9]+\s+", "", text).split()[0]
+            out.append((int(m.group(1), 16), op, text))
+    return out
+
+
+def loops(ins):
+    """(start index, end index) of every backward branch's body, in program order of the branch."""
+    idx = {a: i for i, (a, _, _) in enumerate(ins)}
+    res = []
+    for i, (a, op, text) in enumerate(ins):
+        if op.startswith("BRA"):
+            m = re.search(r"0x([0-9a-f]+)", text)
+            if m and int(m.group(1), 16) <= a and int(m.group(1), 16) in idx:
+                res.append((idx[int(m.group(1), 16)], i))
+    return res
+
+
+def classes(body):
+    c = collections.Counter(op.split(".")[0] for _, op, _ in body)
+    return dict(c.most_common())
+
+
+def kernel_cases(fmt, which):
+    qb, is_mx = K.quant_block(fmt)
+    B, H, N, D = 16, 16, 4096, 128
+    t = torch.empty(1, 1, 64, D, dtype=torch.bfloat16)  # only the pointers' types/alignment matter
+    f32 = torch.empty(64)
+    ostr = (H * N * D, N * D, D, 1)
+    if "fwd" in which:
+        cfg = K._default_config("fwd", D)
+        nw, ns = cfg.pop("num_warps"), cfg.pop("num_stages")
+        args = (t, t, t, t, t, f32, *ostr, 0.1, H, 1, N, N, N, N, D)
+        meta = dict(CAUSAL=False, HP_O=True, QB=qb, IS_MX=is_mx, EXACT_M=K.exact_max(fmt), DP=D, **cfg,
+                    num_warps=nw, num_stages=ns)
+        yield "fwd", K._fwd_kernel, args, meta
+    if "dkdv" in which:
+        cfg = K._default_config("dkdv", D)
+        nw, ns = cfg.pop("num_warps"), cfg.pop("num_stages")
+        args = (t, t, t, t, f32, f32, t, t, *ostr, *ostr, 0.1, 0.1, H, 1, N, N, N, N, D)
+        meta = dict(CAUSAL=False, QUANT_P=True, QB=qb, IS_MX=is_mx, DP=D, **cfg, num_warps=nw, num_stages=ns)
+        yield "dkdv", K._bwd_dkdv_kernel, args, meta
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("which", nargs="*", default=["fwd", "dkdv"])
+    ap.add_argument("--fmt", default="nvfp4")
+    ap.add_argument("--dump", default=None, help="write <name>_<fmt>.sass/.ptx there")
+    ap.add_argument("--all-loops", action="store_true")
+    a = ap.parse_args()
+    for name, fn, args, meta in kernel_cases(a.fmt, a.which):
+        ck = compile_like_launch(fn, args, meta)
+        sass = cuobjdump(ck, "-sass")
+        if a.dump:
+            os.makedirs(a.dump, exist_ok=True)
+            for ext, txt in (("sass", sass), ("ptx", ck.asm["ptx"])):
+                with open(os.path.join(a.dump, f"{name}_{a.fmt}.{ext}"), "w") as f:
+                    f.write(txt)
+        ins = parse(sass)
+        print(f"== {name} {a.fmt}: {len(ins)} instructions, {resources(ck)}")
+        found = loops(ins)
+        n_mma = [sum(op.startswith(("HGMMA", "HMMA")) for _, op, _ in ins[s:e + 1]) for s, e in found]
+        main = n_mma.index(max(n_mma)) if found else -1
+        for j, (s, e) in enumerate(found):
+            body = ins[s:e + 1]
+            tag = "  <-- main loop" if j == main else ""
+            if a.all_loops or tag:
+                print(f"  loop [{ins[s][0]:#x}, {ins[e][0]:#x}]: {len(body)} instructions{tag}")
+                print("   ", classes(body))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
