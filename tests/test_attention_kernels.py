@@ -2,7 +2,8 @@
 
 CPU: the Triton kernels under ``TRITON_INTERPRET=1`` at tiny sizes (the interpreter path: the same
 decoded operand values through an fp32 ``tl.dot``), against the float64 reference of the same recipe
-and bit for bit against ``fp4attn.quantize`` for the pre-pass.
+and bit for bit against ``fp4attn.quantize`` for the pre-pass; NaN/±Inf inputs give NaN exactly where
+the reference's arithmetic does (``nan_reference``).
 GPU (``-m gpu``, run with ``TRITON_INTERPRET=0``): the public op vs the reference with the SPEC §6
 tolerances for every recipe and feature, the Blackwell ``dot_scaled`` logic (emulated by Triton on
 Hopper for MXFP4), and the exactness condition of the MXFP4 -> FP8 embedding on FP8 tensor cores.
@@ -13,6 +14,7 @@ import os
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import math  # noqa: E402
+import sys  # noqa: E402
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
@@ -202,6 +204,172 @@ def test_interpreter_strided_output_and_fp16():
 
 
 # -------------------------------------------------------------------------------------------------
+# non-finite inputs (SPEC §2: a block holding NaN/±Inf dequantizes to NaN, never silently finite)
+# -------------------------------------------------------------------------------------------------
+NAN, INF = float("nan"), float("inf")
+_REF_ATTN = sys.modules["fp4attn.reference.attention"]  # the module (the package exports the function)
+
+
+def _normalize_nan(o, l):
+    """``reference.common.normalize`` with a NaN l propagated: O / l unless l == 0 (a row that sees
+    no key). The shipped one tests l > 0, which turns the NaN rows of a NaN/Inf query or key into 0."""
+    ok = l != 0
+    return torch.where(ok, o / torch.where(ok, l, torch.ones_like(l)), torch.zeros_like(o))
+
+
+def _lse_of_nan(m, l):
+    """``reference.common.lse_of`` with a NaN l (and row max) propagated to the LSE."""
+    ok = l != 0
+    lse = m + torch.log(torch.where(ok, l, torch.ones_like(l)))
+    return torch.where(ok, lse, torch.full_like(lse, -INF)).squeeze(-1)
+
+
+def nan_reference(q, k, v, **kw):
+    """float64 reference (out, lse) where NaN goes exactly where the reference's FP4 arithmetic puts
+    it: ϕ(NaN block) = NaN, S = Q̂K̂ᵀ, P̃, l, ϕ(P̃)·V̂ all in IEEE arithmetic, and then (unlike the
+    shipped ``normalize`` / ``lse_of``) through 1/l and the LSE as well."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(_REF_ATTN, "normalize", _normalize_nan)
+        mp.setattr(_REF_ATTN, "lse_of", _lse_of_nan)
+        return reference.attention(q.double(), k.double(), v.double(), return_lse=True, **kw)
+
+
+def poison(q, k, v, bad):
+    """Put NaN / ±Inf into copies of q, k, v: ``bad`` is a string of 'q', 'k', 'v' (several at once:
+    different heads / values). Positions are inside the tensors whatever the sizes (Nq > Nk too)."""
+    q, k, v = q.clone(), k.clone(), v.clone()
+    B, hq, nq, D = q.shape
+    hkv, nk = k.shape[1], k.shape[2]
+    if "q" in bad:
+        q[0, hq - 1, min(37, nq - 1), D // 3] = NAN  # causal with Nq > Nk: a row that sees no key
+        q[B - 1, 0, nq - 1, 0] = -INF  # the last row sees every key
+    if "k" in bad:
+        k[B - 1, hkv - 1, nk // 2, D - 1] = INF  # causal: rows i >= nk/2 - (nk - nq) see it
+    if "v" in bad:
+        v[0, 0, min(20, nk - 1), 5] = -INF
+    if bad == "qkv":
+        k[0, 0, nk - 1, 0] = NAN  # the last key: causal rows with i >= nq - 1 only
+    return q, k, v
+
+
+def check_nan_pattern(out, lse, ref, ref_lse, tol, lse_atol):
+    """NaN exactly where the reference has NaN (output and LSE), ±Inf LSE where it has them, and the
+    finite values within ``tol`` relative L2 (or all zero where the reference's are)."""
+    nan = torch.isnan(ref)
+    assert torch.equal(torch.isnan(out), nan), (torch.isnan(out).sum().item(), nan.sum().item())
+    assert torch.equal(torch.isnan(lse), torch.isnan(ref_lse))
+    assert torch.equal(torch.isposinf(lse), torch.isposinf(ref_lse))
+    assert torch.equal(torch.isneginf(lse), torch.isneginf(ref_lse))
+    fin = ~nan
+    assert torch.isfinite(out[fin]).all()
+    o, r = out[fin].double(), ref[fin]
+    if r.norm() > 0:
+        assert rel_l2(o, r) <= tol, rel_l2(o, r)
+    else:
+        assert (o == 0).all()
+    fl = torch.isfinite(ref_lse)
+    torch.testing.assert_close(lse[fl].double(), ref_lse[fl], rtol=0, atol=lse_atol)
+
+
+NAN_INTERP_CASES = [
+    # recipe, flags, causal, B, hq, hkv, nq, nk, D, kernel options
+    ("nvfp4", {}, False, 1, 2, 1, 70, 90, 40, {}),
+    ("nvfp4", {}, True, 2, 4, 2, 100, 40, 16, {"staged": False}),  # Nq > Nk: rows that see no key
+    ("mxfp4", {}, True, 1, 2, 1, 70, 90, 40, {}),
+    ("mxfp4", {"two_level_p": True}, False, 1, 2, 1, 40, 100, 32, {"staged": False}),
+    ("sage3", {}, True, 1, 2, 1, 150, 90, 32, {}),  # two q̄ blocks, the second ragged
+    ("sage3", {}, False, 1, 2, 2, 150, 70, 32, {"staged": False}),
+    ("nvfp4", {"smooth_k": True}, True, 1, 3, 1, 60, 80, 48, {}),  # MQA
+    ("nvfp4", {"smooth_q": True}, False, 1, 2, 1, 130, 64, 32, {"online": True}),
+]
+
+
+@cpu_interp
+@pytest.mark.parametrize("bad", ["q", "k", "v", "qkv"])
+@pytest.mark.parametrize("case", NAN_INTERP_CASES, ids=lambda c: f"{c[0]}-c{int(c[2])}-{c[3:9]}-{c[1]}-{c[9]}")
+def test_interpreter_nan_pattern_matches_reference(case, bad):
+    """NaN/±Inf in q, k or v: the kernels' output and LSE are NaN exactly where the reference's are
+    (a bad query row: its row, with smooth_q its whole 128-row q̄ block; a bad key row: every row that
+    sees it, with smooth_k every row; a bad V element: its channel in every row that sees any key),
+    and everything else is what it is without them."""
+    recipe, flags, causal, B, hq, hkv, nq, nk, D, opts = case
+    q, k, v = poison(*make_qkv(B, hq, hkv, nq, nk, D, seed=nq + nk), bad)
+    fmt, _, sq, sk, tlp = reference.recipe_flags(recipe, **flags)
+    out, lse = A.attention_fwd(q, k, v, causal=causal, fmt=fmt, smooth_q=sq, smooth_k=sk, two_level_p=tlp,
+                               path=A.PATH_INTERP, **opts)
+    ref, ref_lse = nan_reference(q, k, v, causal=causal, recipe=recipe, **flags)
+    assert torch.isnan(ref).any()
+    check_nan_pattern(out, lse, ref, ref_lse, tol=1e-3, lse_atol=1e-4)
+
+
+@cpu_interp
+def test_interpreter_nan_rows_and_channels():
+    """The pattern spelled out (nvfp4, causal, GQA, Nq < Nk): a NaN query row -> that row; a +Inf key
+    j of kv head 1 -> rows i >= j - (Nk - Nq) of query heads 2, 3; a -Inf V element of kv head 0 in
+    channel 5 -> channel 5 of every row of query heads 0, 1. The shipped reference agrees on V and
+    returns 0 / LSE -inf for the NaN rows of q and k (see ``nan_reference``)."""
+    B, hq, hkv, nq, nk, D = 1, 4, 2, 50, 80, 32
+    q, k, v = make_qkv(B, hq, hkv, nq, nk, D, seed=8)
+    q[0, 0, 10, 3] = NAN
+    k[0, 1, 60, 7] = INF
+    v[0, 0, 33, 5] = -INF
+    out, lse = A.attention_fwd(q, k, v, causal=True, fmt="nvfp4", path=A.PATH_INTERP)
+    rows = torch.zeros(B, hq, nq, dtype=torch.bool)
+    rows[0, 0, 10] = True
+    rows[0, 2:, 60 - (nk - nq):] = True
+    expect = rows[..., None].expand(B, hq, nq, D).clone()
+    expect[0, :2, :, 5] = True
+    assert torch.equal(torch.isnan(out), expect)
+    assert torch.equal(torch.isnan(lse), rows)
+    shipped, shipped_lse = reference.attention(q.double(), k.double(), v.double(), causal=True, recipe="nvfp4",
+                                               return_lse=True)
+    assert torch.equal(torch.isnan(shipped), expect & ~rows[..., None])
+    assert (shipped[rows] == 0).all() and (shipped_lse[rows] == -INF).all()
+
+
+@cpu_interp
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
+def test_prepass_nonfinite_flags_and_finite_operands(fmt):
+    """The pre-pass flags the non-finite rows / channels (per query head under GQA) and hands the main
+    kernel finite operands only: the scales of the input with its non-finite elements set to 0 (the
+    block amax ignores them), the same codes everywhere else, finite staged K̂/V̂ and q̄."""
+    B, hq, hkv, nq, nk, D = 2, 4, 2, 70, 90, 40
+    q, k, v = make_qkv(B, hq, hkv, nq, nk, D, seed=12)
+    q[1, 3, 17, 6] = NAN
+    k[0, 1, 60, 0] = NAN
+    k[0, 1, 33, 39] = -INF
+    v[1, 0, 5, 12] = INF
+    pk = A.quantize_qkv(q, k, v, fmt=fmt, smooth_q=True, staged=True, path=A.PATH_INTERP)
+    DP = pk.qc.shape[3] * 2
+    qbad = torch.zeros(B, hq, pk.qc.shape[2], dtype=torch.uint8)
+    qbad[1, 3, :128] = 1  # smooth_q: the NaN reaches q̄ of its 128-row block, hence every row of it
+    qbad[1, 3, nq:] = 0  # (padding rows are zeros)
+    assert torch.equal(pk.qbad, qbad)
+    kv = torch.zeros(B, hq, 2 + DP, dtype=torch.int32)
+    kv[0, 2:, 0] = 2**31 - 1 - 33  # kv head 1 -> query heads 2, 3; the first bad key
+    kv[1, :2, 1] = 1
+    kv[1, :2, 2 + 12] = 1
+    assert torch.equal(pk.kvbad, kv)
+    assert torch.isfinite(pk.qbar).all() and torch.isfinite(pk.kh).all() and torch.isfinite(pk.vh).all()
+
+    def zeroed(x):
+        return torch.nn.functional.pad(torch.where(torch.isfinite(x), x, 0.0), (0, DP - D))
+
+    def codes(packed):
+        return torch.stack([packed & 0xF, packed >> 4], dim=-1).flatten(-2)
+
+    rk = quantize_reference(zeroed(k), fmt, dim=-1)
+    assert torch.equal(_u8(pk.ks[:, :, :nk]), _u8(rk.scales))
+    fin_k = torch.nn.functional.pad(torch.isfinite(k), (0, DP - D), value=True)
+    assert torch.equal(codes(pk.kc[:, :, :nk])[fin_k], codes(rk.data)[fin_k])
+    NKP = pk.kc.shape[2]
+    rv = quantize_reference(torch.nn.functional.pad(zeroed(v), (0, 0, 0, NKP - nk)), fmt, dim=-2)
+    assert torch.equal(_u8(pk.vs), _u8(rv.scales).transpose(-1, -2))
+    fin_v = torch.nn.functional.pad(torch.isfinite(v), (0, DP - D, 0, NKP - nk), value=True).transpose(-1, -2)
+    assert torch.equal(codes(pk.vc)[fin_v], codes(rv.data.transpose(-1, -2))[fin_v])
+
+
+# -------------------------------------------------------------------------------------------------
 # MXFP4 -> FP8 embedding: exactness condition
 # -------------------------------------------------------------------------------------------------
 def _mx_rows(n, D, span, seed, device):
@@ -360,3 +528,61 @@ def test_gpu_bf16_recipe_and_determinism():
     b = fp4attn.attention(q, k, v, recipe="nvfp4")
     assert torch.equal(a, b)
     assert math.isfinite(a.float().sum().item())
+
+
+NAN_GPU_CASES = [
+    # recipe, causal, B, hq, hkv, nq, nk, D, dtype, layout, flags
+    ("nvfp4", False, 2, 4, 2, 700, 900, 128, torch.bfloat16, "bhsd", {}),
+    ("nvfp4", True, 2, 4, 2, 900, 700, 64, torch.float16, "bshd", {}),  # Nq > Nk: rows that see no key
+    ("mxfp4", True, 1, 8, 2, 777, 1024, 80, torch.bfloat16, "bhsd", {}),
+    ("sage3", True, 2, 4, 2, 700, 700, 128, torch.bfloat16, "bhsd", {}),
+    ("sage3", False, 1, 4, 1, 300, 500, 256, torch.bfloat16, "bshd", {}),
+    ("nvfp4", False, 1, 4, 2, 512, 512, 128, torch.bfloat16, "bhsd", {"smooth_k": True, "two_level_p": True}),
+    ("mxfp4", False, 1, 4, 2, 512, 640, 128, torch.float32, "bhsd", {"smooth_q": True}),
+]
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("bad", ["q", "k", "v", "qkv"])
+@pytest.mark.parametrize("operands", ["packed", "staged"])
+@pytest.mark.parametrize("case", NAN_GPU_CASES, ids=lambda c: f"{c[0]}-c{int(c[1])}-{c[2:8]}-{c[9]}-{c[10]}")
+def test_gpu_nan_pattern_matches_reference(case, operands, bad, monkeypatch):
+    """The public op on CUDA with NaN/±Inf in q, k or v: NaN exactly where the (NaN-propagating)
+    reference has NaN, in the output and the LSE; the finite part within SPEC §6."""
+    import fp4attn
+
+    monkeypatch.setenv("FP4ATTN_ATTN_OPERANDS", operands)
+    recipe, causal, B, hq, hkv, nq, nk, D, dtype, layout, flags = case
+    q, k, v = poison(*make_qkv(B, hq, hkv, nq, nk, D, dtype=dtype, seed=nq + D), bad)
+    args = [t.transpose(1, 2).contiguous() if layout == "bshd" else t for t in (q, k, v)]
+    out, lse = fp4attn.attention(*args, causal=causal, recipe=recipe, layout=layout, return_lse=True, **flags)
+    if layout == "bshd":
+        out = out.transpose(1, 2)
+    ref, ref_lse = nan_reference(q.cpu(), k.cpu(), v.cpu(), causal=causal, recipe=recipe, **flags)
+    assert torch.isnan(ref).any()
+    check_nan_pattern(out.float().cpu(), lse.cpu(), ref, ref_lse, tol=0.05, lse_atol=2e-3)
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", ["online-nvfp4", "online-mxfp4", "blackwell-mxfp4", "blackwell-sage3"])
+@pytest.mark.parametrize("bad", ["q", "k", "v", "qkv"])
+def test_gpu_nan_pattern_other_paths(variant, bad):
+    """The same on the one-pass online softmax and on the ``tl.dot_scaled`` path (emulated by Triton
+    on Hopper for MXFP4): the flags are applied in the shared epilogue. (Online softmax is not
+    bit-compatible with the one-shot reference: ~0.05 / ~0.12 relative L2 for nvfp4 / mxfp4, see
+    ``test_gpu_online_softmax_error``; only its NaN pattern is checked tightly.)"""
+    kind, recipe = variant.split("-")
+    flags = {"two_level_p": True, "smooth_q": True, "smooth_k": True} if recipe == "sage3" else {}
+    fmt = "nvfp4" if recipe == "nvfp4" else "mxfp4"
+    if kind == "blackwell" and torch.cuda.get_device_capability()[0] >= 10:
+        pytest.skip("native Blackwell: covered by test_gpu_nan_pattern_matches_reference")
+    kw = {"online": True} if kind == "online" else {"path": A.PATH_BLACKWELL}
+    q, k, v = poison(*make_qkv(1, 4, 2, 700, 900, 128, dtype=torch.bfloat16, seed=5), bad)
+    out, lse = A.attention_fwd(q, k, v, causal=True, fmt=fmt, smooth_q=flags.get("smooth_q", False),
+                               smooth_k=flags.get("smooth_k", False), two_level_p=flags.get("two_level_p", False),
+                               **kw)
+    ref, ref_lse = nan_reference(q.cpu(), k.cpu(), v.cpu(), causal=True, recipe=fmt, **flags)
+    check_nan_pattern(out.float().cpu(), lse.cpu(), ref, ref_lse, tol=0.25 if kind == "online" else 0.05,
+                      lse_atol=2e-3)

@@ -22,6 +22,8 @@ Two kernels, read top to bottom:
      every query tile. The packed form stays the storage of record; staged is the Hopper default.
    * MXFP4 V also records, per (head, channel), the largest block exponent over all tokens
      (``atomic_max``): the FP8 embedding below needs it.
+   * Non-finite inputs are flagged here, where every element is seen anyway (see "Non-finite inputs"
+     below): per query row, the first non-finite key row of each head and the non-finite V channels.
 
    Rounding is the reference's (IEEE division by the NVFP4 scale, exact power-of-two scaling for MXFP4,
    ties to the even code), from ``fp4attn.formats.triton_helpers``; the codes are bit-identical to
@@ -91,10 +93,32 @@ runs two passes by default (``PMAX=1`` writes the exact row max, ``PMAX=2`` runs
 no rescaling) and matches the reference's quantization decisions; ``online=True`` is the one-pass
 variant. Two-level P is max-invariant (P̃/s1 = 2688·exp(S − tile max)) and always runs one pass.
 
+Non-finite inputs. SPEC §2: a block holding NaN or ±Inf dequantizes to NaN, never silently finite.
+Followed through the reference's arithmetic (S = Q̂K̂ᵀ, P̃, l, ϕ(P̃)·V̂, O = ·/l, LSE), that gives NaN in:
+
+* a query row holding NaN/±Inf: its output row and LSE (with smooth_q the NaN reaches q̄ of its
+  128-row block, hence every row of the block);
+* a key row holding NaN/±Inf: the output row and LSE of every query row that sees that key (all rows;
+  causal: rows i ≥ j − (Nk − Nq)); with smooth_k the NaN reaches k̄, hence every key and every row;
+* a V element holding NaN/±Inf: its channel in every output row that sees any key (ϕ(P̃)·V̂ multiplies
+  the NaN block by every P̃ of the row, masked keys' zeros included: 0·NaN = NaN);
+* rows that see no key (causal, Nq > Nk) stay 0 with LSE −inf (with smooth_k −inf + scale·q·k̄,
+  NaN where q or k̄ is); GQA: a kv head's NaN reaches all of its query heads.
+
+(The reference's ``normalize`` / ``lse_of`` test ``l > 0`` and so currently turn the NaN rows of the
+first two cases into 0 / −inf; the tests compare with it made to propagate NaN through 1/l.) GPU
+``max``/``min`` drop NaN and the P̃ quantization saturates it, so NaN must not reach the main loop:
+the pre-pass keeps everything it writes finite (non-finite elements are left out of the block amax,
+NaN encodes as code 0 and ±Inf as ±6; q̄ and the bf16 K copy zero them) and records flags instead, a
+per-row byte for Q and, per query head, the first non-finite key and the non-finite V channels. The
+main kernel applies them in its epilogue (NaN l for the rows above, a NaN select over the tile only
+when the head has a non-finite V channel), so its loop is unchanged; the flags are indexed by query
+head because a kv-head index kept live across the loop shifts the register allocation of these
+255-register kernels. The flags cost the pre-pass a reduction and masked (usually no) stores.
+
 Differences from the reference (all within SPEC §6): FP32 vs float64 arithmetic and accumulation
 order; the two-level s1 is per kernel key tile (BLOCK_N keys; the defaults use 64, as the
-reference); the smooth_q correction reads K in bf16. Non-finite inputs are not flagged (the
-reference returns NaN for them).
+reference); the smooth_q correction reads K in bf16.
 """
 
 from __future__ import annotations
@@ -109,6 +133,7 @@ import triton.language as tl
 
 from ..formats.triton_helpers import (
     block_amax,
+    block_bad,
     e2m1_code,
     e2m1_decode_f16,
     e4m3_decode_f16,
@@ -199,11 +224,19 @@ def _quant_rows(x, QB: tl.constexpr, IS_MX: tl.constexpr):
 
 
 @triton.jit
-def _prep_qk_kernel(X, sx_b, sx_h, sx_n, sx_d, C, S, SUB, QBAR, XS, H, N, D, NP,
+def _prep_qk_kernel(X, sx_b, sx_h, sx_n, sx_d, C, S, SUB, QBAR, XS, QROWS, KVF, H, N, D, NP, GROUP,
                     SUB_MODE: tl.constexpr,  # 0: none, 1: subtract SUB (k̄ per head), 2: per-tile mean
                     STORE_X: tl.constexpr,  # also store the (smoothed) unquantized x into XS
+                    BAD_MODE: tl.constexpr,  # 1: Q row flags, 2: K's first non-finite row (see below)
                     QB: tl.constexpr, IS_MX: tl.constexpr, BLOCK_T: tl.constexpr, DP: tl.constexpr):
-    """Q or K (bhsd, any strides) -> packed codes along D + scale bytes (+ q̄ for SUB_MODE 2)."""
+    """Q or K (bhsd, any strides) -> packed codes along D + scale bytes (+ q̄ for SUB_MODE 2), and the
+    rows (after smoothing) that hold NaN/±Inf. BAD_MODE 1 (Q): one uint8 flag per row into QROWS
+    (B, H, NP), and the first tile of each head zeroes the head's row of KVF (the per-query-head
+    flags, int32 (B, H, 2 + DP), written by the K and V pre-passes that run after this one: no memset
+    launch). BAD_MODE 2 (K): the first such row r as KVF[q head, 0] = max(., 2**31 - 1 - r) (atomic;
+    0 = none) for each of the GROUP query heads reading this kv head. Everything the main kernel reads
+    stays finite: non-finite elements are left out of the block scales (NaN -> code 0, ±Inf -> ±6)
+    and zeroed in q̄ / XS, so NaN never reaches its loop; the flags are applied in its epilogue."""
     pid_t = tl.program_id(0)
     pid_bh = tl.program_id(1)
     b = pid_bh // H
@@ -217,11 +250,25 @@ def _prep_qk_kernel(X, sx_b, sx_h, sx_n, sx_d, C, S, SUB, QBAR, XS, H, N, D, NP,
     elif SUB_MODE == 2:
         cnt = tl.minimum(N - pid_t * BLOCK_T, BLOCK_T).to(tl.float32)
         mean = tl.sum(x, axis=0) / cnt
-        tl.store(QBAR + (pid_bh.to(tl.int64) * (NP // BLOCK_T) + pid_t) * DP + cols, mean)
+        tl.store(QBAR + (pid_bh.to(tl.int64) * (NP // BLOCK_T) + pid_t) * DP + cols,
+                 tl.where(tl.abs(mean) < float("inf"), mean, 0.0))  # a non-finite mean flags every row
         x = tl.where(msk, x - mean[None, :], 0.0)
     r64 = rows[:, None].to(tl.int64)
+    # rows holding NaN/±Inf after smoothing (padding rows are zeros): their attention rows are NaN
+    rbad = block_bad(x)
+    if BAD_MODE == 1:
+        tl.store(QROWS + pid_bh.to(tl.int64) * NP + rows, rbad.to(tl.uint8))
+        if pid_t == 0:
+            kvf = KVF + pid_bh.to(tl.int64) * (DP + 2)
+            tl.store(kvf + tl.arange(0, 2), tl.zeros([2], tl.int32))
+            tl.store(kvf + 2 + cols, tl.zeros([DP], tl.int32))
+    else:
+        enc = tl.max(tl.where(rbad != 0, 2147483647 - rows, 0), axis=0)  # 2**31 - 1 - first bad row
+        for j in range(GROUP):  # masked: no memory traffic for finite tiles
+            tl.atomic_max(KVF + (pid_bh * GROUP + j).to(tl.int64) * (DP + 2), enc, mask=enc != 0)
     if STORE_X:
-        tl.store(XS + pid_bh.to(tl.int64) * NP * DP + r64 * DP + cols[None, :], x.to(XS.dtype.element_ty))
+        tl.store(XS + pid_bh.to(tl.int64) * NP * DP + r64 * DP + cols[None, :],
+                 tl.where(tl.abs(x) < float("inf"), x, 0.0).to(XS.dtype.element_ty))
     codes, sb = _quant_rows(x, QB, IS_MX)
     packed = pack_nibbles(codes)
     tl.store(C + pid_bh.to(tl.int64) * NP * (DP // 2) + r64 * (DP // 2) + tl.arange(0, DP // 2)[None, :],
@@ -231,10 +278,12 @@ def _prep_qk_kernel(X, sx_b, sx_h, sx_n, sx_d, C, S, SUB, QBAR, XS, H, N, D, NP,
 
 
 @triton.jit
-def _prep_v_kernel(X, sx_b, sx_h, sx_n, sx_d, C, S, VEXP, H, N, D, NP,
+def _prep_v_kernel(X, sx_b, sx_h, sx_n, sx_d, C, S, VEXP, KVF, H, N, D, NP, GROUP,
                    QB: tl.constexpr, IS_MX: tl.constexpr, BLOCK_T: tl.constexpr, DP: tl.constexpr):
     """V (bhsd, any strides) -> codes packed along tokens (DP, NP/2), scale bytes (DP, NP/QB) and,
-    for MXFP4, atomic max of each channel's block exponent into VEXP (DP,)."""
+    for MXFP4, atomic max of each channel's block exponent into VEXP (DP,). Channels c holding
+    NaN/±Inf (their elements get finite codes, as in ``_prep_qk_kernel``): KVF[q head, 2 + c] = 1 and
+    KVF[q head, 1] = 1 (int32 (B, H·GROUP, 2 + DP)) for each of the GROUP query heads of this kv head."""
     pid_t = tl.program_id(0)
     pid_bh = tl.program_id(1)
     b = pid_bh // H
@@ -243,6 +292,12 @@ def _prep_v_kernel(X, sx_b, sx_h, sx_n, sx_d, C, S, VEXP, H, N, D, NP,
     cols = tl.arange(0, DP)
     x, msk = load_bhsd_rows(X, sx_b, sx_h, sx_n, sx_d, b, h, rows, N, D, DP)
     xt = tl.trans(x)  # (DP, BLOCK_T): blocks along tokens
+    cbad = block_bad(xt)  # (DP,)
+    anybad = tl.max(cbad, axis=0)
+    for j in range(GROUP):  # masked stores of the same value from any tile: no atomics needed
+        row = KVF + (pid_bh * GROUP + j).to(tl.int64) * (DP + 2)
+        tl.store(row + 2 + cols, cbad, mask=cbad != 0)
+        tl.store(row + 1, anybad, mask=anybad != 0)
     codes, sb = _quant_rows(xt, QB, IS_MX)
     packed = pack_nibbles(codes)  # (DP, BLOCK_T/2)
     t2 = pid_t * (BLOCK_T // 2) + tl.arange(0, BLOCK_T // 2)
@@ -319,6 +374,11 @@ class PackedQKV(NamedTuple):
     qbar: torch.Tensor  # float32 (B, Hq, NQP/128, DP) (smooth_q) or empty
     kx: torch.Tensor  # bf16 (B, Hkv, NKP, DP): smoothed unquantized K for the smooth_q correction, or empty
     kbar: torch.Tensor | None  # float32 (B, Hkv, D) (smooth_k) or None
+    # non-finite inputs (GQA: the kv head's flags repeated for each of its query heads)
+    qbad: torch.Tensor  # uint8 (B, Hq, NQP): 1 where the (smoothed) query row holds NaN/±Inf
+    kvbad: torch.Tensor  # int32 (B, Hq, 2 + DP): [0] 2**31 - 1 - (first key whose (smoothed) K row
+    #                      holds NaN/±Inf), 0 if none; [1] 1 if some V element is NaN/±Inf; [2 + c] 1
+    #                      if V channel c holds one (zeroed by the Q pre-pass, set by the K / V ones)
     fmt: str
     nq: int
     nk: int
@@ -371,19 +431,22 @@ def quantize_qkv(q, k, v, *, fmt: str = "nvfp4", smooth_q: bool = False, smooth_
     if smooth_k:
         kbar = k.float().mean(dim=2)  # (B, Hkv, D), as the reference
         ksub = torch.nn.functional.pad(kbar, (0, DP - D)).contiguous()
+    g = Hq // Hkv
+    qbad = torch.empty((B, Hq, NQP), device=dev, dtype=u8)
+    kvbad = torch.empty((B, Hq, 2 + DP), device=dev, dtype=torch.int32)  # zeroed by the Q pre-pass
     nw = 4
     bt = 64 if DP <= 128 else 32
     # Q: tiles of 128 rows when smoothing (the q̄ blocks), else bt
     bq = SMOOTH_Q_BLOCK if smooth_q else bt
-    _prep_qk_kernel[(NQP // bq, B * Hq)](q, *q.stride(), qc, qs, qs, qbar, qs, Hq, Nq, D, NQP,
-                                         SUB_MODE=2 if smooth_q else 0, STORE_X=False, QB=qb, IS_MX=is_mx, BLOCK_T=bq,
-                                         DP=DP, num_warps=8 if smooth_q else nw)
-    _prep_qk_kernel[(NKP // bt, B * Hkv)](k, *k.stride(), kc, ks, ksub, ks, kx, Hkv, Nk, D, NKP,
-                                          SUB_MODE=1 if smooth_k else 0, STORE_X=smooth_q, QB=qb, IS_MX=is_mx,
-                                          BLOCK_T=bt, DP=DP, num_warps=nw)
-    _prep_v_kernel[(NKP // bt, B * Hkv)](v, *v.stride(), vc, vs, vexp, Hkv, Nk, D, NKP,
+    _prep_qk_kernel[(NQP // bq, B * Hq)](q, *q.stride(), qc, qs, qs, qbar, qs, qbad, kvbad, Hq, Nq, D, NQP, 1,
+                                         SUB_MODE=2 if smooth_q else 0, STORE_X=False, BAD_MODE=1, QB=qb,
+                                         IS_MX=is_mx, BLOCK_T=bq, DP=DP, num_warps=8 if smooth_q else nw)
+    _prep_qk_kernel[(NKP // bt, B * Hkv)](k, *k.stride(), kc, ks, ksub, ks, kx, ks, kvbad, Hkv, Nk, D, NKP, g,
+                                          SUB_MODE=1 if smooth_k else 0, STORE_X=smooth_q, BAD_MODE=2, QB=qb,
+                                          IS_MX=is_mx, BLOCK_T=bt, DP=DP, num_warps=nw)
+    _prep_v_kernel[(NKP // bt, B * Hkv)](v, *v.stride(), vc, vs, vexp, kvbad, Hkv, Nk, D, NKP, g,
                                          QB=qb, IS_MX=is_mx, BLOCK_T=bt, DP=DP, num_warps=nw)
-    pk = PackedQKV(qc, qs, kc, ks, vc, vs, vexp, qbar, kx, kbar, fmt, Nq, Nk, D, path)
+    pk = PackedQKV(qc, qs, kc, ks, vc, vs, vexp, qbar, kx, kbar, qbad, kvbad, fmt, Nq, Nk, D, path)
     if staged and path != PATH_BLACKWELL:
         kh, vh = stage_operands(pk)
         pk = pk._replace(kh=kh, vh=vh)
@@ -626,7 +689,7 @@ def _pv_update(acc, p, alpha, Vc, Vs, vexp, VH, start_n, NKP, IS_MX: tl.constexp
 
 
 @triton.jit
-def _attn_fwd_kernel(Qc, Qs, Kc, Ks, KX, Vc, Vs, VEXP, QBAR, O, LSE, MBUF, KH, VH,
+def _attn_fwd_kernel(Qc, Qs, Kc, Ks, KX, Vc, Vs, VEXP, QBAR, O, LSE, MBUF, KH, VH, QBAD, KVBAD,
                      so_b, so_h, so_n, so_d,
                      qk_scale, Hq, GROUP, Nq, Nk, NQP, NKP, D,
                      PMAX: tl.constexpr,  # 0: online softmax, 1: row-max pass, 2: with the exact row max
@@ -704,9 +767,25 @@ def _attn_fwd_kernel(Qc, Qs, Kc, Ks, KX, Vc, Vs, VEXP, QBAR, O, LSE, MBUF, KH, V
         tl.store(MBUF + pid_bh.to(tl.int64) * NQP + offs_m, m_i)
         return
 
-    inv_l, lse = softmax_finish(l_i, m_i)
+    # Non-finite inputs (module docstring), from the pre-pass flags: the loops above only saw finite
+    # operands. A NaN/Inf query row, or a key row that the row sees, makes the row of S NaN, hence the
+    # output row and its LSE; a NaN/Inf V element makes its channel NaN in every row (0·NaN for masked
+    # keys too). Rows that see no key stay 0 / -inf. Indexed by query head (pid_bh), not kv_bh: a value
+    # live across the loops would shift the register allocation of these 255-register kernels.
+    seen = l_i != 0.0
+    flags = KVBAD + pid_bh.to(tl.int64) * (DP + 2)
+    kbad = 2147483647 - tl.load(flags)  # first non-finite key of the kv head (2**31 - 1: none)
+    if CAUSAL:
+        row_nan = kbad <= offs_m + causal_off
+    else:
+        row_nan = kbad < Nk
+    row_nan = seen & (row_nan | (tl.load(QBAD + pid_bh.to(tl.int64) * NQP + offs_m) != 0))
+    inv_l, lse = softmax_finish(tl.where(row_nan, float("nan"), l_i), m_i)  # NaN l: NaN 1/l and LSE
     tl.store(LSE + pid_bh.to(tl.int64) * NQP + offs_m, lse)
     o = acc * inv_l[:, None]
+    if tl.load(flags + 1) != 0:  # some V channel of the kv head is non-finite (rare)
+        col_nan = tl.load(flags + 2 + dd) != 0
+        o = tl.where(seen[:, None] & col_nan[None, :], float("nan"), o)
     if IS_MX:
         if PATH != 2:
             vf = exp2i(vexp - 6)
@@ -761,7 +840,7 @@ def attention_packed(pk: PackedQKV, *, causal: bool, scale: float, two_level_p: 
     kh = pk.kh if staged else lse
     vh = pk.vh if staged else lse
     args = (pk.qc.view(i32), pk.qs, pk.kc.view(i32), pk.ks, kx, pk.vc.view(i32), pk.vs, vexp, qbar, out, lse, mbuf,
-            kh, vh, *out.stride(),
+            kh, vh, pk.qbad, pk.kvbad, *out.stride(),
             scale * LOG2E, Hq, Hq // Hkv, pk.nq, pk.nk, NQP, NKP, pk.d)
     meta = dict(CAUSAL=causal, IS_MX=is_mx, TWO_LEVEL=two_level_p, STAGED=staged, SMOOTH_Q=smooth_q, PATH=pk.path,
                 QB=qb,
@@ -818,7 +897,8 @@ def compile_for_target(capability: int, *, fmt: str = "nvfp4", causal: bool = Fa
     qb, is_mx = quant_block(fmt)
     ptrs = {"Qc": "*i32", "Qs": "*u8", "Kc": "*i32", "Ks": "*u8", "KX": "*bf16", "Vc": "*i32", "Vs": "*u8",
             "VEXP": "*i32", "QBAR": "*fp32", "O": "*bf16", "LSE": "*fp32", "MBUF": "*fp32",
-            "KH": "*fp8e4nv" if is_mx else "*fp16", "VH": "*fp8e4nv" if is_mx else "*fp16"}
+            "KH": "*fp8e4nv" if is_mx else "*fp16", "VH": "*fp8e4nv" if is_mx else "*fp16",
+            "QBAD": "*u8", "KVBAD": "*i32"}
     ints = {n: "i32" for n in ("so_b", "so_h", "so_n", "so_d")}
     sig = {**ptrs, **ints, "qk_scale": "fp32", "Hq": "i32", "GROUP": "i32", "Nq": "i32", "Nk": "i32",
            "NQP": "i32", "NKP": "i32", "D": "i32"}
