@@ -23,7 +23,15 @@ triton = pytest.importorskip("triton")
 import triton.language as tl  # noqa: E402
 
 from fp4attn.formats.triton_helpers import (  # noqa: E402
-    e2m1_code, e2m1_code_cmp, e2m1_round_abs, e2m1_round_pow2, e4m3_round, exp2i, mx_exponent, mx_scale_rceil)
+    e2m1_code,
+    e2m1_code_cmp,
+    e2m1_round_abs,
+    e2m1_round_pow2,
+    e4m3_round,
+    exp2i,
+    mx_exponent,
+    mx_scale_rceil,
+)
 from fp4attn.kernels import quantize as kq  # noqa: E402
 
 _INTERPRETED = type(kq._rows_kernel).__name__ == "InterpretedFunction"

@@ -119,7 +119,7 @@ def check_mx(exps=(-127, -126, -125, -124, -100, -20, -3, -1, 0, 1, 60, 100)):
     bad = 0
     for e in exps:
         hi = int(np.float32(16.0 * 2.0 ** e).view(np.int32))
-        bad += _sweep(0, hi, lambda x: e2m1_round_pow2_v1(x, e), lambda x: e2m1_round_pow2_v2(x, e),
+        bad += _sweep(0, hi, lambda x, e=e: e2m1_round_pow2_v1(x, e), lambda x, e=e: e2m1_round_pow2_v2(x, e),
                       f"e2m1_round_pow2, s = 2^{e}, x in [0, 16s]")
         x = np.array([3e38, np.inf, 1e30], dtype=np.float32)
         bad += int((e2m1_round_pow2_v1(x, e).view(np.int32) != e2m1_round_pow2_v2(x, e).view(np.int32)).sum())
@@ -130,4 +130,5 @@ if __name__ == "__main__":
     args = sys.argv[1:] or ["e2m1", "e4m3", "mxscale", "mx"]
     if args[0] == "mx" and len(args) > 1:
         sys.exit(1 if check_mx([int(a) for a in args[1:]]) else 0)
-    sys.exit(1 if sum({"e2m1": check_e2m1, "e4m3": check_e4m3, "mxscale": check_mxscale, "mx": check_mx}[n]() for n in args) else 0)
+    checks = {"e2m1": check_e2m1, "e4m3": check_e4m3, "mxscale": check_mxscale, "mx": check_mx}
+    sys.exit(1 if sum(checks[n]() for n in args) else 0)

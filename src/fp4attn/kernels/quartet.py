@@ -54,8 +54,16 @@ import triton.language as tl
 
 from ..formats.core import e2m1_decode as _e2m1_decode_torch
 from ..formats.core import unpack_last
-from ..formats.triton_helpers import (block_amax_bad, block_bad, e2m1_code_cmp, e2m1_decode, exp2i, mx_exponent, rint,
-                                      unpack_nibbles)
+from ..formats.triton_helpers import (
+    block_amax_bad,
+    block_bad,
+    e2m1_code_cmp,
+    e2m1_decode,
+    exp2i,
+    mx_exponent,
+    rint,
+    unpack_nibbles,
+)
 from ..formats.triton_stochastic import e2m1_sr_code, sr_uniforms
 from ..reference.quartet import QUEST_EPS, QUEST_STD_FACTOR, SR_RESCALE, _splitmix64, hadamard_matrix
 
@@ -267,8 +275,8 @@ def _quest_mxfp4_kernel(X, sxr, sxk, H, P, S, MASK, EMAX, R, K,
 
 @triton.jit
 def _sr_mxfp4_kernel(A, sar, sal, ASCALE, H, NOISE, SIGNS, noise_seed, P, S, EMAX, R, L, LP,
-                     ROW_MAX: tl.constexpr, A_FP8: tl.constexpr, HAS_NOISE: tl.constexpr, HW: tl.constexpr, HDOT: tl.constexpr,
-                     BLOCK_R: tl.constexpr, BLOCK_L: tl.constexpr):
+                     ROW_MAX: tl.constexpr, A_FP8: tl.constexpr, HAS_NOISE: tl.constexpr, HW: tl.constexpr,
+                     HDOT: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_L: tl.constexpr):
     rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     rows64 = rows.to(tl.int64)
     l0 = tl.program_id(1) * BLOCK_L

@@ -76,14 +76,17 @@ def softmax_numerator(s: torch.Tensor):
 
 
 def normalize(o: torch.Tensor, l: torch.Tensor) -> torch.Tensor:
-    """O / l with fully masked rows (l == 0) giving 0."""
-    return torch.where(l > 0, o / torch.where(l > 0, l, torch.ones_like(l)), torch.zeros_like(o))
+    """O / l with fully masked rows (l == 0) giving 0. A NaN l (a NaN/Inf query or key reached the
+    row, SPEC §2) stays NaN: the test is ``l != 0``, not ``l > 0``, which would return a silent 0."""
+    ok = l != 0
+    return torch.where(ok, o / torch.where(ok, l, torch.ones_like(l)), torch.zeros_like(o))
 
 
 def lse_of(m: torch.Tensor, l: torch.Tensor) -> torch.Tensor:
-    """LSE = m + log(l); -inf for fully masked rows."""
-    lse = m + torch.log(torch.where(l > 0, l, torch.ones_like(l)))
-    return torch.where(l > 0, lse, torch.full_like(lse, float("-inf"))).squeeze(-1)
+    """LSE = m + log(l); -inf for fully masked rows; NaN where l is NaN (see ``normalize``)."""
+    ok = l != 0
+    lse = m + torch.log(torch.where(ok, l, torch.ones_like(l)))
+    return torch.where(ok, lse, torch.full_like(lse, float("-inf"))).squeeze(-1)
 
 
 def quantize_p(p: torch.Tensor, fmt: str, two_level: bool, tile: int = 64) -> torch.Tensor:
