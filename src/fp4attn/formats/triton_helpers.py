@@ -467,3 +467,15 @@ def e2m1_code_cmp(v):
                               0x405FFFFF, 0x40A00000)
     return c | ((b >> 28) & 8)
 
+
+@triton.jit
+def e2m1_codes_div(xb, s):
+    """E2M1 codes (int32, sign in bit 3) of the IEEE quotient ``xb / s`` rounded to nearest even -- the
+    reference's NVFP4 encoding -- without dividing: |x| is compared with the exact decision points t·s
+    (``e2m1_decision_points``). xb (..., QB) float32, s (...) E4M3 block scales (>= 2**-9 or 0; 0 gives
+    codes 0). NaN elements give code 0, as ``e2m1_code(x / s)`` does."""
+    g0, g1, g2, g3, g4, g5, g6 = e2m1_decision_points(tl.expand_dims(s, -1))
+    b = xb.to(tl.int32, bitcast=True)
+    c = e2m1_code_from_points(b & 0x7FFFFFFF, g0, g1, g2, g3, g4, g5, g6) | ((b >> 28) & 8)
+    return tl.where((tl.expand_dims(s, -1) > 0) & (xb == xb), c, 0)
+

@@ -135,6 +135,8 @@ from ..formats.triton_helpers import (
     block_amax,
     block_bad,
     e2m1_code,
+    e2m1_code_cmp,
+    e2m1_codes_div,
     e2m1_decode_f16,
     e4m3_decode_f16,
     e4m3_round,
@@ -212,15 +214,13 @@ def _quant_rows(x, QB: tl.constexpr, IS_MX: tl.constexpr):
     if IS_MX:
         e = mx_exponent(amax, False)
         v = xb * exp2i(-e)[:, :, None]  # exact: x / 2**e
+        codes = tl.where(v == v, e2m1_code_cmp(v), 0)
         sb = (e + 127).to(tl.uint8)
     else:
         s = e4m3_round(tl.math.div_rn(amax, 6.0))
-        pos = s > 0
-        v = tl.math.div_rn(xb, tl.where(pos, s, 1.0)[:, :, None])
-        v = tl.where(pos[:, :, None], v, 0.0)  # a block whose scale rounds to 0 stores codes 0
+        codes = e2m1_codes_div(xb, s)  # = e2m1_code(x / s) with IEEE division, by decision points
         sb = e4m3_to_bits(s).to(tl.uint8)
-    codes = e2m1_code(v)
-    return tl.reshape(codes, (R, C)), sb
+    return tl.reshape(codes.to(tl.uint8), (R, C)), sb
 
 
 @triton.jit
