@@ -193,8 +193,8 @@ def _signs_kernel(OUT, seed, L, BLOCK: tl.constexpr):
 def _mask_ihadamard_kernel(D, MASK, OUT, R, K, scale, H, HDOT: tl.constexpr,
                            BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
     """OUT = ((scale * D) * mask) H^T per 32-group. HDOT 1/2 (bf16/fp16 D): the masked 16-bit D goes
-    into the +-1 dot unchanged (exact products, float32 sums) and ``scale / sqrt(32)`` is applied to
-    the float32 result; HDOT 0 (float32 D): float32 dot with the normalized H."""
+    into the +-1 dot unchanged (exact products, float32 sums; ``_hadamard`` applies 1/sqrt(32)) and
+    ``scale`` multiplies the float32 result; HDOT 0 (float32 D): float32 dot with the normalized H."""
     pid_r = tl.program_id(0)
     pid_k = tl.program_id(1)
     rows = pid_r * BLOCK_R + tl.arange(0, BLOCK_R)
@@ -436,9 +436,8 @@ def mask_ihadamard(d: torch.Tensor, mask: torch.Tensor, out_dtype: torch.dtype, 
     R, K = d.shape
     out = torch.empty(R, K, dtype=out_dtype, device=d.device)
     hd = _hdot_for(d.dtype)
-    s = scale if hd == _HDOT_F32 else scale * _INV_SQRT32
     grid = (triton.cdiv(R, block_r), triton.cdiv(K, block_k))
-    _mask_ihadamard_kernel[grid](d, mask, out, R, K, s, _hmat(str(d.device), hd), HDOT=hd,
+    _mask_ihadamard_kernel[grid](d, mask, out, R, K, scale, _hmat(str(d.device), hd), HDOT=hd,
                                  BLOCK_R=block_r, BLOCK_K=block_k, num_warps=4)
     return out
 
