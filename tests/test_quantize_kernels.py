@@ -337,9 +337,15 @@ def test_gpu_large_random_all_configs():
 
 
 @triton.jit
-def _e2m1_round_abs_kernel(X, Y, N, BLOCK: tl.constexpr):
+def _rounding_kernel(X, Y, N, E4M3: tl.constexpr, BLOCK: tl.constexpr):
+    """Y = e4m3_round(X) (E4M3) or e2m1_round_abs(X): the shared rounding helpers, elementwise."""
     o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    tl.store(Y + o, e2m1_round_abs(tl.load(X + o, mask=o < N, other=0.0)), mask=o < N)
+    x = tl.load(X + o, mask=o < N, other=0.0)
+    if E4M3:
+        y = e4m3_round(x)
+    else:
+        y = e2m1_round_abs(x)
+    tl.store(Y + o, y, mask=o < N)
 
 
 @cpu_only
@@ -356,7 +362,7 @@ def test_cpu_e2m1_round_abs_every_neighbourhood_of_the_grid():
     dense = torch.arange(0, 0x41000001, 251, dtype=torch.int32).view(torch.float32)
     x = torch.cat([near, dense, rnd, torch.tensor([1e-30, 1e-7, 3e38, 1e30, float("inf")])]).contiguous()
     y = torch.empty_like(x)
-    _e2m1_round_abs_kernel[(triton.cdiv(x.numel(), 1 << 16),)](x, y, x.numel(), BLOCK=1 << 16)
+    _rounding_kernel[(triton.cdiv(x.numel(), 1 << 16),)](x, y, x.numel(), E4M3=False, BLOCK=1 << 16)
     want = core.e2m1_round(x)
     assert torch.equal(y, want), (x[y != want][:8], y[y != want][:8], want[y != want][:8])
 
@@ -417,12 +423,6 @@ def test_cpu_e2m1_round_pow2_is_the_scaled_rounding(e):
     assert torch.equal(y.view(torch.int32), z.view(torch.int32)), (x[y != z][:8], y[y != z][:8], z[y != z][:8])
 
 
-@triton.jit
-def _e4m3_round_kernel(X, Y, N, BLOCK: tl.constexpr):
-    o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    tl.store(Y + o, e4m3_round(tl.load(X + o, mask=o < N, other=0.0)), mask=o < N)
-
-
 @cpu_only
 def test_cpu_e4m3_round_helper_against_the_format():
     """The shared E4M3 rounding helper (one magic constant per binade) against the PyTorch format:
@@ -436,7 +436,7 @@ def test_cpu_e4m3_round_helper_against_the_format():
     x = torch.cat([near, dense]).view(torch.float32)
     x = torch.cat([x, torch.tensor([1e-40, 1e-30, 3e38, 1e30, float("inf")])]).contiguous()
     y = torch.empty_like(x)
-    _e4m3_round_kernel[(triton.cdiv(x.numel(), 1 << 16),)](x, y, x.numel(), BLOCK=1 << 16)
+    _rounding_kernel[(triton.cdiv(x.numel(), 1 << 16),)](x, y, x.numel(), E4M3=True, BLOCK=1 << 16)
     want = core.e4m3_round(x).float()
     assert torch.equal(y, want), (x[y != want][:8], y[y != want][:8], want[y != want][:8])
 
