@@ -35,13 +35,11 @@ def e2m1_sr_abs(a, u):
 
 @triton.jit
 def e2m1_sr_code(v, u):
-    """``e2m1_code(e2m1_sr(v, u))`` without a second rounding: the code is n + 2·binade (n quanta:
-    codes 0-4 below 2 are 0..2 in steps of 0.5, 2/3/4 -> codes 4/5/6, 4/6 -> codes 6/7); sign in bit 3.
-    NaN -> 0 (callers flag NaN blocks through their scale)."""
+    """``e2m1_code(e2m1_sr(v, u))`` (int32, sign in bit 3) without a second rounding: the code is
+    n + 2·binade (n quanta: codes 0-4 below 2 are 0..2 in steps of 0.5, 2/3/4 -> codes 4/5/6, 4/6 ->
+    codes 6/7). For NaN v the code is unspecified (callers flag non-finite blocks through their scale)."""
     n, binade = _sr_quanta(tl.abs(v), u)
-    mag = n.to(tl.int32) + 2 * binade
-    sign = (v.to(tl.int32, bitcast=True) >> 31) & 1
-    return tl.where(v == v, mag | (sign << 3), 0).to(tl.uint8)
+    return (n.to(tl.int32) + 2 * binade) | ((v.to(tl.int32, bitcast=True) >> 28) & 8)
 
 
 @triton.jit
