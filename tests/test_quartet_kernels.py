@@ -33,28 +33,8 @@ from fp4attn.reference.quartet import (  # noqa: E402
     quest_quantize,
 )
 
+# (the interpreter's NumPy >= 2.4 index fix is applied by fp4attn.formats.triton_helpers on import)
 _INTERPRETED = type(kq._quest_mxfp4_kernel).__name__ == "InterpretedFunction"
-
-
-def _interpreter_index_fix():
-    """Triton 3.6's interpreter turns scalars (1-element numpy arrays) into ints with ``int(array)``,
-    which numpy >= 2.4 rejects, so loops with runtime bounds fail there. Read the element instead
-    (test-only; compiled kernels are unaffected; same fix as tests/test_attn_qat_kernels.py)."""
-    from triton.runtime import interpreter as ti
-    orig = getattr(ti, "_patch_lang_tensor", None)
-    if orig is None or getattr(orig, "_fp4attn_fixed", False):
-        return
-
-    def patched(tensor, scope):
-        orig(tensor, scope)
-        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
-
-    patched._fp4attn_fixed = True
-    ti._patch_lang_tensor = patched
-
-
-if _INTERPRETED:
-    _interpreter_index_fix()
 cpu_only = pytest.mark.skipif(not _INTERPRETED, reason="needs TRITON_INTERPRET=1 at import (run this module alone)")
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available() or _INTERPRETED,
                                 reason="needs CUDA and compiled (non-interpreted) Triton kernels")
