@@ -5,6 +5,15 @@ import triton.language as tl
 
 
 @triton.jit
+def program_rows(H, BLOCK: tl.constexpr):
+    """The tile of a program on a (token tiles, B·H) grid over a (B, H, N, ·) tensor:
+    (tile index t, flat head index bh, b, h, the tile's BLOCK token indices t·BLOCK ...)."""
+    t = tl.program_id(0)
+    bh = tl.program_id(1)
+    return t, bh, bh // H, bh % H, t * BLOCK + tl.arange(0, BLOCK)
+
+
+@triton.jit
 def load_bhsd_rows(X, sx_b, sx_h, sx_n, sx_d, b, h, rows, N, D, DP: tl.constexpr):
     """Rows ``rows`` (token indices) of head (b, h) of a (B, H, N, D) tensor with any strides, as a
     (len(rows), DP) float32 tile zero-padded past N tokens and D channels; also returns the mask."""

@@ -148,7 +148,7 @@ from ..formats.triton_helpers import (
     pack_nibbles,
     unpack_nibbles_words,
 )
-from ._tiles import causal_key_range, load_bhsd_rows, online_softmax_step, softmax_finish, visible
+from ._tiles import causal_key_range, load_bhsd_rows, online_softmax_step, program_rows, softmax_finish, visible
 
 __all__ = ["PackedQKV", "quantize_qkv", "attention_packed", "attention_fwd", "default_path",
            "PATH_INTERP", "PATH_HOPPER", "PATH_BLACKWELL"]
@@ -237,11 +237,7 @@ def _prep_qk_kernel(X, sx_b, sx_h, sx_n, sx_d, C, S, SUB, QBAR, XS, QROWS, KVF, 
     0 = none) for each of the GROUP query heads reading this kv head. Everything the main kernel reads
     stays finite: non-finite elements are left out of the block scales (NaN -> code 0, ±Inf -> ±6)
     and zeroed in q̄ / XS, so NaN never reaches its loop; the flags are applied in its epilogue."""
-    pid_t = tl.program_id(0)
-    pid_bh = tl.program_id(1)
-    b = pid_bh // H
-    h = pid_bh % H
-    rows = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
+    pid_t, pid_bh, b, h, rows = program_rows(H, BLOCK_T)
     cols = tl.arange(0, DP)
     x, msk = load_bhsd_rows(X, sx_b, sx_h, sx_n, sx_d, b, h, rows, N, D, DP)
     if SUB_MODE == 1:
@@ -284,11 +280,7 @@ def _prep_v_kernel(X, sx_b, sx_h, sx_n, sx_d, C, S, VEXP, KVF, H, N, D, NP, GROU
     for MXFP4, atomic max of each channel's block exponent into VEXP (DP,). Channels c holding
     NaN/±Inf (their elements get finite codes, as in ``_prep_qk_kernel``): KVF[q head, 2 + c] = 1 and
     KVF[q head, 1] = 1 (int32 (B, H·GROUP, 2 + DP)) for each of the GROUP query heads of this kv head."""
-    pid_t = tl.program_id(0)
-    pid_bh = tl.program_id(1)
-    b = pid_bh // H
-    h = pid_bh % H
-    rows = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
+    pid_t, pid_bh, b, h, rows = program_rows(H, BLOCK_T)
     cols = tl.arange(0, DP)
     x, msk = load_bhsd_rows(X, sx_b, sx_h, sx_n, sx_d, b, h, rows, N, D, DP)
     xt = tl.trans(x)  # (DP, BLOCK_T): blocks along tokens

@@ -55,7 +55,7 @@ import triton
 import triton.language as tl
 
 from ..formats.triton_helpers import fake_quant_blocks, fake_quant_p
-from ._tiles import causal_key_range, load_bhsd_rows, softmax_finish, visible
+from ._tiles import causal_key_range, load_bhsd_rows, program_rows, softmax_finish, visible
 
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
@@ -346,11 +346,7 @@ def _bwd_pre_kernel(OX, DO, DOP, DLSE, DELTA,
                     Hq, Nq, D, NQP,
                     HAS_DLSE: tl.constexpr, WRITE_DO: tl.constexpr, BLOCK_M: tl.constexpr,
                     DP: tl.constexpr):
-    pid_m = tl.program_id(0)
-    pid_bh = tl.program_id(1)
-    b = pid_bh // Hq
-    h = pid_bh % Hq
-    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    pid_m, pid_bh, b, h, rows = program_rows(Hq, BLOCK_M)
     cols = tl.arange(0, DP)
     o, _ = load_bhsd_rows(OX, so_b, so_h, so_n, so_d, b, h, rows, Nq, D, DP)
     do, _ = load_bhsd_rows(DO, sd_b, sd_h, sd_n, sd_d, b, h, rows, Nq, D, DP)

@@ -36,7 +36,7 @@ import triton.language as tl
 from ..formats import triton_helpers as _th
 from ..formats.triton_helpers import fake_quant_p
 from ..reference.thrift import budget_to_k
-from ._tiles import causal_key_range, load_bhsd_rows, online_softmax_step, softmax_finish, visible
+from ._tiles import causal_key_range, load_bhsd_rows, online_softmax_step, program_rows, softmax_finish, visible
 from .attn_qat import head_dim_padded, pad_tokens, prep
 
 if not isinstance(_th._RINT_MAGIC, tl.constexpr):
@@ -56,11 +56,7 @@ def _interpret() -> bool:
 @triton.jit
 def _block_mean_kernel(X, M, sx_b, sx_h, sx_n, H, N, NB, D,
                        BS: tl.constexpr, DP: tl.constexpr):
-    j = tl.program_id(0)
-    bh = tl.program_id(1)
-    b = bh // H
-    h = bh % H
-    rows = j * BS + tl.arange(0, BS)
+    j, bh, b, h, rows = program_rows(H, BS)
     cols = tl.arange(0, DP)
     x, _ = load_bhsd_rows(X, sx_b, sx_h, sx_n, 1, b, h, rows, N, D, DP)
     cnt = tl.minimum(N - j * BS, BS).to(tl.float32)
