@@ -353,26 +353,23 @@ def unpack_nibbles_words(w):
 # bits apart, so one shift moves both magnitudes (3 bits) to fp16 bits 9..11 of the low and high
 # halves, and another moves both signs to bits 15 / 31: register k = (nibble k, nibble k+4) as fp16
 # bit patterns of value·2^-14 (e2m1_decode_f16's placement), 4 integer ops per two values.
-_E2M1_HALFWORDS_F16_PTX = tl.constexpr("""
-{
-.reg .b32 m, s;
-shl.b32 m, $4, 9;
-and.b32 m, m, 0x0E000E00;
-shl.b32 s, $4, 12;
-lop3.b32 $0, s, 0x80008000, m, 0xEA;
-shl.b32 m, $4, 5;
-and.b32 m, m, 0x0E000E00;
-shl.b32 s, $4, 8;
-lop3.b32 $1, s, 0x80008000, m, 0xEA;
-shl.b32 m, $4, 1;
-and.b32 m, m, 0x0E000E00;
-shl.b32 s, $4, 4;
-lop3.b32 $2, s, 0x80008000, m, 0xEA;
-shr.b32 m, $4, 3;
-and.b32 m, m, 0x0E000E00;
-lop3.b32 $3, $4, 0x80008000, m, 0xEA;
-}
-""")
+def _e2m1_halfwords_ptx() -> str:
+    """Output register k (0..3): magnitude bits of nibbles k / k+4 shifted to 9..11 / 25..27 (shl by
+    9 - 4k, or shr by 3 for k = 3), masked, and OR-ed with their signs shifted to bits 15 / 31
+    (shl by 12 - 4k; none for k = 3)."""
+    lines = ["{", ".reg .b32 m, s;"]
+    for k in range(4):
+        sh = 9 - 4 * k
+        lines.append(f"shl.b32 m, $4, {sh};" if sh > 0 else f"shr.b32 m, $4, {-sh};")
+        lines.append("and.b32 m, m, 0x0E000E00;")
+        ssh = 12 - 4 * k
+        if ssh:
+            lines.append(f"shl.b32 s, $4, {ssh};")
+        lines.append(f"lop3.b32 ${k}, {'s' if ssh else '$4'}, 0x80008000, m, 0xEA;")
+    return "\n".join(lines + ["}"])
+
+
+_E2M1_HALFWORDS_F16_PTX = tl.constexpr(_e2m1_halfwords_ptx())
 
 
 @triton.jit
