@@ -543,3 +543,34 @@ def test_gpu_mask_ihadamard_every_dtype(dtype):
     out = kq.mask_ihadamard(d, words, torch.float32)
     ref = hadamard_groups(d.float() * (16 / 9) * mask, 32, -1)
     assert ((out - ref).norm() / ref.norm()).item() < 1e-5
+
+
+@gpu
+@needs_cuda
+def test_gpu_table_fp8_conversion_equals_value_wise():
+    """The byte-permute conversion of packed MXFP4 to the FP8 embedding (GPU default, inline PTX: the
+    interpreter cannot run it) against the value-wise one, byte for byte, on every code in every
+    position, group exponents from the row maximum down to 30 binades below it (exact, rounded and
+    flushed E4M3), NaN groups (scale byte 255), a tail tile (L not a multiple of the tile) and rows
+    past the last tile."""
+    torch.manual_seed(0)
+    R, L = 67, 32 * 37
+    codes = torch.randint(0, 16, (R, L), device="cuda", dtype=torch.uint8)
+    codes[0, :16] = torch.arange(16, device="cuda", dtype=torch.uint8)
+    p = (codes[:, 0::2] | (codes[:, 1::2] << 4)).contiguous()
+    e = torch.randint(-30, 1, (R, L // 32), device="cuda", dtype=torch.int32) + 100
+    e[:, 0] = 100  # the row maximum
+    sc = (e + 127).to(torch.uint8)
+    sc[3, 5] = 255
+    sc[7, :] = 255
+    emax = torch.full((R,), 100, dtype=torch.int32, device="cuda")
+    emax[7] = -127  # an all-NaN row (no finite group)
+    q_tab, rs_tab = kq._mx_to_fp8(p, sc, emax, table=True)
+    q_val, rs_val = kq._mx_to_fp8(p, sc, emax, table=False)
+    assert torch.equal(q_tab, q_val) and torch.equal(rs_tab, rs_val)
+    # and the bytes are the E4M3 values the embedding promises (exact within 14 binades of the max)
+    v = kq.mxfp4_dequant(p, sc)
+    got = kq.e4m3_dequant(q_tab, rs_tab)
+    ok = (e >= 100 - kq.FP8_EXACT_RANGE).repeat_interleave(32, dim=1) & (sc != 255).repeat_interleave(32, dim=1)
+    assert torch.equal(got[ok], v[ok])
+    assert got[~(sc != 255).repeat_interleave(32, dim=1)].isnan().all()

@@ -9,6 +9,7 @@ of mismatches (expected: 0). Minutes per check on one CPU core.
     python tools/exactness_checks.py e4m3            # every float32 in [0, +inf]
     python tools/exactness_checks.py mxscale         # every float32 amax in [0, 1.5 * 2^127)
     python tools/exactness_checks.py mx [E ...]      # every float32 in [0, 16 * 2^E] for each E
+    python tools/exactness_checks.py code            # every float32 bit pattern but NaN (E2M1 codes)
 """
 
 import sys
@@ -126,9 +127,42 @@ def check_mx(exps=(-127, -126, -125, -124, -100, -20, -3, -1, 0, 1, 60, 100)):
     return bad
 
 
+def e2m1_code_v1(v):
+    """The former code helper: |v|'s float bits against the seven decision points, sign to bit 3."""
+    b = v.view(np.int32)
+    a = b & 0x7FFFFFFF
+    g = [0x3E800000, 0x3F3FFFFF, 0x3FA00000, 0x3FDFFFFF, 0x40200000, 0x405FFFFF, 0x40A00000]
+    b2 = a > g[3]
+    b1 = a > np.where(b2, g[5], g[1])
+    b0 = a > np.where(b2, np.where(b1, g[6], g[4]), np.where(b1, g[2], g[0]))
+    return (b2.astype(np.int32) * 4 + b1 * 2 + b0) | ((b >> 28) & 8)
+
+
+def e2m1_code_v2(v):
+    """The current helper: three magic-constant roundings of the piecewise-linear code ramp, minimum."""
+    a = np.abs(v)
+    m = np.float32(12582912.0)
+    with np.errstate(over="ignore", invalid="ignore"):
+        r1 = (a * np.float32(2.0) + m).view(np.int32)
+        r2 = (a + np.float32(12582914.0)).view(np.int32)
+        r3 = (a * np.float32(0.5) + np.float32(12582916.0)).view(np.int32)
+    r = np.minimum(np.minimum(r1, r2), np.minimum(r3, np.int32(0x4B400007)))
+    return (r & 7) | ((v.view(np.int32) >> 28) & 8)
+
+
+def check_code():
+    bad = 0
+    for lo, hi in ((0, 0x7F800000), (-2 ** 31, -2 ** 31 + 0x7F800000)):
+        bad += _sweep(lo, hi, lambda x: e2m1_code_v1(x).astype(np.int32).view(np.float32),
+                      lambda x: e2m1_code_v2(x).astype(np.int32).view(np.float32),
+                      f"e2m1 code on bits [{lo:#x}, {hi:#x}]")
+    return bad
+
+
 if __name__ == "__main__":
     args = sys.argv[1:] or ["e2m1", "e4m3", "mxscale", "mx"]
     if args[0] == "mx" and len(args) > 1:
         sys.exit(1 if check_mx([int(a) for a in args[1:]]) else 0)
-    checks = {"e2m1": check_e2m1, "e4m3": check_e4m3, "mxscale": check_mxscale, "mx": check_mx}
+    checks = {"e2m1": check_e2m1, "e4m3": check_e4m3, "mxscale": check_mxscale, "mx": check_mx,
+              "code": check_code}
     sys.exit(1 if sum(checks[n]() for n in args) else 0)

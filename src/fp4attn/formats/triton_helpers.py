@@ -138,8 +138,10 @@ def block_amax_bad(xb):
 
 @triton.jit
 def block_bad(xb):
-    """1 where the last axis of a (..., BLOCK) tile holds a NaN or +-Inf."""
-    return tl.max((~(tl.abs(xb) < float("inf"))).to(tl.int32), axis=-1)
+    """1 where the last axis of a (..., BLOCK) tile holds a NaN or +-Inf: the integer max of the
+    exponent fields is all ones (2 instructions per element; a compare, a select and a max before)."""
+    e = tl.max(xb.to(tl.int32, bitcast=True) & 0x7F800000, axis=-1)
+    return (e == 0x7F800000).to(tl.int32)
 
 
 @triton.jit
@@ -395,6 +397,40 @@ def unpack_e2m1_f16_scaled(h):
     return tl.reshape(tl.join(tl.join(o0, o2), tl.join(o1, o3)), (R, 4 * C))
 
 
+# Eight codes per 32-bit word -> eight E4M3 bytes through a per-group byte table (GPU only: inline PTX).
+# ``prmt`` picks bytes from an 8-byte table by 3-bit selectors, four per instruction: with the table
+# t[c] = E4M3 byte of (E2M1 magnitude c) * s for one MXFP4 group (s its scale times any power of
+# two), the magnitudes of four codes are one ``prmt`` with selectors ``w & 0x7777``; a second ``prmt``
+# with the codes themselves as selectors on a table of 0x80 bytes gives 0xFF for a negative code (bit
+# 3 = sign-replicate mode) and 0x80 otherwise, whose bit 0 shifted to bit 7 is the sign. 11 ops per 8
+# values, no float arithmetic and no rounding (the table holds the rounded bytes).
+_E2M1_WORD_E4M3_PTX = tl.constexpr("""{
+.reg .b32 sel, sg, hw, k80;
+mov.b32 k80, 0x80808080;
+and.b32 sel, $2, 0x7777;
+prmt.b32 $0, $3, $4, sel;
+prmt.b32 sg, k80, k80, $2;
+shl.b32 sg, sg, 7;
+lop3.b32 $0, $0, sg, $5, 0xF8;
+shr.b32 hw, $2, 16;
+and.b32 sel, hw, 0x7777;
+prmt.b32 $1, $3, $4, sel;
+prmt.b32 sg, k80, k80, hw;
+shl.b32 sg, sg, 7;
+lop3.b32 $1, $1, sg, $5, 0xF8;
+}""")
+
+
+@triton.jit
+def e2m1_words_e4m3(w, t_lo, t_hi, smask):
+    """int32 words of packed FP4 (8 codes, SPEC §2 order) -> two int32 words of E4M3 bytes (codes 0-3,
+    codes 4-7, byte j = code j): ``t_lo`` / ``t_hi`` hold the E4M3 bytes of magnitudes 0-3 / 4-7
+    (little-endian), ``smask`` is 0x80808080 (sign bits kept) or 0 (dropped, e.g. NaN tables).
+    All four arguments broadcast to one shape. Inline PTX, GPU only."""
+    return tl.inline_asm_elementwise(_E2M1_WORD_E4M3_PTX, "=r,=r,r,r,r,r", [w, t_lo, t_hi, smask],
+                                     dtype=(tl.int32, tl.int32), is_pure=True, pack=1)
+
+
 # ----------------------------------------------------------------------------------------------
 # Interpreter compatibility (added with the FP4 attention kernels, issue 4)
 # ----------------------------------------------------------------------------------------------
@@ -454,15 +490,25 @@ def e2m1_code_from_points(a, g0, g1, g2, g3, g4, g5, g6):
 
 @triton.jit
 def e2m1_code_cmp(v):
-    """float32 v -> E2M1 code (int32, sign in bit 3) by comparing |v|'s float bits with the constant
-    decision points 0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5 (">=" where the tie goes up to the even
-    code): the same code as ``e2m1_code`` for every non-NaN v, saturating, in ~8 integer ops instead
-    of a rounding and a float-to-code mapping. NaN gives a code of magnitude 7 (callers flag
-    non-finite blocks through their scale)."""
-    b = v.to(tl.int32, bitcast=True)
-    c = e2m1_code_from_points(b & 0x7FFFFFFF, 0x3E800000, 0x3F3FFFFF, 0x3FA00000, 0x3FDFFFFF, 0x40200000,
-                              0x405FFFFF, 0x40A00000)
-    return c | ((b >> 28) & 8)
+    """float32 v -> E2M1 code (int32, sign in bit 3), round to nearest, ties to the even code, saturating
+    at 6: the same code as ``e2m1_code`` for every non-NaN v. NaN gives a code of magnitude 7 (callers
+    flag non-finite blocks through their scale).
+
+    The code of |v| is the ramp 2|v| on [0, 2], |v| + 2 on [2, 4], |v|/2 + 4 on [4, 6] (E2M1's grid
+    spacing 0.5, 1, 2), rounded to an integer (ties to even: code parity is mantissa parity) and capped
+    at 7. The ramp is the minimum of its three lines and rounding is monotone, so the code is the
+    minimum of the three lines each rounded by one magic-constant add (1.5·2^23 + 0 / 2 / 4: a single
+    rounding of an exact sum, also in fma form) and of 7; the minimum is taken on the float bits (all
+    positive, same binade, so integer order; NaN's bits are above 7's on every backend). 8 instructions
+    (the former comparison with seven decision points compiled to ~14); equal to it on every float32
+    (``tools/exactness_checks.py code``)."""
+    a = tl.abs(v)
+    r1 = tl.fma(a, 2.0, _RINT_MAGIC).to(tl.int32, bitcast=True)
+    r2 = (a + 12582914.0).to(tl.int32, bitcast=True)
+    r3 = tl.fma(a, 0.5, 12582916.0).to(tl.int32, bitcast=True)
+    r = tl.minimum(tl.minimum(r1, r2), tl.minimum(r3, 0x4B400007))
+    s = (v.to(tl.uint32, bitcast=True) >> 28).to(tl.int32, bitcast=True)  # sign in bit 3, nothing above
+    return ((r ^ s) & 7) ^ s  # bits 0-2 from r, bit 3 from s: one 3-input logic op
 
 
 @triton.jit

@@ -59,6 +59,7 @@ from ..formats.triton_helpers import (
     block_bad,
     e2m1_code_cmp,
     e2m1_decode,
+    e2m1_words_e4m3,
     exp2i,
     mx_exponent,
     rint,
@@ -264,10 +265,10 @@ def _quest_mxfp4_kernel(X, sxr, sxk, H, P, S, MASK, EMAX, R, K,
     e = _quest_exp(xh)
     bad = block_bad(xh)
     v = xh * tl.expand_dims(exp2i(-e), 2)
-    trust = (tl.abs(v) < 6.0) & tl.expand_dims(bad == 0, 2)
     _pack_store(P, S, EMAX, rows64, k0, R, K // 2, KG, e2m1_code_cmp(v), e, bad, ROW_MAX, BLOCK_R, BLOCK_K)
     lane = tl.arange(0, 32)
-    word = tl.sum(trust.to(tl.int32) << lane[None, None, :], axis=2)
+    word = tl.sum(tl.where(tl.abs(v) < 6.0, 1 << lane[None, None, :], 0), axis=2)
+    word = tl.where(bad == 0, word, 0)  # no element of a NaN/Inf group is trusted
     gcols = k0 // 32 + tl.arange(0, NG)
     tl.store(MASK + rows64[:, None] * KG + gcols[None, :], word,
              mask=(rows < R)[:, None] & (gcols < KG)[None, :])
@@ -302,10 +303,28 @@ def _sr_mxfp4_kernel(A, sar, sal, ASCALE, H, NOISE, SIGNS, noise_seed, P, S, EMA
 
 
 @triton.jit
-def _mx_to_fp8_kernel(P, S, EMAX, Q8, RS, R, L, HW: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_L: tl.constexpr):
+def _e4m3_mag_table(s, HW: tl.constexpr):
+    """Per-group scales s (float32, any shape; NaN for NaN groups) -> (t_lo, t_hi) int32: the E4M3 bytes
+    of the E2M1 magnitudes 0, 0.5, 1, 1.5 / 2, 3, 4, 6 times s, little-endian (the table of
+    ``e2m1_words_e4m3``). Each byte is ``_to_e4m3`` of the same float32 product the value-wise
+    conversion forms, so both give the same bytes; 0 * NaN keeps NaN groups all-NaN."""
+    t_lo = _to_e4m3(s * 0.0, HW).to(tl.int32) | (_to_e4m3(s * 0.5, HW).to(tl.int32) << 8) \
+        | (_to_e4m3(s, HW).to(tl.int32) << 16) | (_to_e4m3(s * 1.5, HW).to(tl.int32) << 24)
+    t_hi = _to_e4m3(s * 2.0, HW).to(tl.int32) | (_to_e4m3(s * 3.0, HW).to(tl.int32) << 8) \
+        | (_to_e4m3(s * 4.0, HW).to(tl.int32) << 16) | (_to_e4m3(s * 6.0, HW).to(tl.int32) << 24)
+    return t_lo, t_hi
+
+
+@triton.jit
+def _mx_to_fp8_kernel(P, S, EMAX, Q8, RS, R, L, HW: tl.constexpr, TABLE: tl.constexpr, BLOCK_R: tl.constexpr,
+                      BLOCK_L: tl.constexpr):
     """Packed MXFP4 rows (codes (R, L/2), E8M0 bytes (R, L/32), 255 = NaN group) and the row maxima
     E_r of the non-NaN group exponents (from the quantizer's ROW_MAX) -> the FP8 embedding: E4M3
-    bytes of ``value * 2**(6 - E_r)`` (R, L) and row scales ``2**(E_r - 6)``. Every tile in parallel."""
+    bytes of ``value * 2**(6 - E_r)`` (R, L) and row scales ``2**(E_r - 6)``. Every tile in parallel.
+
+    TABLE (GPU): per group, the eight E4M3 magnitude bytes are converted once and every 32-bit word of
+    codes becomes eight bytes by byte permutes (``e2m1_words_e4m3``, ~1.4 instructions per value, 16-byte
+    loads and stores); otherwise each value is decoded, scaled and converted (~20 per value)."""
     rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     rmask = rows < R
     rows64 = rows.to(tl.int64)
@@ -313,18 +332,32 @@ def _mx_to_fp8_kernel(P, S, EMAX, Q8, RS, R, L, HW: tl.constexpr, BLOCK_R: tl.co
     emax = tl.load(EMAX + rows, mask=rmask, other=0)
     NG: tl.constexpr = BLOCK_L // 32
     l0 = tl.program_id(1) * BLOCK_L
-    bcols = l0 // 2 + tl.arange(0, BLOCK_L // 2)
-    byte = tl.load(P + rows64[:, None] * (L // 2) + bcols[None, :], mask=rmask[:, None] & (bcols < L // 2)[None, :],
-                   other=0)
     gcols = l0 // 32 + tl.arange(0, NG)
     gm = rmask[:, None] & (gcols < LG)[None, :]
     sb = tl.load(S + rows64[:, None] * LG + gcols[None, :], mask=gm, other=255).to(tl.int32)
-    v = tl.reshape(e2m1_decode(unpack_nibbles(byte)), (BLOCK_R, NG, 32))
-    v = v * tl.expand_dims(exp2i(sb - 127 - emax[:, None] + 6), 2)
-    v = tl.where(tl.expand_dims(sb == 255, 2), float("nan"), v)
-    cols = l0 + tl.arange(0, BLOCK_L)
-    tl.store(Q8 + rows64[:, None] * L + cols[None, :], _to_e4m3(tl.reshape(v, (BLOCK_R, BLOCK_L)), HW),
-             mask=rmask[:, None] & (cols < L)[None, :])
+    s = tl.where(sb == 255, float("nan"), exp2i(sb - 127 - emax[:, None] + 6))
+    if TABLE:
+        wcols = l0 // 8 + tl.arange(0, BLOCK_L // 8)
+        w = tl.load(P.to(tl.pointer_type(tl.int32)) + rows64[:, None] * (L // 8) + wcols[None, :],
+                    mask=rmask[:, None] & (wcols < L // 8)[None, :], other=0)
+        t_lo, t_hi = _e4m3_mag_table(s, HW)
+        smask = tl.where(sb == 255, 0, -2139062144)  # 0x80808080: keep the sign bits
+        shape: tl.constexpr = (BLOCK_R, NG, 4)  # four words per group
+        lo, hi = e2m1_words_e4m3(tl.reshape(w, shape), tl.broadcast_to(tl.expand_dims(t_lo, 2), shape),
+                                 tl.broadcast_to(tl.expand_dims(t_hi, 2), shape),
+                                 tl.broadcast_to(tl.expand_dims(smask, 2), shape))
+        ocols = l0 // 4 + tl.arange(0, BLOCK_L // 4)
+        tl.store(Q8.to(tl.pointer_type(tl.int32)) + rows64[:, None] * (L // 4) + ocols[None, :],
+                 tl.reshape(tl.join(lo, hi), (BLOCK_R, BLOCK_L // 4)),
+                 mask=rmask[:, None] & (ocols < L // 4)[None, :])
+    else:
+        bcols = l0 // 2 + tl.arange(0, BLOCK_L // 2)
+        byte = tl.load(P + rows64[:, None] * (L // 2) + bcols[None, :],
+                       mask=rmask[:, None] & (bcols < L // 2)[None, :], other=0)
+        v = tl.reshape(e2m1_decode(unpack_nibbles(byte)), (BLOCK_R, NG, 32)) * tl.expand_dims(s, 2)
+        cols = l0 + tl.arange(0, BLOCK_L)
+        tl.store(Q8 + rows64[:, None] * L + cols[None, :], _to_e4m3(tl.reshape(v, (BLOCK_R, BLOCK_L)), HW),
+                 mask=rmask[:, None] & (cols < L)[None, :])
     if tl.program_id(1) == 0:
         tl.store(RS + rows, exp2i(emax - 6), mask=rmask)
 
@@ -387,14 +420,17 @@ def _block_rows(R: int) -> int:
     return 32 if R >= 8192 else 16
 
 
-def _mx_to_fp8(p: torch.Tensor, sc: torch.Tensor, emax: torch.Tensor, block_r: int = 32, block_l: int = 256):
-    """Packed MXFP4 rows + their row maxima -> (E4M3 uint8 (R, L), float32 row scales (R,))."""
+def _mx_to_fp8(p: torch.Tensor, sc: torch.Tensor, emax: torch.Tensor, block_r: int = 16, block_l: int = 1024,
+               table: bool | None = None):
+    """Packed MXFP4 rows + their row maxima -> (E4M3 uint8 (R, L), float32 row scales (R,)).
+    ``table``: the byte-permute conversion (default on GPU; the value-wise one otherwise)."""
     R, L = p.shape[0], p.shape[1] * 2
     q8 = torch.empty(R, L, dtype=torch.uint8, device=p.device)
     rs = torch.empty(R, dtype=torch.float32, device=p.device)
     grid = (triton.cdiv(R, block_r), triton.cdiv(L, block_l))
-    _mx_to_fp8_kernel[grid](p, sc, emax, q8, rs, R, L, HW=not _INTERPRET, BLOCK_R=block_r, BLOCK_L=block_l,
-                            num_warps=4)
+    table = not _INTERPRET if table is None else table
+    _mx_to_fp8_kernel[grid](p, sc, emax, q8, rs, R, L, HW=not _INTERPRET, TABLE=table, BLOCK_R=block_r,
+                            BLOCK_L=block_l, num_warps=4)
     return q8, rs
 
 
