@@ -519,6 +519,11 @@ def test_gpu_sr_operand_matches_reference_primitives():
     got = kq.e4m3_dequant(q8, rs)
     assert got.shape == expect.shape
     assert (got != expect).float().mean() < 1e-3
+    # bf16 input: the random signs are applied as an XOR of the sign bit before the +-1 bf16 dot
+    dyb = dy.to(torch.bfloat16)
+    q8, rs = kq.sr_fp8(dyb, sign_seed=11, noise_seed=12345)
+    expect = sr_expected(dyb.float(), kq.random_signs(11, 544, "cuda"), philox_uniforms(12345, 300, 544, "cuda"))
+    assert (kq.e4m3_dequant(q8, rs) != expect).float().mean() < 1e-3
     x8, _, rsx = kq.quest_fp8(torch.randn(200, 256, device="cuda"))
     q8, rs = kq.sr_fp8(x8.t(), sign_seed=5, noise_seed=6, scale=rsx)
     src = kq.e4m3_dequant(x8, rsx).t()

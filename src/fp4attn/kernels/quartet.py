@@ -287,10 +287,15 @@ def _sr_mxfp4_kernel(A, sar, sal, ASCALE, H, NOISE, SIGNS, noise_seed, P, S, EMA
     Hm = tl.load(H + hr[:, None] * 32 + hr[None, :])
     m2 = (rows < R)[:, None] & (cols < L)[None, :]
     a = tl.load(A + rows64[:, None] * sar + cols[None, :] * sal, mask=m2, other=0)
-    if A_FP8:  # the saved forward operand: E4M3 bytes times its per-(original-)row scale
-        a = _e4m3_value(a, HW) * tl.load(ASCALE + cols, mask=cols < L, other=0.0)[None, :]
     signs = tl.load(SIGNS + cols, mask=cols < L, other=0.0)  # random_signs(sign_seed, L), shared by both operands
-    ah = _hadamard(a.to(tl.float32) * signs[None, :], Hm, HDOT)
+    if A_FP8:  # the saved forward operand: E4M3 bytes times its per-(original-)row scale, signs folded in
+        a = _e4m3_value(a, HW) * (tl.load(ASCALE + cols, mask=cols < L, other=0.0) * signs)[None, :]
+    elif HDOT == 0:
+        a = a.to(tl.float32) * signs[None, :]
+    else:  # 16-bit input: the sign flip is an XOR of the sign bit (exact, as the multiply by -1)
+        flip = tl.where(signs < 0, -32768, 0).to(tl.int16)
+        a = (a.to(tl.int16, bitcast=True) ^ flip[None, :]).to(a.dtype, bitcast=True)
+    ah = _hadamard(a, Hm, HDOT)
     amax, bad = block_amax_bad(ah)
     e = mx_exponent(amax, True)
     if HAS_NOISE:
