@@ -133,7 +133,7 @@ import triton.language as tl
 
 from ..formats.triton_helpers import (
     block_amax,
-    block_bad,
+    block_nonfinite,
     e2m1_code,
     e2m1_code_cmp,
     e2m1_codes_div,
@@ -279,7 +279,7 @@ def _prep_qk_kernel(X, sx_b, sx_h, sx_n, sx_d, C, S, SUB, QBAR, XS, XH, QROWS, K
         x = tl.where(msk, x - mean[None, :], 0.0)
     r64 = rows[:, None].to(tl.int64)
     # rows holding NaN/±Inf after smoothing (padding rows are zeros): their attention rows are NaN
-    rbad = block_bad(x)
+    rbad = block_nonfinite(x)
     if BAD_MODE == 1:
         tl.store(QROWS + pid_bh.to(tl.int64) * NP + rows, rbad.to(tl.uint8))
         if pid_t == 0:
@@ -308,35 +308,55 @@ def _prep_qk_kernel(X, sx_b, sx_h, sx_n, sx_d, C, S, SUB, QBAR, XS, XH, QROWS, K
 def _prep_v_kernel(X, sx_b, sx_h, sx_n, sx_d, C, S, VEXP, VH, KVF, H, N, D, NP, GROUP,
                    PACKED: tl.constexpr,  # store the packed codes and the scale bytes
                    STAGE: tl.constexpr,  # store the staged V̂ᵀ (NVFP4 only: MXFP4's needs VEXP complete)
-                   QB: tl.constexpr, IS_MX: tl.constexpr, BLOCK_T: tl.constexpr, DP: tl.constexpr):
+                   QB: tl.constexpr, IS_MX: tl.constexpr, R: tl.constexpr, BLOCK_T: tl.constexpr,
+                   DC: tl.constexpr, DP: tl.constexpr):
     """V (bhsd, any strides) -> codes packed along tokens (DP, NP/2) and scale bytes (DP, NP/QB)
     (PACKED), the staged V̂ᵀ (DP, NP) (STAGE, NVFP4: the values ``stage_operands`` would decode) and,
     for MXFP4, atomic max of each channel's block exponent into VEXP (DP,). Channels c holding
     NaN/±Inf (their elements get finite codes, as in ``_prep_qk_kernel``): KVF[q head, 2 + c] = 1 and
-    KVF[q head, 1] = 1 (int32 (B, H·GROUP, 2 + DP)) for each of the GROUP query heads of this kv head."""
-    pid_t, pid_bh, b, h, rows = program_rows(H, BLOCK_T)
-    cols = tl.arange(0, DP)
-    x, msk = load_bhsd_rows(X, sx_b, sx_h, sx_n, sx_d, b, h, rows, N, D, DP)
-    xt = tl.trans(x)  # (DP, BLOCK_T): blocks along tokens
-    cbad = block_bad(xt)  # (DP,)
+    KVF[q head, 1] = 1 (int32 (B, H·GROUP, 2 + DP)) for each of the GROUP query heads of this kv head.
+
+    A program takes BLOCK_T tokens × DC channels (grid (NP/BLOCK_T, B·H, DP/DC)). The blocks run along
+    tokens while V is stored token-major, so the tile is loaded as (R, BLOCK_T/QB, QB/R, DC) with
+    element [r, j, g, c] = token j·QB + g·R + r: Triton lays a load out with 8 channels per thread, the
+    lanes and warps over the middle axes (the launcher sizes them to cover them exactly) and the first
+    axis in registers, so each thread holds R consecutive tokens of its channels and a block spans R
+    registers × QB/R lanes of one warp. Permuted and reshaped to (blocks·DC, QB) (a relabeling, no data
+    movement) it goes through the same ``_quant_rows`` as Q and K, with in-thread block reductions."""
+    pid_t = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // H
+    h = pid_bh % H
+    G: tl.constexpr = QB // R
+    NB: tl.constexpr = BLOCK_T // QB
+    ch = tl.program_id(2) * DC + tl.arange(0, DC)  # (DC,) channels
+    tok = (pid_t * BLOCK_T + tl.arange(0, G)[:, None, None, None] * R + tl.arange(0, NB)[None, :, None, None] * QB
+           + tl.arange(0, R)[None, None, :, None])  # (G, NB, R, 1) token of [g, j, r, .]
+    c4 = ch[None, None, None, :]
+    src = X + b.to(tl.int64) * sx_b + h.to(tl.int64) * sx_h
+    x = tl.load(src + tok.to(tl.int64) * sx_n + c4 * sx_d, mask=(tok < N) & (c4 < D), other=0.0).to(tl.float32)
+    xb = tl.reshape(tl.permute(x, (1, 3, 0, 2)), (NB * DC, QB))  # row j·DC + c: block j of channel c
+    cbad = tl.max(tl.reshape(block_nonfinite(xb), (NB, DC)), axis=0)  # (DC,)
     anybad = tl.max(cbad, axis=0)
-    for j in range(GROUP):  # masked stores of the same value from any tile: no atomics needed
-        row = KVF + (pid_bh * GROUP + j).to(tl.int64) * (DP + 2)
-        tl.store(row + 2 + cols, cbad, mask=cbad != 0)
+    for jg in range(GROUP):  # masked stores of the same value from any tile: no atomics needed
+        row = KVF + (pid_bh * GROUP + jg).to(tl.int64) * (DP + 2)
+        tl.store(row + 2 + ch, cbad, mask=cbad != 0)
         tl.store(row + 1, anybad, mask=anybad != 0)
-    codes, sb = _quant_rows(xt, QB, IS_MX)
-    vrow = pid_bh.to(tl.int64) * DP + cols[:, None].to(tl.int64)
+    codes, sb = _quant_rows(xb, QB, IS_MX)  # (NB·DC, QB), (NB·DC, 1)
+    vrow = (pid_bh.to(tl.int64) * DP + ch)[None, :, None]  # (1, DC, 1) row of the channel-major buffers
+    jb = tl.arange(0, NB)[:, None, None]
     if PACKED:
-        t2 = pid_t * (BLOCK_T // 2) + tl.arange(0, BLOCK_T // 2)
-        tl.store(C + vrow * (NP // 2) + t2[None, :], pack_nibbles(codes))  # (DP, BLOCK_T/2)
-        tb = pid_t * (BLOCK_T // QB) + tl.arange(0, BLOCK_T // QB)
-        tl.store(S + vrow * (NP // QB) + tb[None, :], sb)
+        q2 = tl.arange(0, QB // 2)[None, None, :]
+        tl.store(C + vrow * (NP // 2) + pid_t * (BLOCK_T // 2) + jb * (QB // 2) + q2,
+                 tl.reshape(pack_nibbles(codes), (NB, DC, QB // 2)))
+        tl.store(S + vrow * (NP // QB) + pid_t * NB + jb, tl.reshape(sb, (NB, DC, 1)))
     if STAGE:
-        vh = _fp4_tile_f16(codes, sb, cols, QB, False)
-        tl.store(VH + vrow * NP + rows[None, :], vh.to(VH.dtype.element_ty))
+        vh = tl.reshape(_fp4_tile_f16(codes, sb, ch, QB, False), (NB, DC, QB))
+        tl.store(VH + vrow * NP + pid_t * BLOCK_T + jb * QB + tl.arange(0, QB)[None, None, :],
+                 vh.to(VH.dtype.element_ty))
     if IS_MX:
-        emax = tl.max(sb.to(tl.int32), axis=1) - 127
-        tl.atomic_max(VEXP + pid_bh.to(tl.int64) * DP + cols, emax)
+        emax = tl.max(tl.reshape(sb.to(tl.int32), (NB, DC)), axis=0) - 127
+        tl.atomic_max(VEXP + pid_bh.to(tl.int64) * DP + ch, emax)
 
 
 @triton.jit
@@ -492,10 +512,13 @@ def quantize_qkv(q, k, v, *, fmt: str = "nvfp4", smooth_q: bool = False, smooth_
                                           SUB_MODE=1 if smooth_k else 0, STORE_X=smooth_q, BAD_MODE=2,
                                           PACKED=not stage, STAGE=stage, QB=qb, IS_MX=is_mx, BLOCK_T=bt, DP=DP,
                                           num_warps=nw)
-    _prep_v_kernel[(NKP // bt, B * Hkv)](v, *v.stride(), vc if not stage_v else ks, vs if not stage_v else ks,
-                                         vexp, vh if stage_v else ks, kvbad, Hkv, Nk, D, NKP, g,
-                                         PACKED=not stage_v, STAGE=stage_v, QB=qb, IS_MX=is_mx, BLOCK_T=bt, DP=DP,
-                                         num_warps=nw)
+    # V: 128 tokens x DC channels per program, 8 consecutive tokens per thread (see _prep_v_kernel)
+    dc = min(DP, 64)
+    _prep_v_kernel[(NKP // 128, B * Hkv, DP // dc)](v, *v.stride(), vc if not stage_v else ks,
+                                                    vs if not stage_v else ks, vexp, vh if stage_v else ks, kvbad,
+                                                    Hkv, Nk, D, NKP, g, PACKED=not stage_v, STAGE=stage_v, QB=qb,
+                                                    IS_MX=is_mx, R=8, BLOCK_T=128, DC=dc, DP=DP,
+                                                    num_warps=128 * dc // (8 * 256))
     if stage and is_mx:
         vh = _stage_v(vc, vs, vexp, is_mx, qb, path)
         vc = vs = none
