@@ -23,7 +23,9 @@ from fp4attn.kernels import attention as A  # noqa: E402
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 HAS_CUDA = torch.cuda.is_available() and not INTERPRET
 # the interpreter on CPU; on a GPU (TRITON_INTERPRET=0) the compiled Hopper path, fp16 / FP8 staged
-pytestmark = pytest.mark.skipif(not (INTERPRET or HAS_CUDA), reason="needs the interpreter or CUDA")
+pytestmark = [pytest.mark.skipif(not (INTERPRET or HAS_CUDA), reason="needs the interpreter or CUDA")]
+if HAS_CUDA:
+    pytestmark.append(pytest.mark.gpu)  # selected by ``-m gpu`` with the other GPU tests
 DEV = "cuda" if HAS_CUDA else "cpu"
 PATH = A.PATH_INTERP if INTERPRET else A.PATH_HOPPER
 

@@ -16,10 +16,13 @@ Two kernels, read top to bottom:
      FP32 for the main kernel, which adds q̄ᵢ·γ(K)ᵀ back in FP32 with the *unquantized* smoothed K
      (kept in bf16 by the K pre-pass, as the reference uses it; the dequantized K̂ instead moves the
      result by ~0.05 relative L2 at small sizes, at the SPEC §6 limit).
-   * Optional *staged* operands (``staged=True`` / ``FP4ATTN_ATTN_OPERANDS=staged``): K̂ and V̂ᵀ are
-     also written once per tensor in the tensor-core dtype (exact fp16 NVFP4 values / the FP8 MXFP4
-     embedding below), so the main loop loads them instead of dequantizing the packed codes again in
-     every query tile. The packed form stays the storage of record; staged is the Hopper default.
+   * Optional *staged* operands (``staged=True`` / ``FP4ATTN_ATTN_OPERANDS=staged``, the Hopper
+     default): K̂ and V̂ᵀ are written once per tensor in the tensor-core dtype (exact fp16 NVFP4 values /
+     the FP8 MXFP4 embedding below), so the main loop loads them instead of dequantizing the packed
+     codes again in every query tile. The K and V pre-passes write them from the codes still in
+     registers (the values ``stage_operands`` decodes from the packed form), and in this mode the
+     packed K / V codes, which nothing reads, are not written; MXFP4 V̂ᵀ needs every token's block
+     exponent first, so V's packed codes go through ``_stage_kernel`` as a second pass.
    * MXFP4 V also records, per (head, channel), the largest block exponent over all tokens
      (``atomic_max``): the FP8 embedding below needs it.
    * Non-finite inputs are flagged here, where every element is seen anyway (see "Non-finite inputs"
@@ -512,13 +515,14 @@ def quantize_qkv(q, k, v, *, fmt: str = "nvfp4", smooth_q: bool = False, smooth_
                                           SUB_MODE=1 if smooth_k else 0, STORE_X=smooth_q, BAD_MODE=2,
                                           PACKED=not stage, STAGE=stage, QB=qb, IS_MX=is_mx, BLOCK_T=bt, DP=DP,
                                           num_warps=nw)
-    # V: 128 tokens x DC channels per program, 8 consecutive tokens per thread (see _prep_v_kernel)
-    dc = min(DP, 64)
+    # V: 128 tokens x dc channels per program, r consecutive tokens x 8 channels per thread (see
+    # _prep_v_kernel; r = 4: no register spill at D = 128 but ~15% more instructions per element)
+    dc, r = min(DP, 64), 8
     _prep_v_kernel[(NKP // 128, B * Hkv, DP // dc)](v, *v.stride(), vc if not stage_v else ks,
                                                     vs if not stage_v else ks, vexp, vh if stage_v else ks, kvbad,
                                                     Hkv, Nk, D, NKP, g, PACKED=not stage_v, STAGE=stage_v, QB=qb,
-                                                    IS_MX=is_mx, R=8, BLOCK_T=128, DC=dc, DP=DP,
-                                                    num_warps=128 * dc // (8 * 256))
+                                                    IS_MX=is_mx, R=r, BLOCK_T=128, DC=dc, DP=DP,
+                                                    num_warps=128 * dc // (r * 256))
     if stage and is_mx:
         vh = _stage_v(vc, vs, vexp, is_mx, qb, path)
         vc = vs = none
