@@ -79,7 +79,7 @@ def test_prepass_matches_quantize_reference(fmt, smooth):
     q, k, v = make_qkv(B, H, H, nq, nk, D, seed=1)
     q = q * torch.logspace(-3, 3, D)  # blocks of very different magnitudes (MX exponents, E4M3 range)
     v[..., 3] *= 1e-4
-    pk = A.quantize_qkv(q, k, v, fmt=fmt, smooth_q=smooth, smooth_k=smooth, path=A.PATH_INTERP)
+    pk = A.quantize_qkv(q, k, v, fmt=fmt, smooth_q=smooth, smooth_k=smooth, path=A.PATH_INTERP, staged=False)
     qb = 32 if fmt == "mxfp4" else 16
     DP, NKP = pk.qc.shape[3] * 2, pk.kc.shape[2]
 
@@ -318,6 +318,9 @@ def test_prepass_nonfinite_flags_and_finite_operands(fmt):
     k[0, 1, 33, 39] = -INF
     v[1, 0, 5, 12] = INF
     pk = A.quantize_qkv(q, k, v, fmt=fmt, smooth_q=True, staged=True, path=A.PATH_INTERP)
+    pkp = A.quantize_qkv(q, k, v, fmt=fmt, smooth_q=True, staged=False, path=A.PATH_INTERP)  # packed codes
+    for name in ("qc", "qs", "ks", "qbad", "kvbad", "qbar", "kx", "vexp"):
+        assert torch.equal(getattr(pk, name), getattr(pkp, name)), name  # the same in both modes
     DP = pk.qc.shape[3] * 2
     qbad = torch.zeros(B, hq, pk.qc.shape[2], dtype=torch.uint8)
     qbad[1, 3, :128] = 1  # smooth_q: the NaN reaches q̄ of its 128-row block, hence every row of it
@@ -339,12 +342,12 @@ def test_prepass_nonfinite_flags_and_finite_operands(fmt):
     rk = quantize_reference(zeroed(k), fmt, dim=-1)
     assert torch.equal(_u8(pk.ks[:, :, :nk]), _u8(rk.scales))
     fin_k = torch.nn.functional.pad(torch.isfinite(k), (0, DP - D), value=True)
-    assert torch.equal(codes(pk.kc[:, :, :nk])[fin_k], codes(rk.data)[fin_k])
-    NKP = pk.kc.shape[2]
+    assert torch.equal(codes(pkp.kc[:, :, :nk])[fin_k], codes(rk.data)[fin_k])
+    NKP = pkp.kc.shape[2]
     rv = quantize_reference(torch.nn.functional.pad(zeroed(v), (0, 0, 0, NKP - nk)), fmt, dim=-2)
-    assert torch.equal(_u8(pk.vs), _u8(rv.scales).transpose(-1, -2))
+    assert torch.equal(_u8(pkp.vs), _u8(rv.scales).transpose(-1, -2))
     fin_v = torch.nn.functional.pad(torch.isfinite(v), (0, DP - D, 0, NKP - nk), value=True).transpose(-1, -2)
-    assert torch.equal(codes(pk.vc)[fin_v], codes(rv.data.transpose(-1, -2))[fin_v])
+    assert torch.equal(codes(pkp.vc)[fin_v], codes(rv.data.transpose(-1, -2))[fin_v])
 
 
 # -------------------------------------------------------------------------------------------------
@@ -375,7 +378,7 @@ def _probe_s(span, seed, device, spanning="q"):
     q = _mx_rows(n, D, span if spanning == "q" else None, seed, device)[None, None]
     k = _mx_rows(n, D, span if spanning == "k" else None, seed + 1, device)[None, None]
     path = A.PATH_INTERP if INTERPRET else A.PATH_HOPPER
-    pk = A.quantize_qkv(q, k, k, fmt="mxfp4", path=path)
+    pk = A.quantize_qkv(q, k, k, fmt="mxfp4", path=path, staged=False)  # mx_qk_probe reads the packed codes
     for x in (q, k):
         assert torch.equal(quantize_reference(x, "mxfp4").dequantize(), x)  # inputs are MXFP4 values
     s = A.mx_qk_probe(pk, 64, 64)

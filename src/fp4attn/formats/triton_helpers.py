@@ -522,3 +522,16 @@ def e2m1_codes_div(xb, s):
     c = e2m1_code_from_points(b & 0x7FFFFFFF, g0, g1, g2, g3, g4, g5, g6) | ((b >> 28) & 8)
     return tl.where((tl.expand_dims(s, -1) > 0) & (xb == xb), c, 0)
 
+
+
+# ----------------------------------------------------------------------------------------------
+# Non-finite flags at one FMA per element (added for the attention pre-pass, issue 4)
+# ----------------------------------------------------------------------------------------------
+@triton.jit
+def block_nonfinite(xb):
+    """``block_bad`` (1 where the last axis of a (..., BLOCK) float32 tile holds NaN or ±Inf, else 0;
+    int32) from the sum of x·0: each term is ±0 for a finite x and NaN for NaN or ±Inf, a sum of zeros
+    is a zero (never NaN) and a NaN term makes the sum NaN. The products and the reduction contract to
+    one FFMA per element on the GPU (``block_bad`` costs a compare, a select and an integer max)."""
+    z = tl.sum(xb * 0.0, axis=-1)
+    return (z != z).to(tl.int32)

@@ -16,10 +16,13 @@ Two kernels, read top to bottom:
      FP32 for the main kernel, which adds q̄ᵢ·γ(K)ᵀ back in FP32 with the *unquantized* smoothed K
      (kept in bf16 by the K pre-pass, as the reference uses it; the dequantized K̂ instead moves the
      result by ~0.05 relative L2 at small sizes, at the SPEC §6 limit).
-   * Optional *staged* operands (``staged=True`` / ``FP4ATTN_ATTN_OPERANDS=staged``): K̂ and V̂ᵀ are
-     also written once per tensor in the tensor-core dtype (exact fp16 NVFP4 values / the FP8 MXFP4
-     embedding below), so the main loop loads them instead of dequantizing the packed codes again in
-     every query tile. The packed form stays the storage of record; staged is the Hopper default.
+   * Optional *staged* operands (``staged=True`` / ``FP4ATTN_ATTN_OPERANDS=staged``, the Hopper
+     default): K̂ and V̂ᵀ are written once per tensor in the tensor-core dtype (exact fp16 NVFP4 values /
+     the FP8 MXFP4 embedding below), so the main loop loads them instead of dequantizing the packed
+     codes again in every query tile. The K and V pre-passes write them from the codes still in
+     registers (the values ``stage_operands`` decodes from the packed form), and in this mode the
+     packed K / V codes, which nothing reads, are not written; MXFP4 V̂ᵀ needs every token's block
+     exponent first, so V's packed codes go through ``_stage_kernel`` as a second pass.
    * MXFP4 V also records, per (head, channel), the largest block exponent over all tokens
      (``atomic_max``): the FP8 embedding below needs it.
    * Non-finite inputs are flagged here, where every element is seen anyway (see "Non-finite inputs"
@@ -133,7 +136,7 @@ import triton.language as tl
 
 from ..formats.triton_helpers import (
     block_amax,
-    block_bad,
+    block_nonfinite,
     e2m1_code,
     e2m1_code_cmp,
     e2m1_codes_div,
@@ -224,13 +227,41 @@ def _quant_rows(x, QB: tl.constexpr, IS_MX: tl.constexpr):
 
 
 @triton.jit
-def _prep_qk_kernel(X, sx_b, sx_h, sx_n, sx_d, C, S, SUB, QBAR, XS, QROWS, KVF, H, N, D, NP, GROUP,
+def _fp4_tile_f16(codes, sbytes, eref, QB: tl.constexpr, IS_MX: tl.constexpr):
+    """E2M1 codes (R, C) + scale bytes (R, C/QB) -> (R, C) float16.
+
+    NVFP4: the exact value code·scale. MXFP4: code·2^(e − eref + 6) with eref (R,) the row's
+    reference exponent (exact inside the FP8 condition, see the module docstring).
+    """
+    R: tl.constexpr = codes.shape[0]
+    C: tl.constexpr = codes.shape[1]
+    cv = tl.reshape(e2m1_decode_f16(codes), (R, C // QB, QB))
+    if IS_MX:
+        k = sbytes.to(tl.int32) - 127 - eref[:, None] + 6
+        f = exp2i(tl.maximum(k, -149)).to(tl.float16)
+    else:
+        f = e4m3_decode_f16(sbytes)
+    return tl.reshape(cv * f[:, :, None], (R, C))
+
+
+@triton.jit
+def _row_exp(sbytes):
+    """Largest block exponent of each row of an E8M0 scale-byte tile (int32, (R,))."""
+    return tl.max(sbytes.to(tl.int32), axis=1) - 127
+
+
+@triton.jit
+def _prep_qk_kernel(X, sx_b, sx_h, sx_n, sx_d, C, S, SUB, QBAR, XS, XH, QROWS, KVF, H, N, D, NP, GROUP,
                     SUB_MODE: tl.constexpr,  # 0: none, 1: subtract SUB (k̄ per head), 2: per-tile mean
                     STORE_X: tl.constexpr,  # also store the (smoothed) unquantized x into XS
                     BAD_MODE: tl.constexpr,  # 1: Q row flags, 2: K's first non-finite row (see below)
+                    PACKED: tl.constexpr,  # store the packed codes into C
+                    STAGE: tl.constexpr,  # store the staged operand (``_fp4_tile_f16``) into XH
                     QB: tl.constexpr, IS_MX: tl.constexpr, BLOCK_T: tl.constexpr, DP: tl.constexpr):
-    """Q or K (bhsd, any strides) -> packed codes along D + scale bytes (+ q̄ for SUB_MODE 2), and the
-    rows (after smoothing) that hold NaN/±Inf. BAD_MODE 1 (Q): one uint8 flag per row into QROWS
+    """Q or K (bhsd, any strides) -> packed codes along D (PACKED) + scale bytes (+ q̄ for SUB_MODE 2),
+    the staged operand K̂ (STAGE: the values ``stage_operands`` would decode from those codes and scale
+    bytes, written here from the codes still in registers), and the rows (after smoothing) that hold
+    NaN/±Inf. BAD_MODE 1 (Q): one uint8 flag per row into QROWS
     (B, H, NP), and the first tile of each head zeroes the head's row of KVF (the per-query-head
     flags, int32 (B, H, 2 + DP), written by the K and V pre-passes that run after this one: no memset
     launch). BAD_MODE 2 (K): the first such row r as KVF[q head, 0] = max(., 2**31 - 1 - r) (atomic;
@@ -251,7 +282,7 @@ def _prep_qk_kernel(X, sx_b, sx_h, sx_n, sx_d, C, S, SUB, QBAR, XS, QROWS, KVF, 
         x = tl.where(msk, x - mean[None, :], 0.0)
     r64 = rows[:, None].to(tl.int64)
     # rows holding NaN/±Inf after smoothing (padding rows are zeros): their attention rows are NaN
-    rbad = block_bad(x)
+    rbad = block_nonfinite(x)
     if BAD_MODE == 1:
         tl.store(QROWS + pid_bh.to(tl.int64) * NP + rows, rbad.to(tl.uint8))
         if pid_t == 0:
@@ -266,41 +297,69 @@ def _prep_qk_kernel(X, sx_b, sx_h, sx_n, sx_d, C, S, SUB, QBAR, XS, QROWS, KVF, 
         tl.store(XS + pid_bh.to(tl.int64) * NP * DP + r64 * DP + cols[None, :],
                  tl.where(tl.abs(x) < float("inf"), x, 0.0).to(XS.dtype.element_ty))
     codes, sb = _quant_rows(x, QB, IS_MX)
-    packed = pack_nibbles(codes)
-    tl.store(C + pid_bh.to(tl.int64) * NP * (DP // 2) + r64 * (DP // 2) + tl.arange(0, DP // 2)[None, :],
-             packed)
+    if PACKED:
+        tl.store(C + pid_bh.to(tl.int64) * NP * (DP // 2) + r64 * (DP // 2) + tl.arange(0, DP // 2)[None, :],
+                 pack_nibbles(codes))
     tl.store(S + pid_bh.to(tl.int64) * NP * (DP // QB) + r64 * (DP // QB) + tl.arange(0, DP // QB)[None, :],
              sb)
+    if STAGE:  # MXFP4: the FP8 embedding against the row's largest block exponent (the tile holds the row)
+        xh = _fp4_tile_f16(codes, sb, _row_exp(sb) if IS_MX else rows, QB, IS_MX)
+        tl.store(XH + pid_bh.to(tl.int64) * NP * DP + r64 * DP + cols[None, :], xh.to(XH.dtype.element_ty))
 
 
 @triton.jit
-def _prep_v_kernel(X, sx_b, sx_h, sx_n, sx_d, C, S, VEXP, KVF, H, N, D, NP, GROUP,
-                   QB: tl.constexpr, IS_MX: tl.constexpr, BLOCK_T: tl.constexpr, DP: tl.constexpr):
-    """V (bhsd, any strides) -> codes packed along tokens (DP, NP/2), scale bytes (DP, NP/QB) and,
+def _prep_v_kernel(X, sx_b, sx_h, sx_n, sx_d, C, S, VEXP, VH, KVF, H, N, D, NP, GROUP,
+                   PACKED: tl.constexpr,  # store the packed codes and the scale bytes
+                   STAGE: tl.constexpr,  # store the staged V̂ᵀ (NVFP4 only: MXFP4's needs VEXP complete)
+                   QB: tl.constexpr, IS_MX: tl.constexpr, R: tl.constexpr, BLOCK_T: tl.constexpr,
+                   DC: tl.constexpr, DP: tl.constexpr):
+    """V (bhsd, any strides) -> codes packed along tokens (DP, NP/2) and scale bytes (DP, NP/QB)
+    (PACKED), the staged V̂ᵀ (DP, NP) (STAGE, NVFP4: the values ``stage_operands`` would decode) and,
     for MXFP4, atomic max of each channel's block exponent into VEXP (DP,). Channels c holding
     NaN/±Inf (their elements get finite codes, as in ``_prep_qk_kernel``): KVF[q head, 2 + c] = 1 and
-    KVF[q head, 1] = 1 (int32 (B, H·GROUP, 2 + DP)) for each of the GROUP query heads of this kv head."""
-    pid_t, pid_bh, b, h, rows = program_rows(H, BLOCK_T)
-    cols = tl.arange(0, DP)
-    x, msk = load_bhsd_rows(X, sx_b, sx_h, sx_n, sx_d, b, h, rows, N, D, DP)
-    xt = tl.trans(x)  # (DP, BLOCK_T): blocks along tokens
-    cbad = block_bad(xt)  # (DP,)
+    KVF[q head, 1] = 1 (int32 (B, H·GROUP, 2 + DP)) for each of the GROUP query heads of this kv head.
+
+    A program takes BLOCK_T tokens × DC channels (grid (NP/BLOCK_T, B·H, DP/DC)). The blocks run along
+    tokens while V is stored token-major, so the tile is loaded as (R, BLOCK_T/QB, QB/R, DC) with
+    element [r, j, g, c] = token j·QB + g·R + r: Triton lays a load out with 8 channels per thread, the
+    lanes and warps over the middle axes (the launcher sizes them to cover them exactly) and the first
+    axis in registers, so each thread holds R consecutive tokens of its channels and a block spans R
+    registers × QB/R lanes of one warp. Permuted and reshaped to (blocks·DC, QB) (a relabeling, no data
+    movement) it goes through the same ``_quant_rows`` as Q and K, with in-thread block reductions."""
+    pid_t = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // H
+    h = pid_bh % H
+    G: tl.constexpr = QB // R
+    NB: tl.constexpr = BLOCK_T // QB
+    ch = tl.program_id(2) * DC + tl.arange(0, DC)  # (DC,) channels
+    tok = (pid_t * BLOCK_T + tl.arange(0, G)[:, None, None, None] * R + tl.arange(0, NB)[None, :, None, None] * QB
+           + tl.arange(0, R)[None, None, :, None])  # (G, NB, R, 1) token of [g, j, r, .]
+    c4 = ch[None, None, None, :]
+    src = X + b.to(tl.int64) * sx_b + h.to(tl.int64) * sx_h
+    x = tl.load(src + tok.to(tl.int64) * sx_n + c4 * sx_d, mask=(tok < N) & (c4 < D), other=0.0).to(tl.float32)
+    xb = tl.reshape(tl.permute(x, (1, 3, 0, 2)), (NB * DC, QB))  # row j·DC + c: block j of channel c
+    cbad = tl.max(tl.reshape(block_nonfinite(xb), (NB, DC)), axis=0)  # (DC,)
     anybad = tl.max(cbad, axis=0)
-    for j in range(GROUP):  # masked stores of the same value from any tile: no atomics needed
-        row = KVF + (pid_bh * GROUP + j).to(tl.int64) * (DP + 2)
-        tl.store(row + 2 + cols, cbad, mask=cbad != 0)
+    for jg in range(GROUP):  # masked stores of the same value from any tile: no atomics needed
+        row = KVF + (pid_bh * GROUP + jg).to(tl.int64) * (DP + 2)
+        tl.store(row + 2 + ch, cbad, mask=cbad != 0)
         tl.store(row + 1, anybad, mask=anybad != 0)
-    codes, sb = _quant_rows(xt, QB, IS_MX)
-    packed = pack_nibbles(codes)  # (DP, BLOCK_T/2)
-    t2 = pid_t * (BLOCK_T // 2) + tl.arange(0, BLOCK_T // 2)
-    vrow = pid_bh.to(tl.int64) * DP + cols[:, None].to(tl.int64)
-    tl.store(C + vrow * (NP // 2) + t2[None, :], packed)
-    tb = pid_t * (BLOCK_T // QB) + tl.arange(0, BLOCK_T // QB)
-    tl.store(S + pid_bh.to(tl.int64) * DP * (NP // QB) + cols[:, None].to(tl.int64) * (NP // QB) + tb[None, :],
-             sb)
+    codes, sb = _quant_rows(xb, QB, IS_MX)  # (NB·DC, QB), (NB·DC, 1)
+    vrow = (pid_bh.to(tl.int64) * DP + ch)[None, :, None]  # (1, DC, 1) row of the channel-major buffers
+    jb = tl.arange(0, NB)[:, None, None]
+    if PACKED:
+        q2 = tl.arange(0, QB // 2)[None, None, :]
+        tl.store(C + vrow * (NP // 2) + pid_t * (BLOCK_T // 2) + jb * (QB // 2) + q2,
+                 tl.reshape(pack_nibbles(codes), (NB, DC, QB // 2)))
+        tl.store(S + vrow * (NP // QB) + pid_t * NB + jb, tl.reshape(sb, (NB, DC, 1)))
+    if STAGE:
+        vh = tl.reshape(_fp4_tile_f16(codes, sb, ch, QB, False), (NB, DC, QB))
+        tl.store(VH + vrow * NP + pid_t * BLOCK_T + jb * QB + tl.arange(0, QB)[None, None, :],
+                 vh.to(VH.dtype.element_ty))
     if IS_MX:
-        emax = tl.max(sb.to(tl.int32), axis=1) - 127
-        tl.atomic_max(VEXP + pid_bh.to(tl.int64) * DP + cols, emax)
+        emax = tl.max(tl.reshape(sb.to(tl.int32), (NB, DC)), axis=0) - 127
+        tl.atomic_max(VEXP + pid_bh.to(tl.int64) * DP + ch, emax)
 
 
 @triton.jit
@@ -329,28 +388,37 @@ def _stage_kernel(Cw, Sb, EREF, OUT, NROWS, NCOLS,
     tl.store(OUT + rows[:, None] * NCOLS + cols[None, :], v.to(OUT.dtype.element_ty))
 
 
+def _staged_dtype(is_mx: bool, path: int) -> torch.dtype:
+    if path == PATH_INTERP:
+        return torch.float32
+    return torch.float8_e4m3fn if is_mx else torch.float16
+
+
+def _stage_v(vc, vs, vexp, is_mx: bool, qb: int, path: int) -> torch.Tensor:
+    """V̂ᵀ (B, Hkv, DP, NKP) from the packed V codes and scale bytes (MXFP4 against ``vexp``)."""
+    B, Hkv, DP, NKP2 = vc.shape
+    NKP = NKP2 * 2
+    vh = torch.empty((B, Hkv, DP, NKP), device=vc.device, dtype=_staged_dtype(is_mx, path))
+    rt, ct = 32, 128
+    _stage_kernel[(B * Hkv * DP // rt, NKP // ct)](vc.view(torch.int32), vs, vexp if is_mx else vs, vh,
+                                                   B * Hkv * DP, NKP, USE_EREF=True, QB=qb, IS_MX=is_mx,
+                                                   ROWS_T=rt, COLS_T=ct, num_warps=4)
+    return vh
+
+
 def stage_operands(pk: "PackedQKV") -> tuple[torch.Tensor, torch.Tensor]:
     """K̂ (B, Hkv, NKP, DP) and V̂ᵀ (B, Hkv, DP, NKP) in the tensor-core operand dtype (fp16 NVFP4
-    values, FP8 MXFP4 embedding; fp32 under the interpreter)."""
+    values, FP8 MXFP4 embedding; fp32 under the interpreter) from a packed pre-pass output. (The staged
+    ``quantize_qkv`` writes the same values from the pre-pass kernels instead.)"""
     qb, is_mx = quant_block(pk.fmt)
     B, Hkv, NKP, DP2 = pk.kc.shape
     DP = DP2 * 2
-    if pk.path == PATH_INTERP:
-        dt = torch.float32
-    else:
-        dt = torch.float8_e4m3fn if is_mx else torch.float16
-    kh = torch.empty((B, Hkv, NKP, DP), device=pk.kc.device, dtype=dt)
-    vh = torch.empty((B, Hkv, DP, NKP), device=pk.kc.device, dtype=dt)
-    i32 = torch.int32
+    kh = torch.empty((B, Hkv, NKP, DP), device=pk.kc.device, dtype=_staged_dtype(is_mx, pk.path))
     rt = 32
-    _stage_kernel[(B * Hkv * NKP // rt, 1)](pk.kc.view(i32), pk.ks, pk.ks, kh, B * Hkv * NKP, DP,
+    _stage_kernel[(B * Hkv * NKP // rt, 1)](pk.kc.view(torch.int32), pk.ks, pk.ks, kh, B * Hkv * NKP, DP,
                                             USE_EREF=False, QB=qb, IS_MX=is_mx, ROWS_T=rt, COLS_T=DP,
                                             num_warps=4)
-    ct = 128
-    _stage_kernel[(B * Hkv * DP // rt, NKP // ct)](pk.vc.view(i32), pk.vs, pk.vexp if is_mx else pk.vs, vh,
-                                                   B * Hkv * DP, NKP, USE_EREF=True, QB=qb, IS_MX=is_mx,
-                                                   ROWS_T=rt, COLS_T=ct, num_warps=4)
-    return kh, vh
+    return kh, _stage_v(pk.vc, pk.vs, pk.vexp, is_mx, qb, pk.path)
 
 
 class PackedQKV(NamedTuple):
@@ -358,10 +426,10 @@ class PackedQKV(NamedTuple):
 
     qc: torch.Tensor  # uint8 (B, Hq, NQP, DP/2)
     qs: torch.Tensor  # uint8 (B, Hq, NQP, DP/QB)
-    kc: torch.Tensor  # uint8 (B, Hkv, NKP, DP/2)
+    kc: torch.Tensor  # uint8 (B, Hkv, NKP, DP/2); staged: empty (the main kernel reads kh)
     ks: torch.Tensor  # uint8 (B, Hkv, NKP, DP/QB)
-    vc: torch.Tensor  # uint8 (B, Hkv, DP, NKP/2): channel-major, packed along tokens
-    vs: torch.Tensor  # uint8 (B, Hkv, DP, NKP/QB)
+    vc: torch.Tensor  # uint8 (B, Hkv, DP, NKP/2): channel-major, packed along tokens; staged: empty
+    vs: torch.Tensor  # uint8 (B, Hkv, DP, NKP/QB); staged: empty
     vexp: torch.Tensor  # int32 (B, Hkv, DP) (MXFP4) or empty
     qbar: torch.Tensor  # float32 (B, Hq, NQP/128, DP) (smooth_q) or empty
     kx: torch.Tensor  # bf16 (B, Hkv, NKP, DP): smoothed unquantized K for the smooth_q correction, or empty
@@ -390,8 +458,11 @@ def default_staged() -> bool:
 
 def quantize_qkv(q, k, v, *, fmt: str = "nvfp4", smooth_q: bool = False, smooth_k: bool = False,
                  path: int | None = None, staged: bool | None = None) -> PackedQKV:
-    """The quantization pre-pass on bhsd views (any strides). ``staged``: also write K̂ and V̂ᵀ in the
-    tensor-core operand dtype (Hopper/interpreter paths only)."""
+    """The quantization pre-pass on bhsd views (any strides). ``staged`` (Hopper/interpreter paths
+    only): write K̂ and V̂ᵀ in the tensor-core operand dtype *instead of* the packed K / V codes (``kc``,
+    ``vc``, ``vs`` are then empty: the main kernel reads K's scale bytes and the staged operands only).
+    K̂ and NVFP4 V̂ᵀ come straight from the pre-pass kernels; MXFP4 V̂ᵀ needs every token's block
+    exponent first (``vexp``), so V's packed codes go through ``_stage_kernel`` as before."""
     if path is None:
         path = default_path(q.device)
     if staged is None:
@@ -403,12 +474,17 @@ def quantize_qkv(q, k, v, *, fmt: str = "nvfp4", smooth_q: bool = False, smooth_
     NQP, NKP = pad_tokens(Nq), pad_tokens(Nk)
     dev = q.device
     u8 = torch.uint8
+    stage = staged and path != PATH_BLACKWELL
+    stage_v = stage and not is_mx  # MXFP4 V̂ᵀ: from the packed codes once vexp is complete
+    none = torch.empty((0,), device=dev, dtype=u8)
     qc = torch.empty((B, Hq, NQP, DP // 2), device=dev, dtype=u8)
     qs = torch.empty((B, Hq, NQP, DP // qb), device=dev, dtype=u8)
-    kc = torch.empty((B, Hkv, NKP, DP // 2), device=dev, dtype=u8)
+    kc = none if stage else torch.empty((B, Hkv, NKP, DP // 2), device=dev, dtype=u8)
     ks = torch.empty((B, Hkv, NKP, DP // qb), device=dev, dtype=u8)
-    vc = torch.empty((B, Hkv, DP, NKP // 2), device=dev, dtype=u8)
-    vs = torch.empty((B, Hkv, DP, NKP // qb), device=dev, dtype=u8)
+    vc = none if stage_v else torch.empty((B, Hkv, DP, NKP // 2), device=dev, dtype=u8)
+    vs = none if stage_v else torch.empty((B, Hkv, DP, NKP // qb), device=dev, dtype=u8)
+    kh = torch.empty((B, Hkv, NKP, DP), device=dev, dtype=_staged_dtype(is_mx, path)) if stage else None
+    vh = torch.empty((B, Hkv, DP, NKP), device=dev, dtype=_staged_dtype(is_mx, path)) if stage_v else None
     vexp = (torch.full((B, Hkv, DP), -127, device=dev, dtype=torch.int32) if is_mx
             else torch.empty((0,), device=dev, dtype=torch.int32))
     qbar = (torch.empty((B, Hq, NQP // SMOOTH_Q_BLOCK, DP), device=dev, dtype=torch.float32) if smooth_q
@@ -430,48 +506,32 @@ def quantize_qkv(q, k, v, *, fmt: str = "nvfp4", smooth_q: bool = False, smooth_
     bt = 64 if DP <= 128 else 32
     # Q: tiles of 128 rows when smoothing (the q̄ blocks), else bt
     bq = SMOOTH_Q_BLOCK if smooth_q else bt
-    _prep_qk_kernel[(NQP // bq, B * Hq)](q, *q.stride(), qc, qs, qs, qbar, qs, qbad, kvbad, Hq, Nq, D, NQP, 1,
-                                         SUB_MODE=2 if smooth_q else 0, STORE_X=False, BAD_MODE=1, QB=qb,
-                                         IS_MX=is_mx, BLOCK_T=bq, DP=DP, num_warps=8 if smooth_q else nw)
-    _prep_qk_kernel[(NKP // bt, B * Hkv)](k, *k.stride(), kc, ks, ksub, ks, kx, ks, kvbad, Hkv, Nk, D, NKP, g,
-                                          SUB_MODE=1 if smooth_k else 0, STORE_X=smooth_q, BAD_MODE=2, QB=qb,
-                                          IS_MX=is_mx, BLOCK_T=bt, DP=DP, num_warps=nw)
-    _prep_v_kernel[(NKP // bt, B * Hkv)](v, *v.stride(), vc, vs, vexp, kvbad, Hkv, Nk, D, NKP, g,
-                                         QB=qb, IS_MX=is_mx, BLOCK_T=bt, DP=DP, num_warps=nw)
-    pk = PackedQKV(qc, qs, kc, ks, vc, vs, vexp, qbar, kx, kbar, qbad, kvbad, fmt, Nq, Nk, D, path)
-    if staged and path != PATH_BLACKWELL:
-        kh, vh = stage_operands(pk)
-        pk = pk._replace(kh=kh, vh=vh)
-    return pk
+    _prep_qk_kernel[(NQP // bq, B * Hq)](q, *q.stride(), qc, qs, qs, qbar, qs, qs, qbad, kvbad, Hq, Nq, D, NQP,
+                                         1, SUB_MODE=2 if smooth_q else 0, STORE_X=False, BAD_MODE=1,
+                                         PACKED=True, STAGE=False, QB=qb, IS_MX=is_mx, BLOCK_T=bq, DP=DP,
+                                         num_warps=8 if smooth_q else nw)
+    _prep_qk_kernel[(NKP // bt, B * Hkv)](k, *k.stride(), kc if not stage else ks, ks, ksub, ks, kx,
+                                          kh if stage else ks, ks, kvbad, Hkv, Nk, D, NKP, g,
+                                          SUB_MODE=1 if smooth_k else 0, STORE_X=smooth_q, BAD_MODE=2,
+                                          PACKED=not stage, STAGE=stage, QB=qb, IS_MX=is_mx, BLOCK_T=bt, DP=DP,
+                                          num_warps=nw)
+    # V: 128 tokens x dc channels per program, r consecutive tokens x 8 channels per thread (see
+    # _prep_v_kernel; r = 4: no register spill at D = 128 but ~15% more instructions per element)
+    dc, r = min(DP, 64), 8
+    _prep_v_kernel[(NKP // 128, B * Hkv, DP // dc)](v, *v.stride(), vc if not stage_v else ks,
+                                                    vs if not stage_v else ks, vexp, vh if stage_v else ks, kvbad,
+                                                    Hkv, Nk, D, NKP, g, PACKED=not stage_v, STAGE=stage_v, QB=qb,
+                                                    IS_MX=is_mx, R=r, BLOCK_T=128, DC=dc, DP=DP,
+                                                    num_warps=128 * dc // (r * 256))
+    if stage and is_mx:
+        vh = _stage_v(vc, vs, vexp, is_mx, qb, path)
+        vc = vs = none
+    return PackedQKV(qc, qs, kc, ks, vc, vs, vexp, qbar, kx, kbar, qbad, kvbad, fmt, Nq, Nk, D, path, kh, vh)
 
 
 # =================================================================================================
 # 2. Main kernel
 # =================================================================================================
-@triton.jit
-def _fp4_tile_f16(codes, sbytes, eref, QB: tl.constexpr, IS_MX: tl.constexpr):
-    """E2M1 codes (R, C) + scale bytes (R, C/QB) -> (R, C) float16.
-
-    NVFP4: the exact value code·scale. MXFP4: code·2^(e − eref + 6) with eref (R,) the row's
-    reference exponent (exact inside the FP8 condition, see the module docstring).
-    """
-    R: tl.constexpr = codes.shape[0]
-    C: tl.constexpr = codes.shape[1]
-    cv = tl.reshape(e2m1_decode_f16(codes), (R, C // QB, QB))
-    if IS_MX:
-        k = sbytes.to(tl.int32) - 127 - eref[:, None] + 6
-        f = exp2i(tl.maximum(k, -149)).to(tl.float16)
-    else:
-        f = e4m3_decode_f16(sbytes)
-    return tl.reshape(cv * f[:, :, None], (R, C))
-
-
-@triton.jit
-def _row_exp(sbytes):
-    """Largest block exponent of each row of an E8M0 scale-byte tile (int32, (R,))."""
-    return tl.max(sbytes.to(tl.int32), axis=1) - 127
-
-
 @triton.jit
 def _mx_q_operand(qb, qsb, PATH: tl.constexpr, QB: tl.constexpr):
     """MXFP4 Q tile (packed bytes, E8M0 bytes) -> (FP8 operand c·2^(e − E_row + 6), row factor
@@ -814,7 +874,7 @@ def attention_packed(pk: PackedQKV, *, causal: bool, scale: float, two_level_p: 
     """
     qb, is_mx = quant_block(pk.fmt)
     NQP, DP = pk.qc.shape[2], pk.qc.shape[3] * 2
-    NKP = pk.kc.shape[2]
+    NKP = pk.ks.shape[2]
     lse = torch.empty((B, Hq, NQP), device=out.device, dtype=torch.float32)
     smooth_q = pk.qbar.numel() > 0
     if online is None:
@@ -829,6 +889,7 @@ def attention_packed(pk: PackedQKV, *, causal: bool, scale: float, two_level_p: 
     kx = pk.kx if smooth_q else lse
     i32 = torch.int32  # packed codes are read as 32-bit words (vectorized loads)
     staged = pk.kh is not None
+    assert staged or pk.kc.numel() > 0, "packed operands: quantize_qkv(..., staged=False)"
     kh = pk.kh if staged else lse
     vh = pk.vh if staged else lse
     args = (pk.qc.view(i32), pk.qs, pk.kc.view(i32), pk.ks, kx, pk.vc.view(i32), pk.vs, vexp, qbar, out, lse, mbuf,

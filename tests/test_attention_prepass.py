@@ -1,0 +1,191 @@
+"""The attention pre-pass (``fp4attn.kernels.attention.quantize_qkv``) field by field, bit for bit.
+
+Every buffer the main kernel reads (Q codes and scale bytes, K scale bytes, K/V packed codes or the
+staged K̂ / V̂ᵀ, V scale bytes, the MXFP4 channel exponents, q̄, the smoothed K copy, the non-finite
+flags) is compared with ``torch.equal`` against a plain PyTorch statement of it built from
+``fp4attn.formats.core.quantize_reference``: every recipe (nvfp4, mxfp4, sage3 = nvfp4 + smoothing),
+both operand modes (staged / packed), D = 64 and 128, ragged token counts, GQA, and NaN/±Inf
+inputs. The only value not stated independently is q̄ (its FP32 summation order is the kernel's): it
+is checked to 1e-5 against the torch mean and then used as given, as the reference would use it.
+Guards the pre-pass against any change of the numbers it hands to the main kernel.
+"""
+
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from fp4attn.formats.core import e2m1_decode, quantize_reference  # noqa: E402
+from fp4attn.kernels import attention as A  # noqa: E402
+
+INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+HAS_CUDA = torch.cuda.is_available() and not INTERPRET
+# the interpreter on CPU; on a GPU (TRITON_INTERPRET=0) the compiled Hopper path, fp16 / FP8 staged
+pytestmark = [pytest.mark.skipif(not (INTERPRET or HAS_CUDA), reason="needs the interpreter or CUDA")]
+if HAS_CUDA:
+    pytestmark.append(pytest.mark.gpu)  # selected by ``-m gpu`` with the other GPU tests
+DEV = "cuda" if HAS_CUDA else "cpu"
+PATH = A.PATH_INTERP if INTERPRET else A.PATH_HOPPER
+
+NAN, INF = float("nan"), float("inf")
+
+
+def _u8(t):
+    return t.contiguous().view(torch.uint8) if t.dtype != torch.uint8 else t
+
+
+def _pad(x, n_tok, dp):
+    """(B, H, N, D) -> (B, H, n_tok, dp) zero-padded."""
+    return torch.nn.functional.pad(x, (0, dp - x.shape[-1], 0, n_tok - x.shape[-2]))
+
+
+def _quantize(x, fmt):
+    """x (..., C) along its last axis -> (packed codes, scale bytes, values code·scale as float64):
+    quantize_reference of x with its non-finite elements zeroed (the block scales ignore them), then
+    the kernel's codes for those elements: NaN -> 0, ±Inf -> ±6 (code 7 with the sign bit; 0 in an
+    NVFP4 block whose scale is 0, whose codes are all 0)."""
+    fin = torch.isfinite(x)
+    r = quantize_reference(torch.where(fin, x, 0.0), fmt, dim=-1)
+    qb = x.shape[-1] // r.scales.shape[-1]
+    scale = r.scale_values().double().repeat_interleave(qb, dim=-1)
+    codes = r.codes()
+    inf_code = torch.where(x > 0, 7, 15).to(torch.uint8)
+    inf_code = torch.where(scale > 0, inf_code, 0).to(torch.uint8)
+    codes = torch.where(fin, codes, torch.where(torch.isinf(x), inf_code, 0).to(torch.uint8))
+    packed = codes[..., 0::2] | (codes[..., 1::2] << 4)
+    values = e2m1_decode(codes).double() * scale
+    return packed, r.scales, values
+
+
+def prepass_statement(q, k, v, *, fmt, smooth_q, smooth_k, qbar_kernel, path):
+    """The pre-pass outputs in plain PyTorch (see the module docstring); padded like the kernel's."""
+    B, hq, nq, D = q.shape
+    hkv, nk = k.shape[1], k.shape[2]
+    g = hq // hkv
+    DP = A.head_dim_padded(D, path)
+    NQP, NKP = A.pad_tokens(nq), A.pad_tokens(nk)
+    exp = {}
+    # ---- Q (smooth_q: minus the per-128-row mean q̄, the kernel's FP32 sum checked to 1e-5) ----
+    qx = q
+    if smooth_q:
+        nb = NQP // 128
+        qp = torch.nn.functional.pad(q, (0, 0, 0, NQP - nq)).view(B, hq, nb, 128, D)
+        cnt = torch.tensor([min(128, nq - 128 * i) for i in range(nb)], dtype=torch.float32, device=q.device)
+        mean = qp.sum(dim=3) / cnt.view(1, 1, nb, 1)
+        fin = torch.isfinite(mean)
+        torch.testing.assert_close(qbar_kernel[..., :D][fin], mean[fin], rtol=1e-5, atol=1e-5)
+        exp["qbar"] = _pad(torch.where(fin, qbar_kernel[..., :D], 0.0), nb, DP)
+        used = torch.where(fin, qbar_kernel[..., :D], mean)  # a non-finite mean poisons its block
+        qx = q - used.repeat_interleave(128, dim=2)[:, :, :nq]
+    qpad = _pad(qx, NQP, DP)
+    exp["qc"], exp["qs"], _ = _quantize(qpad, fmt)
+    exp["qbad"] = (~torch.isfinite(qpad)).any(dim=-1).to(torch.uint8)
+    # ---- K (smooth_k: minus the per-head token mean k̄) ------------------------------------------
+    kx = k
+    if smooth_k:
+        kx = k - k.float().mean(dim=2, keepdim=True)
+    kpad = _pad(kx, NKP, DP)
+    exp["kc"], exp["ks"], kq = _quantize(kpad, fmt)
+    if smooth_q:
+        exp["kx"] = torch.where(torch.isfinite(kpad), kpad, 0.0)
+    # ---- V (blocks and packing along tokens, stored channel-major) ---------------------------------
+    vpad = _pad(v, NKP, DP)
+    exp["vc"], exp["vs"], vq = _quantize(vpad.transpose(-1, -2), fmt)  # (B, hkv, DP, NKP)
+    if fmt == "mxfp4":
+        exp["vexp"] = _u8(exp["vs"]).to(torch.int32).amax(dim=-1) - 127
+    # ---- flags, per query head ------------------------------------------------------------------
+    kbad_row = (~torch.isfinite(kpad)).any(dim=-1)  # (B, hkv, NKP)
+    first = torch.where(kbad_row, torch.arange(NKP, device=kpad.device).expand_as(kbad_row), NKP).amin(dim=-1)
+    kv = torch.zeros(B, hkv, 2 + DP, dtype=torch.int64, device=k.device)
+    kv[..., 0] = torch.where(first < NKP, 2**31 - 1 - first, 0)
+    vbad = (~torch.isfinite(vpad)).any(dim=-2)  # (B, hkv, DP)
+    kv[..., 1] = vbad.any(dim=-1).long()
+    kv[..., 2:] = vbad.long()
+    exp["kvbad"] = kv.repeat_interleave(g, dim=1).to(torch.int32)
+    # ---- staged operands: the FP4 values (NVFP4, exact in fp16) / the FP8 embedding (MXFP4) -------
+    if fmt == "mxfp4":
+        ek = _u8(exp["ks"]).to(torch.int32).amax(dim=-1, keepdim=True) - 127
+        kq = kq * torch.exp2(6.0 - ek.double())
+        vq = vq * torch.exp2(6.0 - exp["vexp"][..., None].double())
+    exp["kh"], exp["vh"] = kq, vq
+    return exp
+
+
+def _poison(q, k, v):
+    q, k, v = q.clone(), k.clone(), v.clone()
+    B, hq, nq, D = q.shape
+    hkv, nk = k.shape[1], k.shape[2]
+    q[0, hq - 1, 37, D // 3] = NAN
+    q[B - 1, 0, nq - 1, 0] = -INF
+    k[0, hkv - 1, nk // 2, D - 1] = INF
+    k[0, hkv - 1, nk // 2 + 3, 1] = NAN
+    v[0, 0, 20, 5] = -INF
+    v[0, hkv - 1, nk - 1, D - 2] = NAN
+    return q, k, v
+
+
+CASES = [
+    # fmt, smooth_q, smooth_k, D, nq, nk, poison
+    ("nvfp4", False, False, 64, 150, 90, False),
+    ("nvfp4", False, False, 128, 70, 200, True),
+    ("mxfp4", False, False, 64, 150, 90, True),
+    ("mxfp4", False, False, 128, 70, 200, False),
+    ("nvfp4", True, True, 64, 150, 90, False),  # sage3: two q̄ blocks, the second ragged
+    ("nvfp4", True, True, 128, 150, 200, True),
+    ("nvfp4", True, False, 40, 130, 70, False),  # smooth_q alone, D padded to 64
+    ("mxfp4", False, True, 48, 60, 130, True),  # smooth_k alone, D padded to 64
+]
+
+
+@pytest.mark.parametrize("staged", [True, False], ids=["staged", "packed"])
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-sq{int(c[1])}-sk{int(c[2])}-D{c[3]}-{c[4]}x{c[5]}"
+                         + ("-nonfinite" if c[6] else ""))
+def test_prepass_fields_bit_exact(case, staged):
+    fmt, smooth_q, smooth_k, D, nq, nk, bad = case
+    B, hq, hkv = 2, 4, 2
+    g = torch.Generator().manual_seed(D + nq + nk)
+    q = torch.randn(B, hq, nq, D, generator=g) * torch.logspace(-3, 3, D)  # very different block magnitudes
+    k = torch.randn(B, hkv, nk, D, generator=g) + 0.5
+    v = torch.randn(B, hkv, nk, D, generator=g)
+    v[:, :, :, 3] *= 1e-4
+    if bad:
+        q, k, v = _poison(q, k, v)
+    q, k, v = (t.to(DEV) for t in (q, k, v))
+    path = PATH
+    pk = A.quantize_qkv(q, k, v, fmt=fmt, smooth_q=smooth_q, smooth_k=smooth_k, path=path, staged=staged)
+    exp = prepass_statement(q, k, v, fmt=fmt, smooth_q=smooth_q, smooth_k=smooth_k, qbar_kernel=pk.qbar,
+                            path=path)
+
+    def eq(name, got, want):
+        """Bit for bit (float values: -0.0 and +0.0 differ) in the kernel's dtype."""
+        assert got is not None and got.numel() > 0, name
+        assert got.shape == want.shape, (name, got.shape, want.shape)
+        if got.dtype.is_floating_point:
+            w = want.to(got.dtype)
+            assert torch.equal(w.to(want.dtype), want), name  # the expected values exist in that dtype
+            assert torch.equal(_u8(got), _u8(w)), name
+        else:  # integers; scale bytes against the reference's float8 scales
+            w = want if want.dtype.is_floating_point else want.to(got.dtype)
+            assert torch.equal(_u8(got), _u8(w)), name
+
+    for name in ("qc", "qs", "ks", "qbad", "kvbad"):
+        eq(name, getattr(pk, name), exp[name])
+    if fmt == "mxfp4":
+        eq("vexp", pk.vexp, exp["vexp"])
+    if smooth_q:
+        eq("qbar", pk.qbar, exp["qbar"])
+        eq("kx", pk.kx, exp["kx"].to(pk.kx.dtype))  # bf16 on GPU: round to nearest even, as torch
+    if smooth_k:
+        torch.testing.assert_close(pk.kbar, k.float().mean(dim=2), rtol=0, atol=0, equal_nan=True)
+    if staged:
+        eq("kh", pk.kh, exp["kh"])
+        eq("vh", pk.vh, exp["vh"])
+    else:
+        assert pk.kh is None and pk.vh is None
+        for name in ("kc", "vc", "vs"):
+            eq(name, getattr(pk, name), exp[name])
+        kh, vh = A.stage_operands(pk)  # staging the packed form gives the staged run's operands
+        eq("kh (stage_operands)", kh, exp["kh"])
+        eq("vh (stage_operands)", vh, exp["vh"])
