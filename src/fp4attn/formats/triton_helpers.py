@@ -138,10 +138,12 @@ def block_amax_bad(xb):
 
 @triton.jit
 def block_bad(xb):
-    """1 where the last axis of a (..., BLOCK) tile holds a NaN or +-Inf: the integer max of the
-    exponent fields is all ones (2 instructions per element; a compare, a select and a max before)."""
-    e = tl.max(xb.to(tl.int32, bitcast=True) & 0x7F800000, axis=-1)
-    return (e == 0x7F800000).to(tl.int32)
+    """1 where the last axis of a (..., BLOCK) float32 tile holds NaN or ±Inf, else 0 (int32), from the
+    sum of x·0: each term is ±0 for a finite x and NaN for NaN or ±Inf, a sum of zeros is a zero (never
+    NaN) and a NaN term makes the sum NaN. Products and reduction contract to one FFMA per element on
+    the GPU (a compare, a select and an integer max before)."""
+    z = tl.sum(xb * 0.0, axis=-1)
+    return (z != z).to(tl.int32)
 
 
 @triton.jit
@@ -521,17 +523,3 @@ def e2m1_codes_div(xb, s):
     b = xb.to(tl.int32, bitcast=True)
     c = e2m1_code_from_points(b & 0x7FFFFFFF, g0, g1, g2, g3, g4, g5, g6) | ((b >> 28) & 8)
     return tl.where((tl.expand_dims(s, -1) > 0) & (xb == xb), c, 0)
-
-
-
-# ----------------------------------------------------------------------------------------------
-# Non-finite flags at one FMA per element (added for the attention pre-pass, issue 4)
-# ----------------------------------------------------------------------------------------------
-@triton.jit
-def block_nonfinite(xb):
-    """``block_bad`` (1 where the last axis of a (..., BLOCK) float32 tile holds NaN or ±Inf, else 0;
-    int32) from the sum of x·0: each term is ±0 for a finite x and NaN for NaN or ±Inf, a sum of zeros
-    is a zero (never NaN) and a NaN term makes the sum NaN. The products and the reduction contract to
-    one FFMA per element on the GPU (``block_bad`` costs a compare, a select and an integer max)."""
-    z = tl.sum(xb * 0.0, axis=-1)
-    return (z != z).to(tl.int32)

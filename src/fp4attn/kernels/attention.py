@@ -136,7 +136,7 @@ import triton.language as tl
 
 from ..formats.triton_helpers import (
     block_amax,
-    block_nonfinite,
+    block_bad,
     e2m1_code,
     e2m1_code_cmp,
     e2m1_codes_div,
@@ -282,7 +282,7 @@ def _prep_qk_kernel(X, sx_b, sx_h, sx_n, sx_d, C, S, SUB, QBAR, XS, XH, QROWS, K
         x = tl.where(msk, x - mean[None, :], 0.0)
     r64 = rows[:, None].to(tl.int64)
     # rows holding NaN/±Inf after smoothing (padding rows are zeros): their attention rows are NaN
-    rbad = block_nonfinite(x)
+    rbad = block_bad(x)
     if BAD_MODE == 1:
         tl.store(QROWS + pid_bh.to(tl.int64) * NP + rows, rbad.to(tl.uint8))
         if pid_t == 0:
@@ -339,7 +339,7 @@ def _prep_v_kernel(X, sx_b, sx_h, sx_n, sx_d, C, S, VEXP, VH, KVF, H, N, D, NP, 
     src = X + b.to(tl.int64) * sx_b + h.to(tl.int64) * sx_h
     x = tl.load(src + tok.to(tl.int64) * sx_n + c4 * sx_d, mask=(tok < N) & (c4 < D), other=0.0).to(tl.float32)
     xb = tl.reshape(tl.permute(x, (1, 3, 0, 2)), (NB * DC, QB))  # row j·DC + c: block j of channel c
-    cbad = tl.max(tl.reshape(block_nonfinite(xb), (NB, DC)), axis=0)  # (DC,)
+    cbad = tl.max(tl.reshape(block_bad(xb), (NB, DC)), axis=0)  # (DC,)
     anybad = tl.max(cbad, axis=0)
     for jg in range(GROUP):  # masked stores of the same value from any tile: no atomics needed
         row = KVF + (pid_bh * GROUP + jg).to(tl.int64) * (DP + 2)
