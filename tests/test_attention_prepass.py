@@ -85,7 +85,7 @@ def prepass_statement(q, k, v, *, fmt, smooth_q, smooth_k, qbar_kernel, path):
     # ---- K (smooth_k: minus the per-head token mean k̄) ------------------------------------------
     kx = k
     if smooth_k:
-        kx = k - k.float().mean(dim=2, keepdim=True)
+        kx = k - k.mean(dim=2, keepdim=True, dtype=torch.float32)
     kpad = _pad(kx, NKP, DP)
     exp["kc"], exp["ks"], kq = _quantize(kpad, fmt)
     if smooth_q:
@@ -178,7 +178,7 @@ def test_prepass_fields_bit_exact(case, staged):
         eq("qbar", pk.qbar, exp["qbar"])
         eq("kx", pk.kx, exp["kx"].to(pk.kx.dtype))  # bf16 on GPU: round to nearest even, as torch
     if smooth_k:
-        torch.testing.assert_close(pk.kbar, k.float().mean(dim=2), rtol=0, atol=0, equal_nan=True)
+        torch.testing.assert_close(pk.kbar, k.mean(dim=2, dtype=torch.float32), rtol=0, atol=0, equal_nan=True)
     if staged:
         eq("kh", pk.kh, exp["kh"])
         eq("vh", pk.vh, exp["vh"])

@@ -497,7 +497,7 @@ def quantize_qkv(q, k, v, *, fmt: str = "nvfp4", smooth_q: bool = False, smooth_
     kx = (torch.empty((B, Hkv, NKP, DP), device=dev, dtype=kx_dt) if smooth_q
           else torch.empty((0,), device=dev, dtype=kx_dt))
     if smooth_k:
-        kbar = k.float().mean(dim=2)  # (B, Hkv, D), as the reference
+        kbar = k.mean(dim=2, dtype=torch.float32)  # (B, Hkv, D), as the reference; no float32 copy of K
         ksub = torch.nn.functional.pad(kbar, (0, DP - D)).contiguous()
     g = Hq // Hkv
     qbad = torch.empty((B, Hq, NQP), device=dev, dtype=u8)
