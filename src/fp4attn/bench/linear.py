@@ -5,7 +5,9 @@ For each shape (M, K, N) — x (M, K), W (N, K), bf16 — times, in one run on o
 * ``fp8``: the speed-of-light reference, ``torch._scaled_mm`` on already-quantized E4M3 operands
   (forward: one GEMM; forward+backward: the three GEMMs of a linear layer, operands pre-transposed);
 * ``quartet``: ``QuartetLinearCUDA`` forward (Hadamard+QuEST quantizers + FP8 GEMM) and
-  forward+backward (plus the SR quantizers, two GEMMs, mask + inverse Hadamard);
+  forward+backward (plus the SR quantizers, two GEMMs, mask + inverse Hadamard); also the forward
+  with the weight quantized once ("cached W": ``QuartetLinear.cache_weight``, i.e. evaluation or
+  gradient-accumulation micro-batches after the first);
 * the quantization overhead apart: the forward's two quantizer calls, and the backward's four SR
   quantizers + two epilogues.
 Prints a markdown table (ms, TFLOP/s with 2·M·K·N per GEMM, speedups vs bf16 and vs fp8) and writes
@@ -75,6 +77,13 @@ def bench_shape(M, K, N, rep_ms=200.0, dev="cuda"):
             return kq.QuartetLinearCUDA.apply(x, w, None, rng, 32)
 
     put("quartet fwd", q_fwd)
+    wq = kq.quantize_weight(w.detach())
+
+    def q_fwd_cached():  # the weight quantized once (QuartetLinear.cache_weight: evaluation, grad accumulation)
+        with torch.no_grad():
+            return kq.QuartetLinearCUDA.apply(x, w, None, rng, 32, wq)
+
+    put("quartet fwd cached W", q_fwd_cached)
     put("quartet fwd+bwd", lambda: kq.QuartetLinearCUDA.apply(x, w, None, rng, 32).backward(dy), [x, w])
     put("quartet fwd quant", lambda: (kq.quest_fp8(x.detach()), kq.quest_fp8(w.detach())))
     x8, mx, rsx = kq.quest_fp8(x.detach())
@@ -130,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
 
     shapes = parse_shapes(args.shapes)
     headers = ["shape (M,K,N)", "bf16 fwd ms", "fp8 fwd ms", "quartet fwd ms", "fwd x bf16", "fwd x fp8",
+               "quartet fwd cached W ms", "fwd cached W x bf16",
                "bf16 f+b ms", "fp8 f+b ms", "quartet f+b ms", "f+b x bf16", "f+b x fp8",
                "fwd quant ms", "bwd quant ms", "quartet fwd GEMM ms", "fwd TF/s", "f+b TF/s"]
     rows, all_notes = [], {}
@@ -144,6 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         fl = 2.0 * M * K * N
         rows.append([f"({M},{K},{N})", r["bf16 fwd"], r["fp8 fwd"], r["quartet fwd"],
                      ratio("bf16 fwd", "quartet fwd"), ratio("fp8 fwd", "quartet fwd"),
+                     r["quartet fwd cached W"], ratio("bf16 fwd", "quartet fwd cached W"),
                      r["bf16 fwd+bwd"], r["fp8 fwd+bwd"], r["quartet fwd+bwd"],
                      ratio("bf16 fwd+bwd", "quartet fwd+bwd"), ratio("fp8 fwd+bwd", "quartet fwd+bwd"),
                      r["quartet fwd quant"], r["quartet bwd quant"], r["quartet fwd gemm"],
