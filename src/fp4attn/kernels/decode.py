@@ -36,7 +36,6 @@ import triton.language as tl
 
 from ..formats.triton_helpers import (
     e2m1_halfwords_f16,
-    e4m3_decode_f16_hw,
     fake_quant_p,
     fake_quant_rows,
     unpack_e2m1_f16_scaled,
@@ -108,8 +107,9 @@ def _decode_tile(t0, acc, l_i, m_i, q_op, q16, s_scale, qk_scale, kg, vg, row_ok
         kh = tl.load(KD.to(tl.pointer_type(tl.int16))
                      + (row0 + (offs_c4 // (D // 4))[None, :] * KSUB + offs_k[:, None]) * (D // 4)
                      + (offs_c4 % (D // 4))[None, :])
-        k = tl.reshape(unpack_e2m1_f16_scaled(kh), (KSUB, J * D // 16, 16))
-        k = tl.reshape(k * e4m3_decode_f16_hw(ksb)[:, :, None], (KSUB, J * D))
+        # the block's scale byte for each of its 4 half-words, twice (codes 0-1 and 2-3)
+        ks4 = tl.reshape(tl.broadcast_to(ksb.to(tl.int16)[:, :, None], (KSUB, J * D // 16, 4)), (KSUB, J * D // 4))
+        k = unpack_e2m1_f16_scaled(kh, ks4 | (ks4 << 8))
     s = tl.dot(q_op, tl.trans(k)) * s_scale
     keys = t0 + fold[:, None] * KSUB + offs_k[None, :]
     ok = (keys < C) & (keys <= last_key[:, None]) & row_ok[:, None]
@@ -135,11 +135,13 @@ def _decode_tile(t0, acc, l_i, m_i, q_op, q16, s_scale, qk_scale, kg, vg, row_ok
         offs_c = tl.arange(0, D // 2)
         vh = tl.load(VD.to(tl.pointer_type(tl.int16)) + (base * (PS // 2) + off // 2 + offs_n2)[:, None] * (D // 2)
                      + offs_c[None, :])
-        o0, o1, o2, o3 = e2m1_halfwords_f16(vh)
+        # scale bytes of channels 2c, 2c+1 of the half-word's 16-token block, as one int16
+        vs2 = tl.load(VS.to(tl.pointer_type(tl.int16)) + (base * (PS // 16) + off // 16 + offs_n16)[:, None] * (D // 2)
+                      + offs_c[None, :])
+        vs2 = tl.reshape(tl.broadcast_to(vs2[:, None, :], (BLOCK_N // 16, 8, D // 2)), (BLOCK_N // 2, D // 2))
+        o0, o1, o2, o3 = e2m1_halfwords_f16(vh, vs2)
         x = tl.join(tl.join(o0, o2), tl.join(o1, o3))  # [t2, c, b, a] = code a + 2b
-        v = tl.reshape(tl.permute(x, (0, 3, 1, 2)), (BLOCK_N // 16, 16, D))
-        vs = tl.load(VS + (base * (PS // 16) + off // 16 + offs_n16)[:, None] * D + offs_d[None, :])
-        v = tl.reshape(v * e4m3_decode_f16_hw(vs)[:, None, :], (BLOCK_N, D))
+        v = tl.reshape(tl.permute(x, (0, 3, 1, 2)), (BLOCK_N, D))
     if THRIFT:
         p4 = tl.where(selr[:, None], 0.0, p)
         s1 = tl.max(p4, 1) * (1.0 / 2688.0)  # two-level P: s1 = rowmax(P̃ tile) / (448·6)
