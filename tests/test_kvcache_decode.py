@@ -445,6 +445,10 @@ def test_decode_kernel_gpu_one_tile_equals_reference(nq):
     out = fp4attn.decode(q, c)
     ref, _ = decode_reference(q, c, scale=D ** -0.5)
     assert _rel(out, ref) <= 4e-3  # bf16 output rounding (2^-9 relative) and summation order
+    from fp4attn.kernels.decode import decode_fwd
+
+    folded, _ = decode_fwd(q, c, scale=D ** -0.5, fold=True)  # keys folded over the padding rows
+    assert _rel(folded, ref) <= 4e-3
 
 
 @pytest.mark.gpu

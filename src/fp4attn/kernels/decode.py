@@ -300,26 +300,29 @@ def _decode_reduce_kernel(OP, MP, LP, O, LSE, NS, GQ, BLOCK_M, BLOCK_S: tl.const
     tl.store(LSE + r, lse)
 
 
-def default_splits(B: int, hkv: int, max_committed: int, block_n: int, device=None) -> int:
-    """Splits along the context: about 16 tiles per split (the best of the H200 sweep in BENCHMARKS.md:
-    34 splits at B=8/Hkv=8/32k, 132 at B=1/Hkv=8/128k, both ~15.5 tiles of 64 keys per split, 2 warps),
-    and at least ~2 programs per SM while each split keeps >= 4 tiles."""
+def default_splits(B: int, hkv: int, max_committed: int, block_n: int, device=None, per_sm: int = 16) -> int:
+    """Splits along the context: at most ~16 tiles per split and ~``per_sm`` programs (of 2 warps) per SM
+    while each split keeps >= 4 tiles (the best of the H200 sweep in BENCHMARKS.md after the fused scale
+    decode: 32 splits at B=8/Hkv=8/32k, 256 at B=1/Hkv=8/128k, i.e. ~2048 programs both, unfolded;
+    Thrift decode, whose tiles also read 16-bit pages, is faster with ~2 per SM: 0.236 vs 0.257 ms at
+    128k)."""
     if device is not None and torch.cuda.is_available() and device.type == "cuda":
         sms = torch.cuda.get_device_properties(device).multi_processor_count
     else:
         sms = 132
     tiles = max(1, -(-max_committed // block_n))
-    fill = min(-(-2 * sms // (B * hkv)), -(-tiles // 4))
+    fill = min(-(-per_sm * sms // (B * hkv)), -(-tiles // 4))
     return max(1, -(-tiles // 16), fill)
 
 
 def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor | None = None,
                num_splits: int | None = None, block_n: int = 64, num_warps: int = 2,
-               num_stages: int = 2, fold: bool | int = True):
+               num_stages: int = 2, fold: bool | int = 1):
     """q (B, Hq, NQ, D) contiguous -> (out (B, Hq, NQ, D) in q.dtype, lse (B, Hq, NQ) float32).
 
     ``fold``: fold the keys of a tile over padding rows when G·NQ < 16 (see ``_decode_tile``); True: as
-    many folds as fit, an int: at most that many (1 = no folding).
+    many folds as fit, an int: at most that many (1, the default = no folding: since the block scales
+    are applied inside the decode asm the unfolded tile is faster at both benchmark shapes).
 
     ``selection``: (B, Hq, max_pages) bool Thrift selection (pages computed in 16 bits) or None.
     """
@@ -347,7 +350,7 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
     committed = cache.committed_lengths()
     max_c = max(committed) if committed else 0
     if num_splits is None:
-        num_splits = default_splits(B, Hkv, max_c, block_n, q.device)
+        num_splits = default_splits(B, Hkv, max_c, block_n, q.device, per_sm=2 if selection is not None else 16)
     tiles = max(1, -(-max_c // block_n))
     num_splits = max(1, min(int(num_splits), tiles))
     TPS = -(-tiles // num_splits) * block_n
