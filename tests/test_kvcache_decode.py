@@ -431,23 +431,24 @@ def test_decode_kernel_gpu(nq):
 @pytest.mark.gpu
 @gpu
 @pytest.mark.parametrize("nq", [1, 4])
-def test_decode_kernel_gpu_one_tile_equals_reference(nq):
-    """With at most one 64-key tile per sequence (one split) the running max the kernel quantizes P̃
+@pytest.mark.parametrize("block_n", [32, 64])
+def test_decode_kernel_gpu_one_tile_equals_reference(nq, block_n):
+    """With at most one key tile per sequence (one split) the running max the kernel quantizes P̃
     against is the one-shot row max, so the kernel must equal the reference over the dequantized cache
     up to float32 accumulation order and the bf16 output: this pins the in-register decode of codes and
     scales (per channel for V, per 16-channel block for K) that the loose long-context test cannot."""
+    from fp4attn.kernels.decode import decode_fwd
+
     B, Hkv, G, D = 3, 2, 4, 128
     dev = "cuda"
-    lens = [64, 48, 32]  # no raw tail: the reference's one-shot max would include the tail's keys
+    lens = [block_n, block_n - 16, 16]  # no raw tail: the reference's one-shot max would include its keys
     k, v = _kv(B, Hkv, max(lens), D, seed=21)
     c = KVCache.from_dense(k.to(dev), v.to(dev), lengths=lens)
     q = torch.randn(B, Hkv * G, nq, D, device=dev, dtype=torch.bfloat16)
-    out = fp4attn.decode(q, c)
+    out, _ = decode_fwd(q, c, scale=D ** -0.5, block_n=block_n)
     ref, _ = decode_reference(q, c, scale=D ** -0.5)
     assert _rel(out, ref) <= 4e-3  # bf16 output rounding (2^-9 relative) and summation order
-    from fp4attn.kernels.decode import decode_fwd
-
-    folded, _ = decode_fwd(q, c, scale=D ** -0.5, fold=True)  # keys folded over the padding rows
+    folded, _ = decode_fwd(q, c, scale=D ** -0.5, block_n=block_n, fold=True)  # keys folded over padding rows
     assert _rel(folded, ref) <= 4e-3
 
 

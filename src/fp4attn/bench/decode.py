@@ -84,12 +84,12 @@ def sweep(q, cache, sel, rep_ms: float):
     from ..kernels.decode import decode_fwd, default_splits
 
     B, Hq, _, D = q.shape
-    base = default_splits(B, cache.num_kv_heads, max(cache.committed_lengths()), 64, q.device)
     rows = []
     best = (None, float("inf"))
-    for nw, ns, bn, mult, fold in itertools.product((1, 2, 4), (2,), (64,), (1, 2), (1, 2, 4)):
-        if sel is not None and fold != 1:
-            continue  # Thrift never folds
+    for nw, ns, bn, mult, fold in itertools.product((1, 2), (2, 3), (32, 64), (0.5, 1, 2), (1, 2)):
+        if sel is not None and (fold != 1 or bn != 64):
+            continue  # Thrift never folds and needs 64-key tiles
+        base = default_splits(B, cache.num_kv_heads, max(cache.committed_lengths()), bn, q.device)
         splits = max(1, int(base * mult))
         cfg = dict(num_warps=nw, num_stages=ns, block_n=bn, num_splits=splits, fold=fold)
         try:

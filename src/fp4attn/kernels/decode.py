@@ -300,24 +300,27 @@ def _decode_reduce_kernel(OP, MP, LP, O, LSE, NS, GQ, BLOCK_M, BLOCK_S: tl.const
     tl.store(LSE + r, lse)
 
 
-def default_splits(B: int, hkv: int, max_committed: int, block_n: int, device=None, per_sm: int = 16) -> int:
-    """Splits along the context: at most ~16 tiles per split and ~``per_sm`` programs (of 2 warps) per SM
-    while each split keeps >= 4 tiles (the best of the H200 sweep in BENCHMARKS.md after the fused scale
-    decode: 32 splits at B=8/Hkv=8/32k, 256 at B=1/Hkv=8/128k, i.e. ~2048 programs both, unfolded;
-    Thrift decode, whose tiles also read 16-bit pages, is faster with ~2 per SM: 0.236 vs 0.257 ms at
-    128k)."""
+def default_splits(B: int, hkv: int, max_committed: int, block_n: int, device=None, per_sm: int = 8,
+                   max_tiles: int | None = None) -> int:
+    """Splits along the context: at most ``per_sm`` programs per SM in all (one wave: the FP4 kernel
+    at 1 warp holds ~255 registers per thread, so 8 programs fit an SM, and a 1088-program launch on
+    1056 slots ran 1.6x slower than a 1024-program one) while each split keeps >= 4 tiles, and at most
+    ``max_tiles`` tiles per split when given. The FP4 defaults (1 warp, 32-key tiles, 8 programs per
+    SM) are the best of the H200 sweep in BENCHMARKS.md: 16 splits at B=8/Hkv=8/32k, 132 at
+    B=1/Hkv=8/128k. Thrift decode (2 warps, 64-key tiles that also read 16-bit pages) keeps its
+    sweep's ~16 tiles per split and ~2 programs per SM."""
     if device is not None and torch.cuda.is_available() and device.type == "cuda":
         sms = torch.cuda.get_device_properties(device).multi_processor_count
     else:
         sms = 132
     tiles = max(1, -(-max_committed // block_n))
-    fill = min(-(-per_sm * sms // (B * hkv)), -(-tiles // 4))
-    return max(1, -(-tiles // 16), fill)
+    fill = min(per_sm * sms // (B * hkv), -(-tiles // 4))
+    return max(1, -(-tiles // max_tiles) if max_tiles else 1, fill)
 
 
 def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor | None = None,
-               num_splits: int | None = None, block_n: int = 64, num_warps: int = 2,
-               num_stages: int = 2, fold: bool | int = 1):
+               num_splits: int | None = None, block_n: int | None = None, num_warps: int | None = None,
+               num_stages: int | None = None, fold: bool | int = 1):
     """q (B, Hq, NQ, D) contiguous -> (out (B, Hq, NQ, D) in q.dtype, lse (B, Hq, NQ) float32).
 
     ``fold``: fold the keys of a tile over padding rows when G·NQ < 16 (see ``_decode_tile``); True: as
@@ -326,6 +329,11 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
 
     ``selection``: (B, Hq, max_pages) bool Thrift selection (pages computed in 16 bits) or None.
     """
+    thrift = selection is not None
+    # tile / warps / stages: the H200 sweep's best (BENCHMARKS.md, issue 5); Thrift needs 64-key tiles
+    block_n = block_n or (64 if thrift else 32)
+    num_warps = num_warps or (2 if thrift else 1)
+    num_stages = num_stages or (2 if thrift else 3)
     B, Hq, NQ, D = q.shape
     Hkv = cache.num_kv_heads
     G = Hq // Hkv
@@ -350,7 +358,8 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
     committed = cache.committed_lengths()
     max_c = max(committed) if committed else 0
     if num_splits is None:
-        num_splits = default_splits(B, Hkv, max_c, block_n, q.device, per_sm=2 if selection is not None else 16)
+        num_splits = (default_splits(B, Hkv, max_c, block_n, q.device, per_sm=2, max_tiles=16) if thrift
+                      else default_splits(B, Hkv, max_c, block_n, q.device))
     tiles = max(1, -(-max_c // block_n))
     num_splits = max(1, min(int(num_splits), tiles))
     TPS = -(-tiles // num_splits) * block_n
@@ -359,7 +368,6 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
     OP = torch.empty(B * Hkv * num_splits * BLOCK_M, D, dtype=torch.float32, device=dev)
     MP = torch.empty(B * Hkv * num_splits * BLOCK_M, dtype=torch.float32, device=dev)
     LP = torch.empty_like(MP)
-    thrift = selection is not None
     maxp = cache.page_table.shape[1]
     if thrift:
         sel = torch.zeros(B, Hq, max(maxp, 1), dtype=torch.int8, device=dev)
