@@ -302,9 +302,10 @@ def _decode_reduce_kernel(OP, MP, LP, O, LSE, NS, GQ, BLOCK_M, BLOCK_S: tl.const
 
 def default_splits(B: int, hkv: int, max_committed: int, block_n: int, device=None, per_sm: int = 8,
                    max_tiles: int | None = None) -> int:
-    """Splits along the context: at most ``per_sm`` programs per SM in all (one wave: the FP4 kernel
-    at 1 warp holds ~255 registers per thread, so 8 programs fit an SM, and a 1088-program launch on
-    1056 slots ran 1.6x slower than a 1024-program one) while each split keeps >= 4 tiles, and at most
+    """Splits along the context: at most ``per_sm`` programs per SM in all (one wave: 8 programs of the
+    1-warp FP4 kernel fit an SM on the H200; launches of 9 or 12 per SM ran 1.3-1.6x slower than 8 or 16,
+    a partial last wave; capping registers at 168 or 128 to fit more was slower still) while each split
+    keeps >= 4 tiles, and at most
     ``max_tiles`` tiles per split when given. The FP4 defaults (1 warp, 32-key tiles, 8 programs per
     SM) are the best of the H200 sweep in BENCHMARKS.md: 16 splits at B=8/Hkv=8/32k, 132 at
     B=1/Hkv=8/128k. Thrift decode (2 warps, 64-key tiles that also read 16-bit pages) keeps its
