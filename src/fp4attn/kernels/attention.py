@@ -849,13 +849,20 @@ def _attn_fwd_kernel(Qc, Qs, Kc, Ks, KX, Vc, Vs, VEXP, QBAR, O, LSE, MBUF, KH, V
     tl.store(o_ptrs, o.to(O.dtype.element_ty), mask=(offs_m[:, None] < Nq) & (dd[None, :] < D))
 
 
-def default_config(dp: int, path: int, causal: bool = False, two_level: bool = False) -> dict:
-    """Tile config without autotuning (tests; first calls). Under the interpreter: small tiles."""
+def default_config(dp: int, path: int, causal: bool = False, two_level: bool = False, is_mx: bool = False) -> dict:
+    """The tile config ``fp4attn.attention`` runs (no autotuning). D <= 128 on Hopper: the winners of the
+    H200 config sweep of ``fp4attn bench attention`` at every benchmark shape (BENCHMARKS.md, issue 4):
+    MXFP4 128x128 tiles, 8 warps, 2 stages; NVFP4 / sage3 128x64, 8 warps, 3 stages. Under the
+    interpreter: small tiles."""
     if path == PATH_INTERP:
         return {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 1}
     if dp >= 256:
         return {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2}
-    return {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2}
+    if path != PATH_HOPPER:  # Blackwell (compile-checked only): the tiles its PTX test was written for
+        return {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2}
+    if is_mx and not two_level:
+        return {"BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 8, "num_stages": 2}
+    return {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3}
 
 
 def attention_packed(pk: PackedQKV, *, causal: bool, scale: float, two_level_p: bool, B: int, Hq: int,
@@ -879,7 +886,7 @@ def attention_packed(pk: PackedQKV, *, causal: bool, scale: float, two_level_p: 
     smooth_q = pk.qbar.numel() > 0
     if online is None:
         online = two_level_p
-    c = dict(config or default_config(DP, pk.path, causal, two_level_p))
+    c = dict(config or default_config(DP, pk.path, causal, two_level_p, is_mx))
     nw, ns = c.pop("num_warps", 4), c.pop("num_stages", 2)
     bm, bn = c["BLOCK_M"], c["BLOCK_N"]
     assert SMOOTH_Q_BLOCK % bm == 0 and bn % qb == 0 and N_ALIGN % bn == 0, c
