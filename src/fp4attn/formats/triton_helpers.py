@@ -70,13 +70,10 @@ def e2m1_round(v):
 
 @triton.jit
 def e2m1_code(v):
-    """float32 -> E2M1 code (uint8, sign in bit 3); NaN -> 0."""
-    # NaN must be masked here: tl.minimum inside e2m1_round_abs returns the non-NaN operand on GPU
-    # (min.f32), which made NaN encode as 6 (code 7) there while the interpreter gave 0.
-    r = tl.where(v == v, e2m1_round_abs(tl.abs(v)), 0.0)
-    mag = tl.where(r < 2.0, r * 2.0, tl.where(r < 4.0, r + 2.0, r * 0.5 + 4.0))
-    sign = ((v.to(tl.int32, bitcast=True) >> 31) & 1) & (v == v).to(tl.int32)
-    return (mag.to(tl.int32) | (sign << 3)).to(tl.uint8)
+    """float32 -> E2M1 code (uint8, sign in bit 3), round to nearest, ties to even; NaN -> 0.
+
+    ``e2m1_code_i32`` with NaN masked (that helper leaves NaN's code unspecified)."""
+    return tl.where(v == v, e2m1_code_i32(v), 0).to(tl.uint8)
 
 
 @triton.jit
@@ -493,10 +490,10 @@ def e2m1_code_from_points(a, g0, g1, g2, g3, g4, g5, g6):
 
 
 @triton.jit
-def e2m1_code_cmp(v):
+def e2m1_code_i32(v):
     """float32 v -> E2M1 code (int32, sign in bit 3), round to nearest, ties to the even code, saturating
-    at 6: the same code as ``e2m1_code`` for every non-NaN v. NaN gives a code of magnitude 7 (callers
-    flag non-finite blocks through their scale).
+    at 6 (``fp4attn.formats.core.e2m1_encode``'s code for every non-NaN v). NaN gives a code of
+    magnitude 7 (callers flag non-finite blocks through their scale; ``e2m1_code`` masks it to 0).
 
     The code of |v| is the ramp 2|v| on [0, 2], |v| + 2 on [2, 4], |v|/2 + 4 on [4, 6] (E2M1's grid
     spacing 0.5, 1, 2), rounded to an integer (ties to even: code parity is mantissa parity) and capped

@@ -138,7 +138,7 @@ from ..formats.triton_helpers import (
     block_amax,
     block_bad,
     e2m1_code,
-    e2m1_code_cmp,
+    e2m1_code_i32,
     e2m1_codes_div,
     e2m1_decode_f16,
     e4m3_decode_f16,
@@ -217,7 +217,7 @@ def _quant_rows(x, QB: tl.constexpr, IS_MX: tl.constexpr):
     if IS_MX:
         e = mx_exponent(amax, False)
         v = xb * exp2i(-e)[:, :, None]  # exact: x / 2**e
-        codes = tl.where(v == v, e2m1_code_cmp(v), 0)
+        codes = tl.where(v == v, e2m1_code_i32(v), 0)
         sb = (e + 127).to(tl.uint8)
     else:
         s = e4m3_round(tl.math.div_rn(amax, 6.0))

@@ -45,8 +45,8 @@ from ..formats.triton_helpers import (
     block_amax,
     block_bad,
     e2m1_code,
-    e2m1_code_cmp,
     e2m1_code_from_points,
+    e2m1_code_i32,
     e2m1_decision_points,
     e2m1_decode,
     e4m3_round,
@@ -136,7 +136,7 @@ def _encode(x, s, inv, denom, g0, g1, g2, g3, g4, g5, g6, any_bad,
     if IS_MX:
         if FAST:
             # x * 2**-e is exact (= the reference's x / 2**e); compare with the constant points
-            c = e2m1_code_cmp(x * inv)
+            c = e2m1_code_i32(x * inv)
         else:
             c = e2m1_code(x * inv).to(tl.int32)
     else:

@@ -57,7 +57,7 @@ from ..formats.core import unpack_last
 from ..formats.triton_helpers import (
     block_amax_bad,
     block_bad,
-    e2m1_code_cmp,
+    e2m1_code_i32,
     e2m1_decode,
     e2m1_words_e4m3,
     exp2i,
@@ -265,7 +265,7 @@ def _quest_mxfp4_kernel(X, sxr, sxk, H, P, S, MASK, EMAX, R, K,
     e = _quest_exp(xh)
     bad = block_bad(xh)
     v = xh * tl.expand_dims(exp2i(-e), 2)
-    _pack_store(P, S, EMAX, rows64, k0, R, K // 2, KG, e2m1_code_cmp(v), e, bad, ROW_MAX, BLOCK_R, BLOCK_K)
+    _pack_store(P, S, EMAX, rows64, k0, R, K // 2, KG, e2m1_code_i32(v), e, bad, ROW_MAX, BLOCK_R, BLOCK_K)
     lane = tl.arange(0, 32)
     word = tl.sum(tl.where(tl.abs(v) < 6.0, 1 << lane[None, None, :], 0), axis=2)
     word = tl.where(bad == 0, word, 0)  # no element of a NaN/Inf group is trusted
