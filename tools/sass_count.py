@@ -1,4 +1,7 @@
-"""Static SASS instruction counts of the Attn-QAT inner loops, for sm_90, without a GPU.
+"""Static SASS instruction counts of fp4attn kernels for sm_90, without a GPU.
+
+Attn-QAT inner loops (``fwd``, ``dkdv``), the decode split kernel's key-tile loop (``decode``) and the
+Quartet quantizers (``quest``, ``sr``, ``fp8conv``: straight-line kernels, reported per value).
 
 Compiles ``_fwd_kernel`` and ``_bwd_dkdv_kernel`` of ``fp4attn.kernels.attn_qat`` the way a real launch
 at (B, H, N, D) = (16, 16, 4096, 128) bf16 would (Triton's own argument specialization: pointer and
@@ -7,11 +10,14 @@ with the default GPU configs, down to a cubin with the ptxas bundled with Triton
 the bundled ``cuobjdump -sass`` and reports, for every loop (a backward ``BRA``), the number of
 instructions between the branch target and the branch, by opcode class, plus registers and spills.
 
-    PYTHONPATH=src python tools/sass_count.py [fwd|dkdv ...] [--fmt nvfp4|mxfp4] [--dump DIR]
+    PYTHONPATH=src python tools/sass_count.py [fwd|dkdv|decode|quest|sr|fp8conv ...] [--fmt nvfp4|mxfp4]
+                                              [--dump DIR]
 
 The first loop with the most HGMMA/HMMA instructions is the main (unmasked) key-tile loop of the
 forward (the MXFP4 forward's row-max pre-pass loop has fewer) / the query-tile loop of dK/dV; it is the
-number quoted in commit messages ("SASS per tile").
+number quoted in commit messages ("SASS per tile"). ``decode`` and the Quartet kernels are recorded from
+their public launchers at benchmark-like shapes (B=8, Hq=32, Hkv=8, D=128 decode with the default config;
+(8192, 1024) bf16 quantizer operands) through ``tests/aot_probe.py``'s launch recorder.
 """
 
 import argparse
@@ -117,6 +123,45 @@ def kernel_cases(fmt, which):
         yield "dkdv", K._bwd_dkdv_kernel, args, meta
 
 
+def recorded_cases(which):
+    """(name, fn, args, kwargs, values per thread or None) of launches recorded from the public launchers."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+    from triton.runtime.jit import JITFunction
+
+    import aot_probe
+    from fp4attn.kernels import decode as Kd
+    from fp4attn.kernels import quartet as Kq
+    from fp4attn.kvcache import KVCache
+
+    run = JITFunction.run
+    JITFunction.run = aot_probe._record
+    try:
+        aot_probe._RECORDED.clear()
+        if "decode" in which:
+            k = torch.randn(8, 8, 1024, 128, dtype=torch.bfloat16)
+            cache = KVCache.from_dense(k, torch.randn_like(k))
+            aot_probe._RECORDED.clear()
+            Kd.decode_fwd(torch.randn(8, 32, 1, 128, dtype=torch.bfloat16), cache, scale=0.088)
+        x = torch.randn(8192, 1024, dtype=torch.bfloat16)
+        if "quest" in which or "fp8conv" in which:
+            Kq.quest_fp8(x)
+        if "sr" in which:
+            Kq.sr_fp8(x, sign_seed=1, noise_seed=2)
+        rec = list(aot_probe._RECORDED)
+    finally:
+        JITFunction.run = run
+    names = {"decode": "_decode_split_kernel", "quest": "_quest_mxfp4_kernel", "sr": "_sr_mxfp4_kernel",
+             "fp8conv": "_mx_to_fp8_kernel"}
+    for w in which:
+        for fn, args, kwargs in rec:
+            if fn.__name__ == names.get(w):
+                rows = kwargs.get("BLOCK_R", 1)
+                cols = kwargs.get("BLOCK_K", kwargs.get("BLOCK_L"))
+                per_thread = rows * cols / (32 * kwargs["num_warps"]) if cols else None
+                yield w, fn, args, kwargs, per_thread
+                break
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("which", nargs="*", default=["fwd", "dkdv"])
@@ -124,7 +169,9 @@ def main():
     ap.add_argument("--dump", default=None, help="write <name>_<fmt>.sass/.ptx there")
     ap.add_argument("--all-loops", action="store_true")
     a = ap.parse_args()
-    for name, fn, args, meta in kernel_cases(a.fmt, a.which):
+    cases = [(*c, None) for c in kernel_cases(a.fmt, a.which)]
+    cases += list(recorded_cases([w for w in a.which if w in ("decode", "quest", "sr", "fp8conv")]))
+    for name, fn, args, meta, per_thread in cases:
         ck = compile_like_launch(fn, args, meta)
         sass = cuobjdump(ck, "-sass")
         if a.dump:
@@ -134,6 +181,10 @@ def main():
                     f.write(txt)
         ins = parse(sass)
         print(f"== {name} {a.fmt}: {len(ins)} instructions, {resources(ck)}")
+        if per_thread:  # a straight-line quantizer: one tile per program
+            print(f"  {per_thread:.0f} values per thread: {len(ins) / per_thread:.1f} instructions per value")
+            print("   ", classes(ins))
+            continue
         found = loops(ins)
         n_mma = [sum(op.startswith(("HGMMA", "HMMA")) for _, op, _ in ins[s:e + 1]) for s, e in found]
         main = n_mma.index(max(n_mma)) if found else -1
