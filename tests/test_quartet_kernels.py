@@ -136,7 +136,8 @@ def test_e4m3_bits_helper_matches_torch_cast():
     allv = torch.arange(256, dtype=torch.uint8).view(torch.float8_e4m3fn).float()
     allv = allv[allv.abs() <= 448]
     small = torch.empty(300).uniform_(-2 ** -6, 2 ** -6)
-    for x in (allv, small):
+    anyv = torch.empty(500).uniform_(-448, 448)  # not on the grid: rounded to nearest, ties even
+    for x in (allv, small, anyv):
         out = torch.empty(x.numel(), dtype=torch.uint8)
         k[(1,)](x.contiguous(), out, x.numel(), BLOCK=512)
         ref = x.to(torch.float8_e4m3fn)

@@ -60,9 +60,11 @@ from ..formats.triton_helpers import (
     e2m1_code_i32,
     e2m1_decode,
     e2m1_words_e4m3,
+    e4m3_decode_f16,
+    e4m3_round,
+    e4m3_to_bits,
     exp2i,
     mx_exponent,
-    rint,
     unpack_nibbles,
 )
 from ..formats.triton_stochastic import e2m1_sr_code, sr_uniforms
@@ -111,16 +113,11 @@ def fp8_embedding_exact(exponents: torch.Tensor, nonzero: torch.Tensor | None = 
 # ----------------------------------------------------------------------------------------------
 @triton.jit
 def _e4m3_bits(v):
-    """float32 -> E4M3 bits (uint8). Exact for E4M3 values; magnitudes below 2**-6 are rounded to the
-    2**-9 grid (nearest, ties even); NaN -> 0x7F. Values must be <= 448 (callers guarantee 384).
-    The software form (interpreter, tests); GPUs use ``_e4m3_bits_hw``."""
+    """float32 -> E4M3 bits (uint8): the shared ``e4m3_round`` (nearest, ties even, saturating at 448)
+    and ``e4m3_to_bits`` on |v|, the sign bit copied; NaN -> 0x7F. The software form (interpreter,
+    tests); GPUs use the hardware conversion (``_to_e4m3``)."""
     a = tl.abs(v)
-    b = a.to(tl.int32, bitcast=True)
-    E = ((b >> 23) & 0xFF) - 127
-    normal = ((E + 7) << 3) | ((b >> 20) & 7)
-    sub = rint(a * 512.0).to(tl.int32)
-    bits = tl.where(E >= -6, normal, sub)
-    bits = tl.where(a != a, 0x7F, bits)
+    bits = tl.where(a != a, 0x7F, e4m3_to_bits(e4m3_round(a)))
     sign = (v.to(tl.int32, bitcast=True) >> 31) & 1
     return (bits | (sign << 7)).to(tl.uint8)
 
@@ -141,12 +138,8 @@ def _e4m3_value(bits, HW: tl.constexpr):
     """E4M3 bits (uint8) -> float32 (HW: the hardware conversion, GPU only)."""
     if HW:
         return bits.to(tl.float8e4nv, bitcast=True).to(tl.float32)
-    b = bits.to(tl.int32)
-    E = (b >> 3) & 15
-    m = (b & 7).to(tl.float32)
-    mag = tl.where(E == 0, m * 0.001953125, (8.0 + m) * exp2i(E - 10))
-    mag = tl.where((b & 0x7F) == 0x7F, float("nan"), mag)
-    return tl.where((b & 0x80) != 0, -mag, mag)
+    mag = e4m3_decode_f16(bits).to(tl.float32)  # exact (E4M3 values fit float16), NaN byte -> NaN
+    return tl.where((bits.to(tl.int32) & 0x80) != 0, -mag, mag)
 
 
 @triton.jit
