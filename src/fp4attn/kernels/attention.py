@@ -138,7 +138,6 @@ from ..formats.triton_helpers import (
     block_amax,
     block_bad,
     e2m1_code,
-    e2m1_code_i32,
     e2m1_codes_div,
     e2m1_decode_f16,
     e4m3_decode_f16,
@@ -217,7 +216,7 @@ def _quant_rows(x, QB: tl.constexpr, IS_MX: tl.constexpr):
     if IS_MX:
         e = mx_exponent(amax, False)
         v = xb * exp2i(-e)[:, :, None]  # exact: x / 2**e
-        codes = tl.where(v == v, e2m1_code_i32(v), 0)
+        codes = e2m1_code(v)  # NaN -> 0 (the block is flagged through the pre-pass flags)
         sb = (e + 127).to(tl.uint8)
     else:
         s = e4m3_round(tl.math.div_rn(amax, 6.0))
@@ -860,7 +859,7 @@ def default_config(dp: int, path: int, causal: bool = False, two_level: bool = F
         return {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2}
     if path != PATH_HOPPER:  # Blackwell (compile-checked only): the tiles its PTX test was written for
         return {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2}
-    if is_mx and not two_level:
+    if is_mx:
         return {"BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 8, "num_stages": 2}
     return {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3}
 

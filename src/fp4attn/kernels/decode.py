@@ -300,16 +300,20 @@ def _decode_reduce_kernel(OP, MP, LP, O, LSE, NS, GQ, BLOCK_M, BLOCK_S: tl.const
     tl.store(LSE + r, lse)
 
 
+# Launch configs, the best of the H200 sweeps in BENCHMARKS.md (issue 5). FP4: 1 warp, 32-key tiles,
+# 3 stages, 8 programs per SM in one wave (launches of 9 or 12 per SM ran 1.3-1.6x slower than 8 or
+# 16: a partial last wave; capping registers at 168 or 128 to fit more was slower still). Thrift: its
+# two-level P tile is 64 keys and its tiles also read 16-bit pages: 2 warps, 2 stages, ~2 programs per
+# SM, at most ~16 tiles per split.
+_CONFIGS = {False: dict(block_n=32, num_warps=1, num_stages=3, per_sm=8, max_tiles=None),
+            True: dict(block_n=64, num_warps=2, num_stages=2, per_sm=2, max_tiles=16)}
+
+
 def default_splits(B: int, hkv: int, max_committed: int, block_n: int, device=None, per_sm: int = 8,
                    max_tiles: int | None = None) -> int:
-    """Splits along the context: at most ``per_sm`` programs per SM in all (one wave: 8 programs of the
-    1-warp FP4 kernel fit an SM on the H200; launches of 9 or 12 per SM ran 1.3-1.6x slower than 8 or 16,
-    a partial last wave; capping registers at 168 or 128 to fit more was slower still) while each split
-    keeps >= 4 tiles, and at most
-    ``max_tiles`` tiles per split when given. The FP4 defaults (1 warp, 32-key tiles, 8 programs per
-    SM) are the best of the H200 sweep in BENCHMARKS.md: 16 splits at B=8/Hkv=8/32k, 132 at
-    B=1/Hkv=8/128k. Thrift decode (2 warps, 64-key tiles that also read 16-bit pages) keeps its
-    sweep's ~16 tiles per split and ~2 programs per SM."""
+    """Splits along the context: at most ``per_sm`` programs per SM in all, each split keeping >= 4
+    tiles, and at most ``max_tiles`` tiles per split when given (16 splits at B=8/Hkv=8/32k and 132 at
+    B=1/Hkv=8/128k with the FP4 config)."""
     if device is not None and torch.cuda.is_available() and device.type == "cuda":
         sms = torch.cuda.get_device_properties(device).multi_processor_count
     else:
@@ -331,10 +335,10 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
     ``selection``: (B, Hq, max_pages) bool Thrift selection (pages computed in 16 bits) or None.
     """
     thrift = selection is not None
-    # tile / warps / stages: the H200 sweep's best (BENCHMARKS.md, issue 5); Thrift needs 64-key tiles
-    block_n = block_n or (64 if thrift else 32)
-    num_warps = num_warps or (2 if thrift else 1)
-    num_stages = num_stages or (2 if thrift else 3)
+    cfg = _CONFIGS[thrift]
+    block_n = block_n or cfg["block_n"]
+    num_warps = num_warps or cfg["num_warps"]
+    num_stages = num_stages or cfg["num_stages"]
     B, Hq, NQ, D = q.shape
     Hkv = cache.num_kv_heads
     G = Hq // Hkv
@@ -359,8 +363,7 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
     committed = cache.committed_lengths()
     max_c = max(committed) if committed else 0
     if num_splits is None:
-        num_splits = (default_splits(B, Hkv, max_c, block_n, q.device, per_sm=2, max_tiles=16) if thrift
-                      else default_splits(B, Hkv, max_c, block_n, q.device))
+        num_splits = default_splits(B, Hkv, max_c, block_n, q.device, cfg["per_sm"], cfg["max_tiles"])
     tiles = max(1, -(-max_c // block_n))
     num_splits = max(1, min(int(num_splits), tiles))
     TPS = -(-tiles // num_splits) * block_n
