@@ -286,11 +286,12 @@ def unpack_nibbles(b):
 
 @triton.jit
 def pack_nibbles(codes):
-    """(R, C) uint8 codes (C even) -> (R, C/2) bytes, element 2i in the low nibble."""
+    """(R, C) codes (integers in 0..15, as every E2M1 encoder here returns; C even) -> (R, C/2) bytes in
+    the codes' dtype, element 2i in the low nibble."""
     R: tl.constexpr = codes.shape[0]
     C: tl.constexpr = codes.shape[1]
     lo, hi = tl.split(tl.reshape(codes, (R, C // 2, 2)))
-    return (lo & 0xF) | ((hi & 0xF) << 4)
+    return lo | (hi << 4)
 
 
 @triton.jit

@@ -65,6 +65,7 @@ from ..formats.triton_helpers import (
     e4m3_to_bits,
     exp2i,
     mx_exponent,
+    pack_nibbles,
     unpack_nibbles,
 )
 from ..formats.triton_stochastic import e2m1_sr_code, sr_uniforms
@@ -226,9 +227,7 @@ def _pack_store(P, S, EMAX, rows64, k0, R, KH, KG, codes, e, bad, ROW_MAX: tl.co
     ROW_MAX: also fold the tile's largest exponent over its non-NaN groups into ``EMAX[row]`` (an
     atomic max: order-independent, so deterministic) for the FP8 embedding's row offset."""
     NG: tl.constexpr = BLOCK_K // 32
-    c2 = tl.reshape(codes.to(tl.int32), (BLOCK_R, BLOCK_K // 2, 2))
-    lo, hi = tl.split(c2)
-    byte = (lo | (hi << 4)).to(tl.uint8)
+    byte = pack_nibbles(tl.reshape(codes.to(tl.int32), (BLOCK_R, BLOCK_K))).to(tl.uint8)
     bcols = k0 // 2 + tl.arange(0, BLOCK_K // 2)
     rm = (rows64 < R)[:, None]
     tl.store(P + rows64[:, None] * KH + bcols[None, :], byte, mask=rm & (bcols < KH)[None, :])
