@@ -344,31 +344,36 @@ def unpack_nibbles_words(w):
 
 
 # Four codes per 16-bit half-word -> scaled float16, two values per 32-bit register (GPU only: inline
-# PTX). For a 32-bit word w (8 nibbles, nibble i at bits 4i..4i+3), nibble k and nibble k+4 sit exactly
-# 16 bits apart, so one shift moves both magnitudes (3 bits) to fp16 bits 9..11 of the low and high
-# halves, and another moves both signs to bits 15 / 31: register k = (nibble k, nibble k+4) as fp16
-# bit patterns of value·2^-14 (e2m1_decode_f16's placement), 4 integer ops per two values. The block
-# scales come in as E4M3 bytes beside the codes (one byte for codes 0-1 and one for codes 2-3 of each
-# half-word); two hardware conversions per register pair turn them into fp16 pairs and one fp16x2
-# multiply per two values applies them, inside the same asm (as separate Triton ops the scale pairs
-# were rebuilt for every multiply: ~4 instructions per value instead of ~0.7).
+# PTX). An E2M1 code c = (s, e1, e0, m) placed into an E4M3 byte as s<<7 | (e1 e0 m)<<2 is exactly the
+# E2M1 value times 2^-6 (exponent field e1e0 = the E2M1 exponent, mantissa m<<2; e = 0 lands on the
+# E4M3 subnormals with the same 2^-6 factor), and the hardware converts E4M3 pairs to fp16 pairs exactly
+# (cvt.rn.f16x2.e4m3x2). For a 32-bit word w of two half-words (8 nibbles, nibble i at bits
+# 4i..4i+3), one byte permute puts the two half-words' bytes side by side ([n0n1, n4n5, n2n3, n6n7]),
+# then the low nibbles of all four bytes become E4M3 bytes [n0, n4, n2, n6] with two shifts and two
+# logic ops, the high nibbles [n1, n5, n3, n7] with one shift and two: each 16-bit half is one
+# register pair (code k of half-word j, code k of half-word j + 1). Per 8 codes: 8 integer ops, 4
+# conversions, 4 fp16x2 multiplies by the block scales (two hardware conversions of the E4M3 scale
+# bytes, inside the same asm), 19 instructions instead of 23 for the former shift-into-fp16 form.
 def _e2m1_halfwords_ptx() -> str:
-    """Output register k (0..3): magnitude bits of nibbles k / k+4 shifted to 9..11 / 25..27 (shl by
-    9 - 4k, or shr by 3 for k = 3), masked, OR-ed with their signs shifted to bits 15 / 31 (shl by
-    12 - 4k; none for k = 3), times the fp16 scale pair: bytes (0, 2) of $5 for k < 2, (1, 3) else."""
-    lines = ["{", ".reg .b32 m, s, t, sa, sb;", ".reg .b16 ta, tb;",
-             "prmt.b32 t, $5, 0, 0x3120;", "mov.b32 {ta, tb}, t;",
-             "cvt.rn.f16x2.e4m3x2 sa, ta;", "cvt.rn.f16x2.e4m3x2 sb, tb;"]
-    for k in range(4):
-        sh = 9 - 4 * k
-        lines.append(f"shl.b32 m, $4, {sh};" if sh > 0 else f"shr.b32 m, $4, {-sh};")
-        lines.append("and.b32 m, m, 0x0E000E00;")
-        ssh = 12 - 4 * k
-        if ssh:
-            lines.append(f"shl.b32 s, $4, {ssh};")
-        lines.append(f"lop3.b32 m, {'s' if ssh else '$4'}, 0x80008000, m, 0xEA;")
-        lines.append(f"mul.rn.f16x2 ${k}, m, {'sa' if k < 2 else 'sb'};")
-    return "\n".join(lines + ["}"])
+    """Output register k (0..3) = (code k of half-word j, code k of half-word j + 1) as fp16 values
+    code·scale·2^-6, scale pair (byte 0, byte 2) of $5 for k < 2, (1, 3) else."""
+    return "\n".join([
+        "{", ".reg .b32 w, t, u, ev, od, sa, sb;", ".reg .b16 ta, tb, e0, e1, o0, o1;",
+        "prmt.b32 t, $5, 0, 0x3120;", "mov.b32 {ta, tb}, t;",
+        "cvt.rn.f16x2.e4m3x2 sa, ta;", "cvt.rn.f16x2.e4m3x2 sb, tb;",
+        "prmt.b32 w, $4, 0, 0x3120;",  # bytes [n0n1, n4n5, n2n3, n6n7]
+        # low nibbles: magnitude bits 0-2 -> 2-4, sign bit 3 -> 7
+        "shl.b32 t, w, 2;", "shl.b32 u, w, 4;", "and.b32 u, u, 0x80808080;",
+        "lop3.b32 ev, t, 0x1C1C1C1C, u, 0xEA;",
+        # high nibbles: magnitude bits 4-6 -> 2-4, sign bit 7 stays
+        "shr.b32 t, w, 2;", "and.b32 u, w, 0x80808080;",
+        "lop3.b32 od, t, 0x1C1C1C1C, u, 0xEA;",
+        "mov.b32 {e0, e1}, ev;", "mov.b32 {o0, o1}, od;",
+        "cvt.rn.f16x2.e4m3x2 $0, e0;", "cvt.rn.f16x2.e4m3x2 $1, o0;",
+        "cvt.rn.f16x2.e4m3x2 $2, e1;", "cvt.rn.f16x2.e4m3x2 $3, o1;",
+        "mul.rn.f16x2 $0, $0, sa;", "mul.rn.f16x2 $1, $1, sa;",
+        "mul.rn.f16x2 $2, $2, sb;", "mul.rn.f16x2 $3, $3, sb;",
+        "}"])
 
 
 _E2M1_HALFWORDS_F16_PTX = tl.constexpr(_e2m1_halfwords_ptx())
@@ -378,7 +383,7 @@ _E2M1_HALFWORDS_F16_PTX = tl.constexpr(_e2m1_halfwords_ptx())
 def e2m1_halfwords_f16(h, sc):
     """int16 half-words of packed FP4 and, per half-word, an int16 of two E4M3 scale bytes (low byte:
     codes 0-1, high byte: codes 2-3; non-negative scales) -> four float16 tensors of h's shape: o_k[j] =
-    code k of half-word j times its scale times 2^-14 (exact). Inline PTX, GPU only (sm_89+)."""
+    code k of half-word j times its scale times 2^-6 (exact). Inline PTX, GPU only (sm_89+)."""
     return tl.inline_asm_elementwise(_E2M1_HALFWORDS_F16_PTX, "=r,=r,=r,=r,r,r", [h, sc],
                                      dtype=(tl.float16, tl.float16, tl.float16, tl.float16),
                                      is_pure=True, pack=2)
@@ -387,11 +392,12 @@ def e2m1_halfwords_f16(h, sc):
 @triton.jit
 def unpack_e2m1_f16_scaled(h, sc):
     """(R, C) int16 half-words of packed FP4 (4 codes each, SPEC §2 order) and their scale bytes as in
-    ``e2m1_halfwords_f16`` -> (R, 4C) float16 holding value·scale·2^-14 exactly (the caller folds 2^14
+    ``e2m1_halfwords_f16`` -> (R, 4C) float16 holding value·scale·2^-6 exactly (the caller folds 2^6
     into a later FP32 factor). Inline PTX: GPU only; the interpreter paths use ``unpack_nibbles`` +
     ``e2m1_decode_f16`` and a separate multiply.
 
-    value·2^-14 times any E4M3 scale stays exact in float16: its lowest set bit is >= 2^-24."""
+    value·2^-6 times any E4M3 scale stays exact in float16: its lowest set bit is >= 2^-16 (fp16's
+    subnormal step is 2^-24) and its magnitude <= 6·448·2^-6 = 42."""
     R: tl.constexpr = h.shape[0]
     C: tl.constexpr = h.shape[1]
     o0, o1, o2, o3 = e2m1_halfwords_f16(h, sc)

@@ -102,7 +102,7 @@ def _decode_tile(t0, acc, l_i, m_i, q_op, q16, s_scale, qk_scale, kg, vg, row_ok
                      + (offs_c2 % (D // 2))[None, :])
         k = _fp4_rows_f16(kb, ksb, 16).to(tl.float32)
     else:
-        # half-words of 4 codes, decoded to value·2^-14 (the 2^14 is folded into s_scale)
+        # half-words of 4 codes, decoded to value·2^-6 (the 2^6 is folded into s_scale)
         offs_c4 = tl.arange(0, J * (D // 4))
         kh = tl.load(KD.to(tl.pointer_type(tl.int16))
                      + (row0 + (offs_c4 // (D // 4))[None, :] * KSUB + offs_k[:, None]) * (D // 4)
@@ -152,10 +152,18 @@ def _decode_tile(t0, acc, l_i, m_i, q_op, q16, s_scale, qk_scale, kg, vg, row_ok
     if J > 1:  # back to keys: block-diagonal (BLOCK_M, BLOCK_N), row j·RP + r nonzero on fold j's keys
         pq = tl.reshape(tl.broadcast_to(pq[:, None, :], (J * RP, J, KSUB)), (J * RP, BLOCK_N))
         pq = tl.where(fold[:, None] == (offs_n // KSUB)[None, :], pq, 0.0)
-    if DOT_F32:
-        acc += tl.dot(pq, v) * vg
+    # FP4 path: V's global scale vg is applied once after the loop (the Thrift 16-bit path adds
+    # unscaled products, so with THRIFT it is applied per tile)
+    if THRIFT:
+        if DOT_F32:
+            acc += tl.dot(pq, v) * vg
+        else:
+            acc += tl.dot(pq.to(tl.float16), v) * vg
     else:
-        acc += tl.dot(pq.to(tl.float16), v) * vg
+        if DOT_F32:
+            acc = tl.dot(pq, v, acc)
+        else:
+            acc = tl.dot(pq.to(tl.float16), v, acc)
     if THRIFT:
         if any_sel:
             v16 = tl.load(V16 + (row0 + offs_n)[:, None] * D + offs_d[None, :])
@@ -205,8 +213,8 @@ def _decode_split_kernel(
     vg = tl.load(VG + pid_bh)
     s_scale = qk_scale * kg  # log2-domain scale of the FP4 scores
     if not DOT_F32:
-        s_scale = s_scale * 16384.0  # the GPU tile decode yields K values times 2^-14
-        vg = vg * 16384.0  # ... and V values times 2^-14
+        s_scale = s_scale * 64.0  # the GPU tile decode yields K values times 2^-6
+        vg = vg * 64.0  # ... and V values times 2^-6
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, D], tl.float32)
@@ -230,6 +238,8 @@ def _decode_split_kernel(
             acc, l_i, m_i = _decode_tile(t0, acc, l_i, m_i, q_op, q16, s_scale, qk_scale, kg, vg, row_ok,
                                          fold, hq_rows, last_key, C, b, h, KD, KS, VD, VS, K16, V16, PT,
                                          SEL, Hkv, MAXP, D, PS, BLOCK_N, J, RP, THRIFT, DOT_F32)
+    if not THRIFT:
+        acc = acc * vg  # the FP4 products' V global scale (see _decode_tile)
     if pid_s == NS - 1:
         # the raw tail (< 16 tokens, fold 0 only): 16-bit operands (the input values; FP32 in the
         # interpreter), FP32 accumulation, unquantized P̃ (rounded to the 16-bit dtype for the PV product,
