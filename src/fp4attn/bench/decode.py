@@ -86,19 +86,19 @@ def sweep(q, cache, sel, rep_ms: float):
     B, Hq, _, D = q.shape
     rows = []
     best = (None, float("inf"))
-    for nw, ns, bn, mult, fold in itertools.product((1, 2), (2, 3), (32, 64), (0.5, 1, 2), (1, 2)):
-        if sel is not None and (fold != 1 or bn != 64):
-            continue  # Thrift never folds and needs 64-key tiles
+    for nw, ns, bn, mult in itertools.product((1, 2), (2, 3), (32, 64), (0.5, 1, 2)):
+        if sel is not None and bn != 64:
+            continue  # Thrift needs 64-key tiles
         base = default_splits(B, cache.num_kv_heads, max(cache.committed_lengths()), bn, q.device)
         splits = max(1, int(base * mult))
-        cfg = dict(num_warps=nw, num_stages=ns, block_n=bn, num_splits=splits, fold=fold)
+        cfg = dict(num_warps=nw, num_stages=ns, block_n=bn, num_splits=splits)
         try:
             t = time_ms(lambda cfg=cfg: decode_fwd(q, cache, scale=D ** -0.5, selection=sel, **cfg),
                         warmup_ms=rep_ms / 4, rep_ms=rep_ms)
         except Exception as e:  # a config that does not compile (resources)
-            rows.append((nw, ns, bn, splits, fold, None, f"{type(e).__name__}"))
+            rows.append((nw, ns, bn, splits, None, f"{type(e).__name__}"))
             continue
-        rows.append((nw, ns, bn, splits, fold, round(t, 4), ""))
+        rows.append((nw, ns, bn, splits, round(t, 4), ""))
         if t < best[1]:
             best = (cfg, t)
     return best[0], best[1], rows
@@ -133,7 +133,7 @@ def bench_shape(shape, args, bw):
     cfg = {}
     if args.sweep:
         cfg, t_best, rows = sweep(q, cache, None, args.rep_ms / 3)
-        print(f"\nsweep {shape} nvfp4 (num_warps, num_stages, block_n, num_splits, fold, ms):")
+        print(f"\nsweep {shape} nvfp4 (num_warps, num_stages, block_n, num_splits, ms):")
         for r in rows:
             print("  ", r)
         cfg = cfg or {}

@@ -61,14 +61,7 @@ def online_softmax_step(s, m_i, l_i, MASKED: tl.constexpr):
     exp2(m_old - m_new) of earlier partial sums, the new running max and l (from the unquantized
     P̃). With MASKED, rows that have seen no visible key yet (m_new = -inf) get P̃ = 0 instead of NaN.
     """
-    return online_softmax_step_max(s, tl.max(s, 1), m_i, l_i, MASKED)
-
-
-@triton.jit
-def online_softmax_step_max(s, s_max, m_i, l_i, MASKED: tl.constexpr):
-    """``online_softmax_step`` with the tile's row max given (e.g. shared by several rows that hold
-    one query's keys, as in the decode kernel's folded rows)."""
-    m_new = tl.maximum(m_i, s_max)
+    m_new = tl.maximum(m_i, tl.max(s, 1))
     if MASKED:
         m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
     else:
