@@ -29,7 +29,7 @@ the first one only for E_r).
   * ``_sr_mxfp4_kernel``: the backward operands. Reads any strided (R, L) view (dy, dy^T, or the saved
     FP8 operands transposed, scaled back by their row scales), random signs along L (Philox
     ``tl.randint(sign_seed, l)``, drawn once per GEMM by ``random_signs``), Hadamard, SR of 3/4 x with
-    "floor" scales (16-bit uniforms, eight per Philox call: ``triton_stochastic.sr_uniforms``);
+    "floor" scales (16-bit uniforms, eight per Philox call: ``triton_stochastic.sr_uniform_bits``);
     L zero-padded to 32.
   * ``_mask_ihadamard_kernel``: ``16/9 *``, trust mask, inverse Hadamard, cast to the gradient dtype.
 RNG: the per-backward seed of :class:`~fp4attn.reference.quartet.QuartetRNG` is split into six
@@ -68,7 +68,7 @@ from ..formats.triton_helpers import (
     pack_nibbles,
     unpack_nibbles,
 )
-from ..formats.triton_stochastic import e2m1_sr_code, sr_uniforms
+from ..formats.triton_stochastic import e2m1_sr_code, e2m1_sr_code_u16, sr_uniform_bits
 from ..reference.quartet import QUEST_EPS, QUEST_STD_FACTOR, SR_RESCALE, _splitmix64, hadamard_matrix
 
 __all__ = ["supported", "QuartetLinearCUDA", "quest_fp8", "sr_fp8", "mask_ihadamard", "fp8_gemm",
@@ -290,12 +290,14 @@ def _sr_mxfp4_kernel(A, sar, sal, ASCALE, H, NOISE, SIGNS, noise_seed, P, S, EMA
     ah = _hadamard(a, Hm, HDOT)
     amax, bad = block_amax_bad(ah)
     e = mx_exponent(amax, True)
+    v = ah * tl.expand_dims(exp2i(-e) * 0.75, 2)
     if HAS_NOISE:
         u = tl.load(NOISE + rows64[:, None] * LP + cols[None, :], mask=(rows < R)[:, None] & (cols < LP)[None, :],
                     other=0.0)
+        codes = e2m1_sr_code(v, tl.reshape(u, (BLOCK_R, NG, 32)))
     else:
-        u = sr_uniforms(noise_seed, rows, l0, LP, BLOCK_L)
-    codes = e2m1_sr_code(ah * tl.expand_dims(exp2i(-e) * 0.75, 2), tl.reshape(u, (BLOCK_R, NG, 32)))
+        h = sr_uniform_bits(noise_seed, rows, l0, LP, BLOCK_L)
+        codes = e2m1_sr_code_u16(v, tl.reshape(h, (BLOCK_R, NG, 32)))
     _pack_store(P, S, EMAX, rows64, l0, R, LP // 2, LP // 32, codes, e, bad, ROW_MAX, BLOCK_R, BLOCK_L)
 
 
