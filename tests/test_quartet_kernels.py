@@ -28,6 +28,7 @@ from fp4attn.formats.triton_stochastic import (  # noqa: E402
     e2m1_sr_code,
     e2m1_sr_code_u16,
     mx_sr_blocks,
+    philox_randint4x,
     sr_uniform,
 )
 from fp4attn.kernels import quartet as kq  # noqa: E402
@@ -189,14 +190,19 @@ def test_triton_sr_helpers_match_pytorch_bit_for_bit():
 
 
 @triton.jit
-def _sr_u16_forms_kernel(V, H, FAST, REF, N, BLOCK: tl.constexpr):
-    """e2m1_sr_code_u16 (inline PTX when compiled) beside e2m1_sr_code on sr_uniform(h)."""
+def _sr_u16_forms_kernel(V, H, FAST, REF, W, seed, N, BLOCK: tl.constexpr):
+    """e2m1_sr_code_u16 (inline PTX when compiled) beside e2m1_sr_code on sr_uniform(h), and
+    philox_randint4x beside tl.randint4x (XOR of the words: 0 when equal)."""
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     m = offs < N
     v = tl.load(V + offs, mask=m, other=0.0)
     h = tl.load(H + offs, mask=m, other=0)
     tl.store(FAST + offs, e2m1_sr_code_u16(v, h), mask=m)
     tl.store(REF + offs, e2m1_sr_code(v, sr_uniform(h)), mask=m)
+    a0, a1, a2, a3 = philox_randint4x(seed, offs)
+    b0, b1, b2, b3 = tl.randint4x(seed, offs)
+    d = (a0 ^ b0) | (a1 ^ b1) | (a2 ^ b2) | (a3 ^ b3)
+    tl.store(W + offs, d.to(tl.int32, bitcast=True), mask=m)
 
 
 def _sr_u16_cases(n_random, device):
@@ -223,16 +229,19 @@ def _sr_u16_cases(n_random, device):
 def _check_sr_u16_forms(device, n_random):
     v, h = _sr_u16_cases(n_random, device)
     n = v.numel()
-    fast, ref = (torch.empty(n, dtype=torch.int32, device=device) for _ in range(2))
-    _sr_u16_forms_kernel[(triton.cdiv(n, 1024),)](v, h, fast, ref, n, BLOCK=1024)
-    fin = v.isfinite() | v.isinf()  # NaN codes are unspecified
-    assert torch.equal(fast[fin], ref[fin])
+    fast, ref, w = (torch.empty(n, dtype=torch.int32, device=device) for _ in range(3))
+    for seed in (0, 1, 12345, 2 ** 31 - 1, 2 ** 40 + 5):
+        _sr_u16_forms_kernel[(triton.cdiv(n, 1024),)](v, h, fast, ref, w, seed, n, BLOCK=1024)
+        fin = v.isfinite() | v.isinf()  # NaN codes are unspecified
+        assert torch.equal(fast[fin], ref[fin])
+        assert (w == 0).all()
 
 
 @cpu_only
-def test_sr_code_u16_forms_agree():
-    """Interpreter: the u16 SR code is e2m1_sr_code on sr_uniform(h) (the GPU form is checked on the
-    GPU and exhaustively by ``tools/exactness_checks.py sr``)."""
+def test_sr_code_u16_and_philox_forms_agree():
+    """Interpreter: the u16 SR code is e2m1_sr_code on sr_uniform(h), and philox_randint4x is
+    tl.randint4x (the GPU forms are checked on the GPU and, for the SR code, exhaustively by
+    ``tools/exactness_checks.py sr``)."""
     _check_sr_u16_forms("cpu", 2048)
 
 
@@ -563,10 +572,10 @@ def test_gpu_hardware_e4m3_conversions_equal_the_software_forms():
 
 @gpu
 @needs_cuda
-def test_gpu_sr_code_u16_forms_bitwise():
-    """The compiled inline-PTX SR code from 16-bit uniforms (rounding up, integer carry) against the
-    plain compiled e2m1_sr_code, bit for bit: every SR decision threshold and its float neighbours for
-    64 uniforms, specials, 4M random values."""
+def test_gpu_sr_code_u16_and_philox_forms_bitwise():
+    """The compiled inline-PTX forms (SR code from 16-bit uniforms by rounding up and integer carry;
+    Philox with wide multiplies) against the plain compiled Triton forms, bit for bit: every SR
+    decision threshold and its float neighbours for 64 uniforms, specials, 4M random values."""
     _check_sr_u16_forms("cuda", 1 << 22)
 
 
