@@ -581,6 +581,22 @@ def test_gpu_sr_code_u16_and_philox_forms_bitwise():
 
 @gpu
 @needs_cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_gpu_sr_kernel_hw_forms_bitwise(dtype):
+    """The SR kernel with its GPU-only forms (HW: the sign flip as a 32-bit XOR of two 16-bit values)
+    and without them: the same codes, scale bytes and row maxima, bit for bit."""
+    torch.manual_seed(5)
+    a = torch.randn(300, 520, device="cuda").to(dtype)
+    a[7, 100] = float("inf")
+    for src in (a, a.t()):
+        hw = kq._sr_mx(src, 11, 12345, None, None, None, None, 64, True, hw=True)
+        sw = kq._sr_mx(src, 11, 12345, None, None, None, None, 64, True, hw=False)
+        for x, y in zip(hw, sw):
+            assert torch.equal(x, y)
+
+
+@gpu
+@needs_cuda
 def test_gpu_sr_operand_matches_reference_primitives():
     """The compiled SR kernel (16-bit Philox uniforms, hardware E4M3) vs the reference fed the same
     signs and uniforms. float32 input: the Hadamard is a float32 dot, whose summation order differs

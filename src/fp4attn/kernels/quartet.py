@@ -144,6 +144,18 @@ def _e4m3_value(bits, HW: tl.constexpr):
 
 
 @triton.jit
+def _xor16(a, b, HW: tl.constexpr):
+    """a ^ b for int16 tensors (b broadcast to a's shape). HW: inline PTX on two elements per 32-bit
+    register (one LOP3 per pair; the plain XOR is compiled element by element, with a PRMT to unpack
+    and one to repack each pair)."""
+    if HW:
+        return tl.inline_asm_elementwise("xor.b32 $0, $1, $2;", "=r,r,r", [a, b], dtype=tl.int16,
+                                         is_pure=True, pack=2)
+    else:
+        return a ^ b
+
+
+@triton.jit
 def _hadamard(x, Hm, HDOT: tl.constexpr):
     """(BR, BL) tile -> (BR, BL // 32, 32) float32, times H per group of 32 along the last axis.
 
@@ -286,7 +298,7 @@ def _sr_mxfp4_kernel(A, sar, sal, ASCALE, H, NOISE, SIGNS, noise_seed, P, S, EMA
         a = a.to(tl.float32) * signs[None, :]
     else:  # 16-bit input: the sign flip is an XOR of the sign bit (exact, as the multiply by -1)
         flip = tl.where(signs < 0, -32768, 0).to(tl.int16)
-        a = (a.to(tl.int16, bitcast=True) ^ flip[None, :]).to(a.dtype, bitcast=True)
+        a = _xor16(a.to(tl.int16, bitcast=True), flip[None, :], HW).to(a.dtype, bitcast=True)
     ah = _hadamard(a, Hm, HDOT)
     amax, bad = block_amax_bad(ah)
     e = mx_exponent(amax, True)
@@ -544,7 +556,8 @@ def quest_mxfp4(a: torch.Tensor, block_r: int | None = None, block_k: int = 128)
     return _quest_mx(a, block_r, block_k, row_max=False)[:3]
 
 
-def _sr_mx(a, sign_seed, noise_seed, scale, noise, signs, block_r, block_l, row_max):
+def _sr_mx(a, sign_seed, noise_seed, scale, noise, signs, block_r, block_l, row_max, hw=None):
+    """``hw``: the kernels' GPU-only forms (default: compiled, not interpreted; tests compare both)."""
     R, L = a.shape
     block_r = block_r or 2 * _block_rows(R)
     if signs is None:
@@ -560,8 +573,9 @@ def _sr_mx(a, sign_seed, noise_seed, scale, noise, signs, block_r, block_l, row_
     grid = (triton.cdiv(R, block_r), triton.cdiv(LP, block_l))
     _sr_mxfp4_kernel[grid](a, a.stride(0), a.stride(1), scale if a_fp8 else p, _hmat(str(a.device), hd),
                            noise if noise is not None else p, signs, noise_seed, p, sc, emax, R, L, LP,
-                           ROW_MAX=row_max, A_FP8=a_fp8, HAS_NOISE=noise is not None, HW=not _INTERPRET,
-                           HDOT=hd, BLOCK_R=block_r, BLOCK_L=block_l, num_warps=4)
+                           ROW_MAX=row_max, A_FP8=a_fp8, HAS_NOISE=noise is not None,
+                           HW=not _INTERPRET if hw is None else hw, HDOT=hd, BLOCK_R=block_r, BLOCK_L=block_l,
+                           num_warps=4)
     return p, sc, emax
 
 
