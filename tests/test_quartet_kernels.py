@@ -23,7 +23,14 @@ import triton.language as tl  # noqa: E402
 
 from fp4attn.formats.stochastic import e2m1_stochastic_round, sr_quantize_mxfp4  # noqa: E402
 from fp4attn.formats.triton_helpers import e2m1_code, exp2i  # noqa: E402
-from fp4attn.formats.triton_stochastic import e2m1_sr, e2m1_sr_code, mx_sr_blocks  # noqa: E402
+from fp4attn.formats.triton_stochastic import (  # noqa: E402
+    e2m1_sr,
+    e2m1_sr_code,
+    e2m1_sr_code_u16,
+    mx_sr_blocks,
+    philox_randint4x,
+    sr_uniform,
+)
 from fp4attn.kernels import quartet as kq  # noqa: E402
 from fp4attn.reference.quartet import (  # noqa: E402
     QuartetRNG,
@@ -52,7 +59,7 @@ def _philox_words_kernel(OUT, seed, NC, BLOCK: tl.constexpr):
 
 
 def philox_uniforms(seed: int, R: int, LP: int, device="cpu") -> torch.Tensor:
-    """The uniforms the SR kernel draws, written independently of ``sr_uniforms`` from its documented
+    """The uniforms the SR kernel draws, written independently of ``sr_uniform_bits`` from its documented
     rule: element (r, l) is half (l % 2) of Philox word (l % 8) // 2 of counter (r * LP + l) // 8,
     u = (h + 0.5) / 2**16."""
     nc = R * LP // 8
@@ -180,6 +187,62 @@ def test_triton_sr_helpers_match_pytorch_bit_for_bit():
     k[(1,)](xb, u, out, outb, e, code, code2, BLOCK=1024)
     refb = sr_quantize_mxfp4(xb, noise=u)
     assert torch.equal(outb, refb.values) and torch.equal(e, refb.exponents)
+
+
+@triton.jit
+def _sr_u16_forms_kernel(V, H, FAST, REF, W, seed, N, BLOCK: tl.constexpr):
+    """e2m1_sr_code_u16 (inline PTX when compiled) beside e2m1_sr_code on sr_uniform(h), and
+    philox_randint4x beside tl.randint4x (XOR of the words: 0 when equal)."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < N
+    v = tl.load(V + offs, mask=m, other=0.0)
+    h = tl.load(H + offs, mask=m, other=0)
+    tl.store(FAST + offs, e2m1_sr_code_u16(v, h), mask=m)
+    tl.store(REF + offs, e2m1_sr_code(v, sr_uniform(h)), mask=m)
+    a0, a1, a2, a3 = philox_randint4x(seed, offs)
+    b0, b1, b2, b3 = tl.randint4x(seed, offs)
+    d = (a0 ^ b0) | (a1 ^ b1) | (a2 ^ b2) | (a3 ^ b3)
+    tl.store(W + offs, d.to(tl.int32, bitcast=True), mask=m)
+
+
+def _sr_u16_cases(n_random, device):
+    """(v, h): every value on or next to a decision threshold lo + u*q of the SR (for a spread of h,
+    both signs), the E2M1 grid, zeros, values above 6, subnormals, and random values of every scale."""
+    g = torch.Generator().manual_seed(21)
+    hs = torch.cat([torch.tensor([0, 1, 2, 32767, 32768, 65534, 65535]), torch.randint(0, 65536, (57,), generator=g)])
+    lo = torch.arange(0, 6.0, 0.5)
+    q = torch.where(lo < 2, 0.5, torch.where(lo < 4, 1.0, 2.0))
+    thr = (lo[:, None] + (hs[None, :].double() + 0.5) / 65536 * q[:, None]).float()  # exact in float32
+    near = torch.stack([thr, torch.nextafter(thr, torch.tensor(0.0)), torch.nextafter(thr, torch.tensor(9.0))])
+    hv = hs[None, None, :].expand_as(near)
+    special = torch.tensor([0.0, 1e-45, 1e-39, 2.0 ** -18, 2.0 ** -17, 3 * 2.0 ** -18, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0,
+                            5.0, 6.0, 6.5, 7.0, 1e30, float("inf")])
+    v = torch.cat([near.flatten(), special.repeat(hs.numel()),
+                   torch.randn(n_random, generator=g) * torch.exp2(torch.randint(-20, 4, (n_random,), generator=g))])
+    h = torch.cat([hv.flatten(), hs.repeat_interleave(special.numel()),
+                   torch.randint(0, 65536, (n_random,), generator=g)])
+    v = torch.cat([v, -v])
+    h = torch.cat([h, h]).to(torch.int32)
+    return v.contiguous().to(device), h.contiguous().to(device)
+
+
+def _check_sr_u16_forms(device, n_random):
+    v, h = _sr_u16_cases(n_random, device)
+    n = v.numel()
+    fast, ref, w = (torch.empty(n, dtype=torch.int32, device=device) for _ in range(3))
+    for seed in (0, 1, 12345, 2 ** 31 - 1, 2 ** 40 + 5):
+        _sr_u16_forms_kernel[(triton.cdiv(n, 1024),)](v, h, fast, ref, w, seed, n, BLOCK=1024)
+        fin = v.isfinite() | v.isinf()  # NaN codes are unspecified
+        assert torch.equal(fast[fin], ref[fin])
+        assert (w == 0).all()
+
+
+@cpu_only
+def test_sr_code_u16_and_philox_forms_agree():
+    """Interpreter: the u16 SR code is e2m1_sr_code on sr_uniform(h), and philox_randint4x is
+    tl.randint4x (the GPU forms are checked on the GPU and, for the SR code, exhaustively by
+    ``tools/exactness_checks.py sr``)."""
+    _check_sr_u16_forms("cpu", 2048)
 
 
 @cpu_only
@@ -505,6 +568,31 @@ def test_gpu_hardware_e4m3_conversions_equal_the_software_forms():
     assert ((hw[~fin] & 0x7F) == 0x7F).all() and ((sw[~fin] & 0x7F) == 0x7F).all()  # NaN, either sign
     same = (vhw == vsw) | (vhw.isnan() & vsw.isnan())
     assert same.all() and torch.equal(vsw.isnan(), (b & 0x7F) == 0x7F)
+
+
+@gpu
+@needs_cuda
+def test_gpu_sr_code_u16_and_philox_forms_bitwise():
+    """The compiled inline-PTX forms (SR code from 16-bit uniforms by rounding up and integer carry;
+    Philox with wide multiplies) against the plain compiled Triton forms, bit for bit: every SR
+    decision threshold and its float neighbours for 64 uniforms, specials, 4M random values."""
+    _check_sr_u16_forms("cuda", 1 << 22)
+
+
+@gpu
+@needs_cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_gpu_sr_kernel_hw_forms_bitwise(dtype):
+    """The SR kernel with its GPU-only forms (HW: the sign flip as a 32-bit XOR of two 16-bit values)
+    and without them: the same codes, scale bytes and row maxima, bit for bit."""
+    torch.manual_seed(5)
+    a = torch.randn(300, 520, device="cuda").to(dtype)
+    a[7, 100] = float("inf")
+    for src in (a, a.t()):
+        hw = kq._sr_mx(src, 11, 12345, None, None, None, None, 64, True, hw=True)
+        sw = kq._sr_mx(src, 11, 12345, None, None, None, None, 64, True, hw=False)
+        for x, y in zip(hw, sw):
+            assert torch.equal(x, y)
 
 
 @gpu

@@ -10,6 +10,9 @@ of mismatches (expected: 0). Minutes per check on one CPU core.
     python tools/exactness_checks.py mxscale         # every float32 amax in [0, 1.5 * 2^127)
     python tools/exactness_checks.py mx [E ...]      # every float32 in [0, 16 * 2^E] for each E
     python tools/exactness_checks.py code            # every float32 bit pattern but NaN (E2M1 codes)
+    python tools/exactness_checks.py sr              # SR codes from 16-bit uniforms: every float32
+                                                     # |v| in [0, 6] at the decision step, both
+                                                     # signs, and random (v, h) of every magnitude
 """
 
 import sys
@@ -159,10 +162,84 @@ def check_code():
     return bad
 
 
+def sr_code_v1(v, u):
+    """e2m1_sr_code (triton_stochastic), float32 throughout: quanta of |v|'s binade, floor, fraction
+    against the uniform u, code n + 2 * binade with the sign in bit 3."""
+    a = np.minimum(np.abs(v), np.float32(6.0))
+    b0, b1 = a < 2.0, a < 4.0
+    t = a * np.where(b0, np.float32(2.0), np.where(b1, np.float32(1.0), np.float32(0.5)))
+    lo = np.floor(t)
+    n = (lo + (u < (t - lo)).astype(np.float32)).astype(np.int32)
+    return (n + 2 * np.where(b0, 0, np.where(b1, 1, 2))) | ((v.view(np.int32) >> 28) & 8)
+
+
+def sr_uniform_v1(h):
+    """sr_uniform: (h + 0.5) / 2**16 built from bits (1 + h/2**16 + 2**-17, minus 1)."""
+    return ((h.astype(np.int32) << 7) | 0x3F800040).view(np.float32) - np.float32(1.0)
+
+
+def _rp32(x64, base, a):
+    """float32 rounding toward +inf of the float64 x64 = base + (a scaled), exact in float64 except for
+    tiny a (< 2**-26), where base + a lies strictly between base and the next float32 up."""
+    r = x64.astype(np.float32)
+    r = np.where(r.astype(np.float64) < x64, np.nextafter(r, np.float32(np.inf)), r)
+    tiny = (a > 0) & (a < np.float32(2.0 ** -26))
+    return np.where(tiny, np.nextafter(np.float32(base), np.float32(np.inf)), r)
+
+
+def sr_code_v2(v, h):
+    """e2m1_sr_code_u16's GPU form (inline PTX) emulated: B = min(rp(a + 2), rp(a/2 + 4)) with one
+    rounding up each, c = B's bits + 2**21 - 17 - 32h, code = bits 21-23 of c, sign from v's bit 31."""
+    a = np.minimum(np.abs(v), np.float32(6.0))
+    a64 = a.astype(np.float64)
+    b = np.minimum(_rp32(a64 + 2.0, 2.0, a), _rp32(a64 * 0.5 + 4.0, 4.0, a))
+    c = b.view(np.int32) + (0x1FFFEF - (h.astype(np.int32) << 5))
+    s = (v.view(np.uint32) >> 28).astype(np.int32)
+    return ((c >> 21) & 7) | (s & 8)
+
+
+def check_sr(step=1 << 23):
+    """Both forms are (lower neighbour's code) + [u < fraction], a step function of h: equal for every h
+    when equal on both sides of the new form's step, h = T - 1 and T with T = #{h : M > 32h + 16}
+    (M: the low 21 bits of B), clamped to [0, 2**16) -- checked for every float32 |v| in [0, 6] and
+    both signs; plus every 61st float32 above 6 at a few h, and random (v, h)."""
+    bad, t0 = 0, time.time()
+    hi_bits = int(np.float32(6.0).view(np.int32))
+    for start in range(0, hi_bits + 1, step):
+        a = np.arange(start, min(start + step, hi_bits + 1), dtype=np.int64).astype(np.int32).view(np.float32)
+        a64 = a.astype(np.float64)
+        b = np.minimum(_rp32(a64 + 2.0, 2.0, a), _rp32(a64 * 0.5 + 4.0, 4.0, a))
+        m = b.view(np.int32) & 0x1FFFFF
+        tt = np.where(m >= 17, (m - 17) // 32 + 1, 0)
+        v = np.where(np.arange(a.size) % 2 == 0, a, -a)  # both signs
+        for hh in (tt - 1, tt):
+            h = np.clip(hh, 0, 65535).astype(np.int32)
+            d = sr_code_v1(v, sr_uniform_v1(h)) != sr_code_v2(v, h)
+            if d.any():
+                bad += int(d.sum())
+                print("  mismatch", v[d][:4], h[d][:4])
+    print(f"sr code, every float32 |v| in [0, 6] at the step: {bad} mismatches ({time.time() - t0:.0f} s)",
+          flush=True)
+    for start in range(hi_bits + 1, 0x7F800001, step):  # saturated (both forms clamp to 6): every 61st
+        v = np.arange(start, min(start + step, 0x7F800001), 61, dtype=np.int64).astype(np.int32).view(np.float32)
+        for hv in (0, 1, 32767, 65535):
+            h = np.full(v.shape, hv, np.int32)
+            w = np.where(np.arange(v.size) % 2 == 0, v, -v)
+            bad += int((sr_code_v1(w, sr_uniform_v1(h)) != sr_code_v2(w, h)).sum())
+    rng = np.random.default_rng(0)
+    for _ in range(64):
+        v = (rng.standard_normal(1 << 20) * np.exp2(rng.integers(-30, 4, 1 << 20))).astype(np.float32)
+        v[:4096] = rng.integers(0, 13, 4096).astype(np.float32) * np.float32(0.5)  # on and between the grid
+        h = rng.integers(0, 65536, 1 << 20).astype(np.int32)
+        bad += int((sr_code_v1(v, sr_uniform_v1(h)) != sr_code_v2(v, h)).sum())
+    print(f"sr code, saturated and random (v, h): total {bad} mismatches ({time.time() - t0:.0f} s)", flush=True)
+    return bad
+
+
 if __name__ == "__main__":
     args = sys.argv[1:] or ["e2m1", "e4m3", "mxscale", "mx"]
     if args[0] == "mx" and len(args) > 1:
         sys.exit(1 if check_mx([int(a) for a in args[1:]]) else 0)
     checks = {"e2m1": check_e2m1, "e4m3": check_e4m3, "mxscale": check_mxscale, "mx": check_mx,
-              "code": check_code}
+              "code": check_code, "sr": check_sr}
     sys.exit(1 if sum(checks[n]() for n in args) else 0)

@@ -29,7 +29,7 @@ the first one only for E_r).
   * ``_sr_mxfp4_kernel``: the backward operands. Reads any strided (R, L) view (dy, dy^T, or the saved
     FP8 operands transposed, scaled back by their row scales), random signs along L (Philox
     ``tl.randint(sign_seed, l)``, drawn once per GEMM by ``random_signs``), Hadamard, SR of 3/4 x with
-    "floor" scales (16-bit uniforms, eight per Philox call: ``triton_stochastic.sr_uniforms``);
+    "floor" scales (16-bit uniforms, eight per Philox call: ``triton_stochastic.sr_uniform_bits``);
     L zero-padded to 32.
   * ``_mask_ihadamard_kernel``: ``16/9 *``, trust mask, inverse Hadamard, cast to the gradient dtype.
 RNG: the per-backward seed of :class:`~fp4attn.reference.quartet.QuartetRNG` is split into six
@@ -68,7 +68,7 @@ from ..formats.triton_helpers import (
     pack_nibbles,
     unpack_nibbles,
 )
-from ..formats.triton_stochastic import e2m1_sr_code, sr_uniforms
+from ..formats.triton_stochastic import e2m1_sr_code, e2m1_sr_code_u16, sr_uniform_bits
 from ..reference.quartet import QUEST_EPS, QUEST_STD_FACTOR, SR_RESCALE, _splitmix64, hadamard_matrix
 
 __all__ = ["supported", "QuartetLinearCUDA", "quest_fp8", "sr_fp8", "mask_ihadamard", "fp8_gemm",
@@ -141,6 +141,18 @@ def _e4m3_value(bits, HW: tl.constexpr):
         return bits.to(tl.float8e4nv, bitcast=True).to(tl.float32)
     mag = e4m3_decode_f16(bits).to(tl.float32)  # exact (E4M3 values fit float16), NaN byte -> NaN
     return tl.where((bits.to(tl.int32) & 0x80) != 0, -mag, mag)
+
+
+@triton.jit
+def _xor16(a, b, HW: tl.constexpr):
+    """a ^ b for int16 tensors (b broadcast to a's shape). HW: inline PTX on two elements per 32-bit
+    register (one LOP3 per pair; the plain XOR is compiled element by element, with a PRMT to unpack
+    and one to repack each pair)."""
+    if HW:
+        return tl.inline_asm_elementwise("xor.b32 $0, $1, $2;", "=r,r,r", [a, b], dtype=tl.int16,
+                                         is_pure=True, pack=2)
+    else:
+        return a ^ b
 
 
 @triton.jit
@@ -286,16 +298,18 @@ def _sr_mxfp4_kernel(A, sar, sal, ASCALE, H, NOISE, SIGNS, noise_seed, P, S, EMA
         a = a.to(tl.float32) * signs[None, :]
     else:  # 16-bit input: the sign flip is an XOR of the sign bit (exact, as the multiply by -1)
         flip = tl.where(signs < 0, -32768, 0).to(tl.int16)
-        a = (a.to(tl.int16, bitcast=True) ^ flip[None, :]).to(a.dtype, bitcast=True)
+        a = _xor16(a.to(tl.int16, bitcast=True), flip[None, :], HW).to(a.dtype, bitcast=True)
     ah = _hadamard(a, Hm, HDOT)
     amax, bad = block_amax_bad(ah)
     e = mx_exponent(amax, True)
+    v = ah * tl.expand_dims(exp2i(-e) * 0.75, 2)
     if HAS_NOISE:
         u = tl.load(NOISE + rows64[:, None] * LP + cols[None, :], mask=(rows < R)[:, None] & (cols < LP)[None, :],
                     other=0.0)
+        codes = e2m1_sr_code(v, tl.reshape(u, (BLOCK_R, NG, 32)))
     else:
-        u = sr_uniforms(noise_seed, rows, l0, LP, BLOCK_L)
-    codes = e2m1_sr_code(ah * tl.expand_dims(exp2i(-e) * 0.75, 2), tl.reshape(u, (BLOCK_R, NG, 32)))
+        h = sr_uniform_bits(noise_seed, rows, l0, LP, BLOCK_L)
+        codes = e2m1_sr_code_u16(v, tl.reshape(h, (BLOCK_R, NG, 32)))
     _pack_store(P, S, EMAX, rows64, l0, R, LP // 2, LP // 32, codes, e, bad, ROW_MAX, BLOCK_R, BLOCK_L)
 
 
@@ -542,7 +556,8 @@ def quest_mxfp4(a: torch.Tensor, block_r: int | None = None, block_k: int = 128)
     return _quest_mx(a, block_r, block_k, row_max=False)[:3]
 
 
-def _sr_mx(a, sign_seed, noise_seed, scale, noise, signs, block_r, block_l, row_max):
+def _sr_mx(a, sign_seed, noise_seed, scale, noise, signs, block_r, block_l, row_max, hw=None):
+    """``hw``: the kernels' GPU-only forms (default: compiled, not interpreted; tests compare both)."""
     R, L = a.shape
     block_r = block_r or 2 * _block_rows(R)
     if signs is None:
@@ -558,8 +573,9 @@ def _sr_mx(a, sign_seed, noise_seed, scale, noise, signs, block_r, block_l, row_
     grid = (triton.cdiv(R, block_r), triton.cdiv(LP, block_l))
     _sr_mxfp4_kernel[grid](a, a.stride(0), a.stride(1), scale if a_fp8 else p, _hmat(str(a.device), hd),
                            noise if noise is not None else p, signs, noise_seed, p, sc, emax, R, L, LP,
-                           ROW_MAX=row_max, A_FP8=a_fp8, HAS_NOISE=noise is not None, HW=not _INTERPRET,
-                           HDOT=hd, BLOCK_R=block_r, BLOCK_L=block_l, num_warps=4)
+                           ROW_MAX=row_max, A_FP8=a_fp8, HAS_NOISE=noise is not None,
+                           HW=not _INTERPRET if hw is None else hw, HDOT=hd, BLOCK_R=block_r, BLOCK_L=block_l,
+                           num_warps=4)
     return p, sc, emax
 
 
