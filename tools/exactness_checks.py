@@ -10,6 +10,7 @@ of mismatches (expected: 0). Minutes per check on one CPU core.
     python tools/exactness_checks.py mxscale         # every float32 amax in [0, 1.5 * 2^127)
     python tools/exactness_checks.py mx [E ...]      # every float32 in [0, 16 * 2^E] for each E
     python tools/exactness_checks.py code            # every float32 bit pattern but NaN (E2M1 codes)
+    python tools/exactness_checks.py questexp        # every float32 a in [1e-8, +inf] and every NaN
 """
 
 import sys
@@ -159,10 +160,47 @@ def check_code():
     return bad
 
 
+def _exp2i(e):
+    """exp2i: 2**e for int32 e in [-149, 127], subnormals included."""
+    normal = ((e + 127) << 23).astype(np.int32).view(np.float32)
+    sub = np.left_shift(1, np.minimum(np.maximum(e + 149, 0), 30)).astype(np.int32).view(np.float32)
+    return np.where(e >= -126, normal, sub)
+
+
+def quest_exp_v1(a):
+    """The former QuEST exponent and scale: min(mx_exponent(a, FLOOR) + 2, 127) and exp2i(-e)."""
+    bits = a.view(np.int32)
+    e = ((bits >> 23) & 0xFF) - 127 - 2
+    e = np.minimum(np.maximum(np.where(a > 0, e, -127), -127), 127)
+    e = np.minimum(e + 2, 127)
+    return e, _exp2i(-e)
+
+
+def quest_exp_v2(a):
+    """quartet._quest_exp: the biased exponent minus 127 capped at 127, -125 for NaN; 2**-e from bits."""
+    e = np.where(a > 0, np.minimum((a.view(np.int32) >> 23) - 127, 127), -125).astype(np.int32)
+    return e, np.maximum((127 - e) << 23, 0x400000).astype(np.int32).view(np.float32)
+
+
+def check_questexp():
+    def pack(f):
+        def g(a):
+            with np.errstate(invalid="ignore"):
+                e, s = f(a)
+            return (e.astype(np.int64) << 32 | s.view(np.uint32).astype(np.int64)).view(np.float64)
+        return g
+    lo = int(np.float32(1e-8).view(np.int32))
+    bad = _sweep(lo, 0x7F800000, pack(quest_exp_v1), pack(quest_exp_v2), "quest exponent on [1e-8, inf]")
+    bad += _sweep(0x7F800001, 0x7FFFFFFF, pack(quest_exp_v1), pack(quest_exp_v2), "quest exponent on +NaN")
+    bad += _sweep(-0x7FFFFF, -1,
+                  pack(quest_exp_v1), pack(quest_exp_v2), "quest exponent on -NaN")
+    return bad
+
+
 if __name__ == "__main__":
     args = sys.argv[1:] or ["e2m1", "e4m3", "mxscale", "mx"]
     if args[0] == "mx" and len(args) > 1:
         sys.exit(1 if check_mx([int(a) for a in args[1:]]) else 0)
     checks = {"e2m1": check_e2m1, "e4m3": check_e4m3, "mxscale": check_mxscale, "mx": check_mx,
-              "code": check_code}
+              "code": check_code, "questexp": check_questexp}
     sys.exit(1 if sum(checks[n]() for n in args) else 0)
