@@ -19,7 +19,11 @@ tools/exactness_checks.py.
 
     PYTHONPATH=src python tools/sass_count.py quest --dump /tmp/old   # at the old commit
     PYTHONPATH=src python tools/sass_count.py quest --dump /tmp/new
-    python tools/sass_flow.py /tmp/old/quest_nvfp4.sass /tmp/new/quest_nvfp4.sass [N]
+    python tools/sass_flow.py /tmp/old/quest_nvfp4.sass /tmp/new/quest_nvfp4.sass [N] [--any-tile]
+
+``--any-tile`` compares two tile shapes: the accumulator chains (one per 64-row HGMMA block) are not
+told apart, so every thread row of the second dump must compute like one of the first (with one chain
+pattern per row half, as ptxas emits them, that is the same arithmetic per group).
 """
 
 import collections
@@ -83,7 +87,7 @@ def flow(path):
         args = [a.strip() for a in parts[1].split(",")] if len(parts) > 1 else []
         base = op.split(".")[0]
         if base == "HGMMA":
-            if "RZ" in args[3]:  # a new accumulation chain
+            if "RZ" in args:  # a new accumulation chain (accumulator input RZ)
                 chains += 1
                 d = int(args[0][1:])
                 for k in range(16):
@@ -120,8 +124,14 @@ def flow(path):
 
 
 def main(argv):
+    any_tile = "--any-tile" in argv
+    argv = [a for a in argv if a != "--any-tile"]
     a, ra, na = flow(argv[0])
     b, rb, nb = flow(argv[1])
+    if any_tile:
+        def norm(xs):
+            return sorted({re.sub(r"acc\d+_", "acc_", x) for x in xs})
+        a, ra, na, b, rb, nb = (norm(x) for x in (a, ra, na, b, rb, nb))
     fa = {e for e in a if "acc" in e}
     fb = {e for e in b if "acc" in e}
     same_var, same_nan = sorted(ra) == sorted(rb), sorted(na) == sorted(nb)
