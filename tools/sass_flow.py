@@ -9,7 +9,8 @@ choices change the rounding, and an unrelated edit of the kernel can flip them. 
 the kernel the float dataflow on the Hadamard output must be shown unchanged.
 
 How: follows the fast path (forward branches taken: the sqrt slow-path call and the skipped atomic are
-left out), names the HGMMA accumulator registers ``acc<chain>_<k>``, and builds a canonical expression
+left out), names the HGMMA accumulator registers ``acc<chain>_<k>`` (and shared-memory loads, the operands of the
+float32 FMA dot, by their address offset and occurrence), and builds a canonical expression
 string for every float instruction (FFMA/FMUL/FADD/MUFU/FMNMX/FSEL and shuffles; operands of the
 commutative products and sums sorted), keeping those built only from accumulators, shuffles and
 constants. Two dumps agree when their sets of such expressions are equal, in particular the four
@@ -62,6 +63,7 @@ def fast_path(path):
 def flow(path):
     """(Counter of float-only expression strings, variances (MUFU inputs), NaN-tested values)."""
     reg, exprs, rsq, nan = {}, collections.Counter(), [], []
+    seen = collections.Counter()
     chains = 0
 
     def val(tok):
@@ -92,6 +94,14 @@ def flow(path):
                 d = int(args[0][1:])
                 for k in range(16):
                     reg[f"R{d + k}"] = f"acc{chains}_{k}"
+            continue
+        if base == "LDS" and args and args[0].startswith("R"):  # the float32 FMA dot reads shared memory
+            off = re.sub(r"R\d+|UR\d+", "", args[1])
+            seen[off] += 1
+            width = {"128": 4, "64": 2}.get(op.split(".")[-1], 1)
+            d = int(args[0][1:])
+            for k in range(width):
+                reg[f"R{d + k}"] = f"lds{off}#{seen[off]}_{k}"
             continue
         if base == "FSETP":
             if "NAN" in op:
@@ -132,8 +142,8 @@ def main(argv):
         def norm(xs):
             return sorted({re.sub(r"acc\d+_", "acc_", x) for x in xs})
         a, ra, na, b, rb, nb = (norm(x) for x in (a, ra, na, b, rb, nb))
-    fa = {e for e in a if "acc" in e}
-    fb = {e for e in b if "acc" in e}
+    fa = {e for e in a if "acc" in e or "lds" in e}
+    fb = {e for e in b if "acc" in e or "lds" in e}
     same_var, same_nan = sorted(ra) == sorted(rb), sorted(na) == sorted(nb)
     print(f"variances (sqrt inputs) identical: {same_var} ({len(ra)} / {len(rb)})")
     print(f"NaN-tested sums identical: {same_nan} ({len(na)} / {len(nb)})")
