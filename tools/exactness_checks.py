@@ -11,6 +11,7 @@ of mismatches (expected: 0). Minutes per check on one CPU core.
     python tools/exactness_checks.py mx [E ...]      # every float32 in [0, 16 * 2^E] for each E
     python tools/exactness_checks.py code            # every float32 bit pattern but NaN (E2M1 codes)
     python tools/exactness_checks.py questexp        # every float32 a in [1e-8, +inf] and every NaN
+    python tools/exactness_checks.py scaledcode [K ...]  # E2M1 code and trust bit of x * 2**K, every x
 """
 
 import sys
@@ -197,10 +198,55 @@ def check_questexp():
     return bad
 
 
+def scaled_code_v1(x, k):
+    """The former QuEST encoding: v = x * 2**k (rounded), e2m1_code_i32(v), trusted |v| < 6."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        v = x * _exp2(k)
+    return e2m1_code_v2(v) & 15, np.abs(v) < np.float32(6.0)
+
+
+def scaled_code_v2(x, k):
+    """e2m1_code_raw(x, 2**k) & 15 (the scale in the magic-constant fmas; the products |x| * 2**k * m are
+    exact or under/overflow, where an fma and numpy's rounded product then sum agree) and the trust bit
+    |x| < 6 * 2**-k."""
+    a = np.abs(x)
+    s = _exp2(k)
+    with np.errstate(over="ignore", invalid="ignore"):
+        r1 = (a * (s * np.float32(2.0)) + np.float32(12582912.0)).view(np.int32)
+        r2 = (a * s + np.float32(12582914.0)).view(np.int32)
+        r3 = (a * (s * np.float32(0.5)) + np.float32(12582916.0)).view(np.int32)
+        lim = _exp2(-k) * np.float32(6.0)
+    r = np.minimum(np.minimum(r1, r2), np.minimum(r3, np.int32(0x4B400007)))
+    return (r | ((x.view(np.uint32) >> 28).astype(np.int32) & 8)) & 15, a < lim
+
+
+def check_scaledcode(ks=(-127, -126, -100, -27, -1, 0, 1, 60, 125)):
+    bad = 0
+    for k in ks:
+        def pack(f, k=k):
+            def g(x):
+                c, t = f(x, k)
+                return (c.astype(np.int32) | (t.astype(np.int32) << 4)).view(np.float32)
+            return g
+        # every non-negative float32 and NaN up to 64 / 2**k, then every 4099th pattern; the sign bit
+        # (negative x) on a strided sweep
+        top = min(int(np.float32(64.0 * 2.0 ** -k).view(np.int32)) if -k < 121 else 0x7FFFFFFF, 0x7FFFFFFF)
+        bad += _sweep(0, top, pack(scaled_code_v1), pack(scaled_code_v2), f"scaled code, s = 2^{k}, dense")
+        for lo, hi, step in ((top, 0x7FFFFFFF, 4099), (-2 ** 31, -1, 65537)):
+            xs = np.arange(lo, hi + 1, step, dtype=np.int64).astype(np.int32).view(np.float32)
+            d = pack(scaled_code_v1)(xs).view(np.int32) != pack(scaled_code_v2)(xs).view(np.int32)
+            bad += int(d.sum())
+        print(f"  strided rest and negative x, s = 2^{k}: total mismatches so far {bad}", flush=True)
+    return bad
+
+
 if __name__ == "__main__":
     args = sys.argv[1:] or ["e2m1", "e4m3", "mxscale", "mx"]
     if args[0] == "mx" and len(args) > 1:
         sys.exit(1 if check_mx([int(a) for a in args[1:]]) else 0)
+    if args[0] == "scaledcode" and len(args) > 1:
+        sys.exit(1 if check_scaledcode([int(a) for a in args[1:]]) else 0)
     checks = {"e2m1": check_e2m1, "e4m3": check_e4m3, "mxscale": check_mxscale, "mx": check_mx,
-              "code": check_code, "questexp": check_questexp}
+              "code": check_code, "questexp": check_questexp,
+              "scaledcode": check_scaledcode}
     sys.exit(1 if sum(checks[n]() for n in args) else 0)

@@ -57,7 +57,7 @@ from ..formats.core import unpack_last
 from ..formats.triton_helpers import (
     block_amax_bad,
     block_bad,
-    e2m1_code_i32,
+    e2m1_code_raw,
     e2m1_decode,
     e2m1_words_e4m3,
     e4m3_decode_f16,
@@ -289,7 +289,8 @@ def _mask_ihadamard_kernel(D, MASK, OUT, R, K, scale, H, HDOT: tl.constexpr,
 @triton.jit
 def _pack_store(P, S, EMAX, rows64, k0, R, KH, KG, codes, e, bad, ROW_MAX: tl.constexpr,
                 BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
-    """Store E2M1 codes (BR, NG, 32) as packed bytes (element 2i low nibble) and E8M0 scale bytes.
+    """Store E2M1 codes (BR, NG, 32) as packed bytes (element 2i low nibble) and E8M0 scale bytes. Bits
+    above 7 of the codes are ignored (``e2m1_code_raw``'s); bits 4-7 must be zero.
     ROW_MAX: also fold the tile's largest exponent over its non-NaN groups into ``EMAX[row]`` (an
     atomic max: order-independent, so deterministic) for the FP8 embedding's row offset."""
     NG: tl.constexpr = BLOCK_K // 32
@@ -322,10 +323,12 @@ def _quest_mxfp4_kernel(X, sxr, sxk, H, P, S, MASK, EMAX, R, K,
     y = _hadamard_pm1(x, Hm, HDOT)
     xh = y * _RSQRT32 if HDOT != 0 else y
     e, inv, bad = _quest_exp(xh, y, HDOT)
-    v = xh * tl.expand_dims(inv, 2)
-    _pack_store(P, S, EMAX, rows64, k0, R, K // 2, KG, e2m1_code_i32(v), e, bad, ROW_MAX, BLOCK_R, BLOCK_K)
+    codes = e2m1_code_raw(xh, tl.expand_dims(inv, 2))  # the codes of xh * 2**-e
+    _pack_store(P, S, EMAX, rows64, k0, R, K // 2, KG, codes, e, bad, ROW_MAX, BLOCK_R, BLOCK_K)
+    # trusted: |xh * 2**-e| < 6, i.e. |xh| < 6 * 2**e (exact, 6 * 2**127 = inf included: tools/exactness_checks.py)
+    lim = tl.expand_dims(((e + 127) << 23).to(tl.float32, bitcast=True) * 6.0, 2)
     lane = tl.arange(0, 32)
-    word = tl.sum(tl.where(tl.abs(v) < 6.0, 1 << lane[None, None, :], 0), axis=2)
+    word = tl.sum(tl.where(tl.abs(xh) < lim, 1 << lane[None, None, :], 0), axis=2)
     word = tl.where(bad == 0, word, 0)  # no element of a NaN/Inf group is trusted
     gcols = k0 // 32 + tl.arange(0, NG)
     tl.store(MASK + rows64[:, None] * KG + gcols[None, :], word,
