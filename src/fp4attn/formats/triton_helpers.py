@@ -291,7 +291,12 @@ def pack_nibbles(codes):
     R: tl.constexpr = codes.shape[0]
     C: tl.constexpr = codes.shape[1]
     lo, hi = tl.split(tl.reshape(codes, (R, C // 2, 2)))
-    return lo | (hi << 4)
+    if codes.dtype == tl.int32:
+        # the same bits (disjoint), as one multiply-add where LLVM cannot prove the bits disjoint (the
+        # Quartet codes come from inline PTX): 16 instructions less per 4096 values there
+        return lo + (hi << 4)
+    else:
+        return lo | (hi << 4)
 
 
 @triton.jit
