@@ -22,7 +22,7 @@ triton = pytest.importorskip("triton")
 import triton.language as tl  # noqa: E402
 
 from fp4attn.formats.stochastic import e2m1_stochastic_round, sr_quantize_mxfp4  # noqa: E402
-from fp4attn.formats.triton_helpers import e2m1_code, exp2i  # noqa: E402
+from fp4attn.formats.triton_helpers import e2m1_code, e2m1_code_raw, exp2i  # noqa: E402
 from fp4attn.formats.triton_stochastic import (  # noqa: E402
     e2m1_sr,
     e2m1_sr_code,
@@ -533,6 +533,108 @@ def test_gpu_module_dispatches_to_kernels():
     assert y.grad_fn is not None and "QuartetLinearCUDA" in type(y.grad_fn).__name__
     y.float().square().sum().backward()
     assert x.grad.shape == x.shape and m.weight.grad.dtype == torch.bfloat16
+
+
+@triton.jit
+def _quest_exp_kernel(Y, E, INV, BAD, HDOT: tl.constexpr, BR: tl.constexpr, NG: tl.constexpr):
+    r = tl.arange(0, BR)[:, None, None]
+    g = tl.arange(0, NG)[None, :, None]
+    c = tl.arange(0, 32)[None, None, :]
+    y = tl.load(Y + (r * NG + g) * 32 + c)
+    xh = y * 0.17677669529663687 if HDOT != 0 else y
+    e, inv, bad = kq._quest_exp(xh, y, HDOT)
+    o = tl.arange(0, BR)[:, None] * NG + tl.arange(0, NG)[None, :]
+    tl.store(E + o, e)
+    tl.store(INV + o, inv)
+    tl.store(BAD + o, bad)
+
+
+@cpu_only
+def test_quest_statistics_written_out_agree_with_plain_sums():
+    """_quest_exp's spelled-out statistics (HDOT 1/2, the form compiled for tensor-core dots) run in the
+    interpreter here: same exponents, scales and NaN/Inf flags as the plain sums on 16-bit-like data
+    (their roundings differ, the binades practically never), NaN/Inf/zero/huge groups included."""
+    g = torch.Generator().manual_seed(4)
+    y = (torch.randn(32, 4, 32, generator=g) * torch.exp2(torch.randint(-30, 30, (32, 4, 1), generator=g).float()))
+    y = y.to(torch.bfloat16).float() * 32 ** 0.5
+    y[0, 0] = 0.0
+    y[1, 1, 3] = float("nan")
+    y[2, 2, 5] = float("inf")
+    y[3, 3] = 3e38
+    outs = []
+    for hdot in (0, 1):
+        e, inv, bad = torch.empty(32, 4, dtype=torch.int32), torch.empty(32, 4), torch.empty(32, 4, dtype=torch.int32)
+        yy = y * 0.17677669529663687 if hdot == 0 else y  # HDOT 0 gets the scaled values (its y is xh)
+        _quest_exp_kernel[(1,)](yy.contiguous(), e, inv, bad, HDOT=hdot, BR=32, NG=4)
+        outs.append((e, inv, bad))
+    (e0, i0, b0), (e1, i1, b1) = outs
+    assert torch.equal(b0, b1) and b1[1, 1] == 1 and b1[2, 2] == 1 and b1.sum() == 2
+    ok = b0 == 0
+    assert torch.equal(e0[ok], e1[ok]) and torch.equal(i0[ok], i1[ok])
+    assert e1[0, 0] == -27 and (i1 == torch.ldexp(torch.ones(()), -e1)).all()
+
+
+@triton.jit
+def _scaled_code_kernel(X, K, RAW, REF, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    x = tl.load(X + offs, mask=m, other=0.0)
+    s = exp2i(tl.load(K + offs, mask=m, other=0))
+    tl.store(RAW + offs, e2m1_code_raw(x, s) & 15, mask=m)
+    tl.store(REF + offs, e2m1_code(x * s).to(tl.int32), mask=m)
+
+
+def _check_scaled_code(device):
+    """``e2m1_code_raw(x, 2**k)`` (the QuEST encoder: the scale inside the rounding fmas, the sign OR-ed
+    in; inline PTX on the GPU) has the low 4 bits of ``e2m1_code(x * 2**k)`` (NaN aside: e2m1_code maps
+    it to 0): dense values around every decision point, ties, +-0, subnormal products, overflow."""
+    g = torch.Generator().manual_seed(5)
+    pts = torch.tensor([0.0, 0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 6.0, 7.0, 12.0])
+    ulp = torch.arange(-40, 41, dtype=torch.float32)
+    base = torch.cat([(pts[:, None] * (1 + ulp[None, :] * 2.0 ** -23)).flatten(), torch.rand(4000, generator=g) * 8,
+                      torch.tensor([1e-45, 1e-38, 3e38, float("inf")])])
+    ks = torch.tensor([-127, -126, -100, -27, -1, 0, 1, 60, 125], dtype=torch.int32)
+    x = (torch.cat([base, -base])[None, :] * torch.exp2(-ks.float())[:, None]).flatten()
+    k = ks[:, None].expand(-1, 2 * base.numel()).flatten().contiguous()
+    x, k = x.to(device), k.to(device)
+    raw, ref = (torch.empty(x.numel(), dtype=torch.int32, device=device) for _ in range(2))
+    _scaled_code_kernel[(triton.cdiv(x.numel(), 1024),)](x, k, raw, ref, x.numel(), BLOCK=1024)
+    assert torch.equal(raw, ref)
+
+
+@cpu_only
+def test_scaled_e2m1_code_matches_code_of_product():
+    _check_scaled_code("cpu")
+
+
+@gpu
+@needs_cuda
+def test_gpu_scaled_e2m1_code_matches_code_of_product():
+    _check_scaled_code("cuda")
+
+
+@gpu
+@needs_cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_gpu_quest_tile_shapes_agree_bitwise(dtype):
+    """The 128 x 32 QuEST tile (default for 16-bit inputs) and the former 32 x 128 one give the same bits:
+    a group's place in the MMA accumulator, and so every rounding of its statistics, does not depend on
+    the tile (tools/sass_flow.py --any-tile shows it on the SASS; this on the hardware)."""
+    torch.manual_seed(1)
+    x = torch.randn(1024, 512, device="cuda") * 3
+    x[:, 7] *= 50
+    x[3, :32] = 0.0
+    x[4, 32:64] = 1.0
+    x[5, :32] = float("nan")
+    x[6, 100] = float("inf")
+    x[7, :64] *= 1e30
+    x[8, :32] *= 1e-30
+    x = x.to(dtype)
+    for f in (kq.quest_fp8, kq.quest_mxfp4):
+        a, b = f(x), f(x, block_k=128)
+        for u, v in zip(a, b):
+            assert torch.equal(u.view(torch.uint8) if u.is_floating_point() else u,
+                               v.view(torch.uint8) if v.is_floating_point() else v)
 
 
 @triton.jit

@@ -13,6 +13,8 @@ of mismatches (expected: 0). Minutes per check on one CPU core.
     python tools/exactness_checks.py sr              # SR codes from 16-bit uniforms: every float32
                                                      # |v| in [0, 6] at the decision step, both
                                                      # signs, and random (v, h) of every magnitude
+    python tools/exactness_checks.py questexp        # every float32 a in [1e-8, +inf] and every NaN
+    python tools/exactness_checks.py scaledcode [K ...]  # E2M1 code and trust bit of x * 2**K, every x
 """
 
 import sys
@@ -233,6 +235,82 @@ def check_sr(step=1 << 23):
         h = rng.integers(0, 65536, 1 << 20).astype(np.int32)
         bad += int((sr_code_v1(v, sr_uniform_v1(h)) != sr_code_v2(v, h)).sum())
     print(f"sr code, saturated and random (v, h): total {bad} mismatches ({time.time() - t0:.0f} s)", flush=True)
+def _exp2i(e):
+    """exp2i: 2**e for int32 e in [-149, 127], subnormals included."""
+    normal = ((e + 127) << 23).astype(np.int32).view(np.float32)
+    sub = np.left_shift(1, np.minimum(np.maximum(e + 149, 0), 30)).astype(np.int32).view(np.float32)
+    return np.where(e >= -126, normal, sub)
+
+
+def quest_exp_v1(a):
+    """The former QuEST exponent and scale: min(mx_exponent(a, FLOOR) + 2, 127) and exp2i(-e)."""
+    bits = a.view(np.int32)
+    e = ((bits >> 23) & 0xFF) - 127 - 2
+    e = np.minimum(np.maximum(np.where(a > 0, e, -127), -127), 127)
+    e = np.minimum(e + 2, 127)
+    return e, _exp2i(-e)
+
+
+def quest_exp_v2(a):
+    """quartet._quest_exp: the biased exponent minus 127 capped at 127, -125 for NaN; 2**-e from bits."""
+    e = np.where(a > 0, np.minimum((a.view(np.int32) >> 23) - 127, 127), -125).astype(np.int32)
+    return e, np.maximum((127 - e) << 23, 0x400000).astype(np.int32).view(np.float32)
+
+
+def check_questexp():
+    def pack(f):
+        def g(a):
+            with np.errstate(invalid="ignore"):
+                e, s = f(a)
+            return (e.astype(np.int64) << 32 | s.view(np.uint32).astype(np.int64)).view(np.float64)
+        return g
+    lo = int(np.float32(1e-8).view(np.int32))
+    bad = _sweep(lo, 0x7F800000, pack(quest_exp_v1), pack(quest_exp_v2), "quest exponent on [1e-8, inf]")
+    bad += _sweep(0x7F800001, 0x7FFFFFFF, pack(quest_exp_v1), pack(quest_exp_v2), "quest exponent on +NaN")
+    bad += _sweep(-0x7FFFFF, -1,
+                  pack(quest_exp_v1), pack(quest_exp_v2), "quest exponent on -NaN")
+    return bad
+
+
+def scaled_code_v1(x, k):
+    """The former QuEST encoding: v = x * 2**k (rounded), e2m1_code_i32(v), trusted |v| < 6."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        v = x * _exp2(k)
+    return e2m1_code_v2(v) & 15, np.abs(v) < np.float32(6.0)
+
+
+def scaled_code_v2(x, k):
+    """e2m1_code_raw(x, 2**k) & 15 (the scale in the magic-constant fmas; the products |x| * 2**k * m are
+    exact or under/overflow, where an fma and numpy's rounded product then sum agree) and the trust bit
+    |x| < 6 * 2**-k."""
+    a = np.abs(x)
+    s = _exp2(k)
+    with np.errstate(over="ignore", invalid="ignore"):
+        r1 = (a * (s * np.float32(2.0)) + np.float32(12582912.0)).view(np.int32)
+        r2 = (a * s + np.float32(12582914.0)).view(np.int32)
+        r3 = (a * (s * np.float32(0.5)) + np.float32(12582916.0)).view(np.int32)
+        lim = _exp2(-k) * np.float32(6.0)
+    r = np.minimum(np.minimum(r1, r2), np.minimum(r3, np.int32(0x4B400007)))
+    return (r | ((x.view(np.uint32) >> 28).astype(np.int32) & 8)) & 15, a < lim
+
+
+def check_scaledcode(ks=(-127, -126, -100, -27, -1, 0, 1, 60, 125)):
+    bad = 0
+    for k in ks:
+        def pack(f, k=k):
+            def g(x):
+                c, t = f(x, k)
+                return (c.astype(np.int32) | (t.astype(np.int32) << 4)).view(np.float32)
+            return g
+        # every non-negative float32 and NaN up to 64 / 2**k, then every 4099th pattern; the sign bit
+        # (negative x) on a strided sweep
+        top = min(int(np.float32(64.0 * 2.0 ** -k).view(np.int32)) if -k < 121 else 0x7FFFFFFF, 0x7FFFFFFF)
+        bad += _sweep(0, top, pack(scaled_code_v1), pack(scaled_code_v2), f"scaled code, s = 2^{k}, dense")
+        for lo, hi, step in ((top, 0x7FFFFFFF, 4099), (-2 ** 31, -1, 65537)):
+            xs = np.arange(lo, hi + 1, step, dtype=np.int64).astype(np.int32).view(np.float32)
+            d = pack(scaled_code_v1)(xs).view(np.int32) != pack(scaled_code_v2)(xs).view(np.int32)
+            bad += int(d.sum())
+        print(f"  strided rest and negative x, s = 2^{k}: total mismatches so far {bad}", flush=True)
     return bad
 
 
@@ -240,6 +318,9 @@ if __name__ == "__main__":
     args = sys.argv[1:] or ["e2m1", "e4m3", "mxscale", "mx"]
     if args[0] == "mx" and len(args) > 1:
         sys.exit(1 if check_mx([int(a) for a in args[1:]]) else 0)
+    if args[0] == "scaledcode" and len(args) > 1:
+        sys.exit(1 if check_scaledcode([int(a) for a in args[1:]]) else 0)
     checks = {"e2m1": check_e2m1, "e4m3": check_e4m3, "mxscale": check_mxscale, "mx": check_mx,
-              "code": check_code, "sr": check_sr}
+              "code": check_code, "sr": check_sr, "questexp": check_questexp,
+              "scaledcode": check_scaledcode}
     sys.exit(1 if sum(checks[n]() for n in args) else 0)

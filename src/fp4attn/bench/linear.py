@@ -111,11 +111,11 @@ def kernel_breakdown(M: int, K: int, rep_ms: float = 100.0, dev: str = "cuda"):
     torch.manual_seed(0)
     x = torch.randn(M, K, device=dev, dtype=torch.bfloat16)
     x8, mx, rsx = kq.quest_fp8(x)
-    p, sc, _, emax = kq._quest_mx(x, None, 128, True)
+    p, sc, _, emax = kq._quest_mx(x, None, None, True)
     d = torch.randn(M, K, device=dev, dtype=torch.bfloat16)
     cases = [("copy of the bf16 operand", lambda: x.clone()),
              ("QuEST quantizer (quest_fp8)", lambda: kq.quest_fp8(x)),
-             ("  packed MXFP4 kernel + row max", lambda: kq._quest_mx(x, None, 128, True)),
+             ("  packed MXFP4 kernel + row max", lambda: kq._quest_mx(x, None, None, True)),
              ("  conversion to the FP8 embedding", lambda: kq._mx_to_fp8(p, sc, emax)),
              ("SR quantizer of a bf16 operand (sr_fp8)", lambda: kq.sr_fp8(x, sign_seed=1, noise_seed=2)),
              ("SR quantizer of a saved FP8 operand, transposed",

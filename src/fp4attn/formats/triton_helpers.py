@@ -291,7 +291,12 @@ def pack_nibbles(codes):
     R: tl.constexpr = codes.shape[0]
     C: tl.constexpr = codes.shape[1]
     lo, hi = tl.split(tl.reshape(codes, (R, C // 2, 2)))
-    return lo | (hi << 4)
+    if codes.dtype == tl.int32:
+        # the same bits (disjoint), as one multiply-add where LLVM cannot prove the bits disjoint (the
+        # Quartet codes come from inline PTX): 16 instructions less per 4096 values there
+        return lo + (hi << 4)
+    else:
+        return lo | (hi << 4)
 
 
 @triton.jit
@@ -510,13 +515,42 @@ def e2m1_code_i32(v):
     positive, same binade, so integer order; NaN's bits are above 7's on every backend). 8 instructions
     (the former comparison with seven decision points compiled to ~14); equal to it on every float32
     (``tools/exactness_checks.py code``)."""
-    a = tl.abs(v)
-    r1 = tl.fma(a, 2.0, _RINT_MAGIC).to(tl.int32, bitcast=True)
-    r2 = (a + 12582914.0).to(tl.int32, bitcast=True)
-    r3 = tl.fma(a, 0.5, 12582916.0).to(tl.int32, bitcast=True)
-    r = tl.minimum(tl.minimum(r1, r2), tl.minimum(r3, 0x4B400007))
+    r = _e2m1_ramp(tl.abs(v), 2.0, 1.0, 0.5)
     s = (v.to(tl.uint32, bitcast=True) >> 28).to(tl.int32, bitcast=True)  # sign in bit 3, nothing above
     return ((r ^ s) & 7) ^ s  # bits 0-2 from r, bit 3 from s: one 3-input logic op
+
+
+@triton.jit
+def _e2m1_ramp(a, m1, m2, m3):
+    """``e2m1_code_i32``'s rounded ramp for |v| = a * (m1 / 2) (the slopes m1 = 2s, m2 = s, m3 = s/2 of a
+    power-of-two scale s; 2, 1, 1/2 unscaled) as float32 bits 0x4B400000 + magnitude code (0..7)."""
+    r1 = tl.fma(a, m1, _RINT_MAGIC).to(tl.int32, bitcast=True)
+    r2 = tl.fma(a, m2, 12582914.0).to(tl.int32, bitcast=True)
+    r3 = tl.fma(a, m3, 12582916.0).to(tl.int32, bitcast=True)
+    return tl.minimum(tl.minimum(r1, r2), tl.minimum(r3, 0x4B400007))
+
+
+@triton.jit
+def e2m1_code_raw(x, s):
+    """``e2m1_code_i32(x * s)`` for a power of two s (float32, broadcast against x; 2**-127 <= s <=
+    2**125) in bits 0-3 of the result; bits 4-21 are zero, bits 22-30 those of the magic constant
+    1.5*2**23 (callers that keep the low byte, e.g. packing two codes per byte, need no mask).
+
+    The scale goes into the three magic-constant fmas: (|x| * s) * m = |x| * (s * m) is exact for the
+    slopes m = 2, 1, 1/2 unless it underflows below 2**-126 (then both sides round to the constant: code
+    0) or overflows (both saturate at code 7), so the caller's x * s multiply goes away; the sign is x's
+    (that of x * s; NaN codes follow the NaN's sign bit either way, and the GPU's NaNs here come out of a
+    multiply, canonical). The sign is OR-ed in without the & 7 of the clean code, with one shift and one
+    3-input logic op (GPU: inline PTX, as LLVM splits ``r | ((x >> 28) & 8)`` into three ops). 7
+    instructions per value instead of 9 (the multiply and 8). Low 4 bits equal to ``e2m1_code_i32(x *
+    s)`` for every float32 x and s = 2**k, k in {-127, -126, -100, -27, -1, 0, 1, 60, 125}
+    (``tools/exactness_checks.py scaledcode``)."""
+    r = _e2m1_ramp(tl.abs(x), s * 2.0, s, s * 0.5)
+    if _GPU_ASM:
+        return tl.inline_asm_elementwise("{.reg .b32 t; shr.b32 t, $2, 28; lop3.b32 $0, t, 8, $1, 0xEA;}",
+                                         "=r,r,r", [r, x], dtype=tl.int32, is_pure=True, pack=1)
+    else:
+        return r | ((x.to(tl.uint32, bitcast=True) >> 28).to(tl.int32, bitcast=True) & 8)
 
 
 @triton.jit

@@ -57,7 +57,7 @@ from ..formats.core import unpack_last
 from ..formats.triton_helpers import (
     block_amax_bad,
     block_bad,
-    e2m1_code_i32,
+    e2m1_code_raw,
     e2m1_decode,
     e2m1_words_e4m3,
     e4m3_decode_f16,
@@ -162,26 +162,92 @@ def _hadamard(x, Hm, HDOT: tl.constexpr):
     HDOT 0: float32 IEEE dot with the normalized H; 1/2: bf16/fp16 dot with the +-1 matrix (exact
     products for values that are exact in that dtype), float32 accumulation, then 1/sqrt(32).
     """
+    return _hadamard_pm1(x, Hm, HDOT) * _RSQRT32 if HDOT != 0 else _hadamard_pm1(x, Hm, HDOT)
+
+
+@triton.jit
+def _hadamard_pm1(x, Hm, HDOT: tl.constexpr):
+    """``_hadamard`` before its 1/sqrt(32) (HDOT 1/2: the +-1 dot; HDOT 0: the normalized one)."""
     BR: tl.constexpr = x.shape[0]
     BL: tl.constexpr = x.shape[1]
     xg = tl.reshape(x, (BR * (BL // 32), 32))
     if HDOT == 0:
         y = tl.dot(xg.to(tl.float32), Hm, input_precision="ieee")
     elif HDOT == 1:
-        y = tl.dot(xg.to(tl.bfloat16), Hm) * _RSQRT32
+        y = tl.dot(xg.to(tl.bfloat16), Hm)
     else:
-        y = tl.dot(xg.to(tl.float16), Hm) * _RSQRT32
+        y = tl.dot(xg.to(tl.float16), Hm)
     return tl.reshape(y, (BR, BL // 32, 32))
 
 
 @triton.jit
-def _quest_exp(xh):
-    """QuEST exponent floor(log2(c * std + 1e-8)) per group (last axis of a (.., 32) float32 tile)."""
-    mean = tl.sum(xh, axis=2) * 0.03125
-    d = xh - tl.expand_dims(mean, 2)
-    var = tl.sum(d * d, axis=2) * 0.03125
-    a = tl.sqrt_rn(var) * _QUEST_C + _QUEST_EPS
-    return tl.minimum(mx_exponent(a, True) + 2, 127)
+def _mean_step(s_a, y_a, s_b, y_b):
+    """Running sum + the next element's c * y, the product contracted into the add (one fma)."""
+    return tl.fma(y_b, _RSQRT32, s_a), y_b
+
+
+@triton.jit
+def _dot_step(s_a, u_a, w_a, f_a, s_b, u_b, w_b, f_b):
+    """Running sum of u * w: the first step adds u0 * w0 to the rounded u1 * w1 (s_b), the next ones
+    add u * w to the running sum, each product contracted into the add (f: steps taken, constants)."""
+    s = tl.where(f_a == 0, tl.fma(u_a, w_a, s_b), tl.fma(u_b, w_b, s_a))
+    return s, u_b, w_b, f_a + 1
+
+
+@triton.jit
+def _thread_sum(u, w):
+    """Sum over the last axis (8 elements of one thread, in register order) of u * w in
+    ``_dot_step``'s order."""
+    f = tl.zeros(u.shape, tl.int32)
+    return tl.reduce((u * w, u, w, f), 2, _dot_step)[0]
+
+
+@triton.jit
+def _quest_exp(xh, y, HDOT: tl.constexpr):
+    """QuEST exponent e = floor(log2(c * std + 1e-8)) per group (last axis of a (.., 32) float32 tile),
+    clamped to E8M0's [-127, 127], and the group's inverse scale 2**-e (float32). Returns (e, 2**-e).
+
+    HDOT 1/2 (tensor-core dot, xh = y * 2**-2.5 with y the +-1 dot): the statistics are spelled out
+    operation by operation as the compiler emitted them from the former plain sums (``tl.sum`` of xh,
+    of (xh - mean)**2 and of xh * 0, with the multiplies contracted into the adds by the NVPTX backend
+    and ptxas at their own choice): a group lies on 4 lanes x 8 registers of the MMA accumulator (column
+    8j + 2t + b on lane t, register (j, b)); each lane sums its 8 elements in register order, the lanes
+    are combined by ``tl.sum`` (butterfly over lanes 2 then 1: (p0 + p2) + (p1 + p3)). Per lane: mean
+    partial = c*y0 rounded, then fma(c, y_k, .); d_k = fma(c, y_k, -S/32) for k in {3, 5, 7}, else
+    fma(-1/32, S, xh_k); squares: d1*d1 rounded, fma(d0, d0, .), then fma(d_k, d_k, .); var = S2/32;
+    a = fma(sqrt_rn(var), c', 1e-8). Written out, no contraction choice is left to the compiler, so
+    edits elsewhere in the kernel cannot change these roundings (they did: tools/sass_flow.py). HDOT 0
+    (float32 dot: the interpreter, float32 inputs): the plain sums.
+
+    a >= 1e-8 > 2**-27 (std >= 0), +inf, or NaN (a NaN/Inf group's variance): e is then a's unbiased
+    float exponent capped at 127 (a = +inf gives 127), and -125 for NaN (what
+    ``min(mx_exponent(a, True) + 2, 127)`` gives there, whose other clamps never bind on this range);
+    2**-e is built from the exponent bits, with 2**-127 (e = 127, subnormal) from the max. 6
+    instructions per group instead of 13 (mx_exponent + exp2i). Same e and 2**-e as those for every
+    float32 a in [1e-8, +inf] and every NaN (``tools/exactness_checks.py questexp``)."""
+    if HDOT == 0:
+        mean = tl.sum(xh, axis=2) * 0.03125
+        d = xh - tl.expand_dims(mean, 2)
+        var = tl.sum(d * d, axis=2) * 0.03125
+        a = tl.sqrt_rn(var) * _QUEST_C + _QUEST_EPS
+        bad = block_bad(xh)
+    else:
+        BR: tl.constexpr = xh.shape[0]
+        NG: tl.constexpr = xh.shape[1]
+        # (.., 32) -> (.., lane t, register k = 2j + b)
+        x4 = tl.reshape(tl.permute(tl.reshape(xh, (BR, NG, 4, 4, 2)), (0, 1, 3, 2, 4)), (BR * NG, 4, 8))
+        y4 = tl.reshape(tl.permute(tl.reshape(y, (BR, NG, 4, 4, 2)), (0, 1, 3, 2, 4)), (BR * NG, 4, 8))
+        S = tl.sum(tl.reduce((x4, y4), 2, _mean_step)[0], axis=1)
+        Se = S[:, None, None]
+        k = tl.arange(0, 8)[None, None, :]
+        d = tl.where((k >= 2) & (k % 2 == 1), tl.fma(y4, _RSQRT32, Se * -0.03125), tl.fma(Se, -0.03125, x4))
+        var = tl.sum(_thread_sum(d, d), axis=1) * 0.03125
+        a = tl.fma(tl.sqrt_rn(var), _QUEST_C, _QUEST_EPS)
+        z = tl.sum(_thread_sum(x4, tl.zeros(x4.shape, tl.float32)), axis=1)
+        bad = tl.reshape((z != z).to(tl.int32), (BR, NG))
+        a = tl.reshape(a, (BR, NG))
+    e = tl.where(a > 0, tl.minimum((a.to(tl.int32, bitcast=True) >> 23) - 127, 127), -125)
+    return e, tl.maximum((127 - e) << 23, 0x400000).to(tl.float32, bitcast=True), bad
 
 
 @triton.jit
@@ -235,7 +301,8 @@ def _mask_ihadamard_kernel(D, MASK, OUT, R, K, scale, H, HDOT: tl.constexpr,
 @triton.jit
 def _pack_store(P, S, EMAX, rows64, k0, R, KH, KG, codes, e, bad, ROW_MAX: tl.constexpr,
                 BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
-    """Store E2M1 codes (BR, NG, 32) as packed bytes (element 2i low nibble) and E8M0 scale bytes.
+    """Store E2M1 codes (BR, NG, 32) as packed bytes (element 2i low nibble) and E8M0 scale bytes. Bits
+    above 7 of the codes are ignored (``e2m1_code_raw``'s); bits 4-7 must be zero.
     ROW_MAX: also fold the tile's largest exponent over its non-NaN groups into ``EMAX[row]`` (an
     atomic max: order-independent, so deterministic) for the FP8 embedding's row offset."""
     NG: tl.constexpr = BLOCK_K // 32
@@ -265,13 +332,15 @@ def _quest_mxfp4_kernel(X, sxr, sxk, H, P, S, MASK, EMAX, R, K,
     Hm = tl.load(H + hr[:, None] * 32 + hr[None, :])
     m2 = (rows < R)[:, None] & (cols < K)[None, :]
     x = tl.load(X + rows64[:, None] * sxr + cols[None, :] * sxk, mask=m2, other=0.0)
-    xh = _hadamard(x, Hm, HDOT)
-    e = _quest_exp(xh)
-    bad = block_bad(xh)
-    v = xh * tl.expand_dims(exp2i(-e), 2)
-    _pack_store(P, S, EMAX, rows64, k0, R, K // 2, KG, e2m1_code_i32(v), e, bad, ROW_MAX, BLOCK_R, BLOCK_K)
+    y = _hadamard_pm1(x, Hm, HDOT)
+    xh = y * _RSQRT32 if HDOT != 0 else y
+    e, inv, bad = _quest_exp(xh, y, HDOT)
+    codes = e2m1_code_raw(xh, tl.expand_dims(inv, 2))  # the codes of xh * 2**-e
+    _pack_store(P, S, EMAX, rows64, k0, R, K // 2, KG, codes, e, bad, ROW_MAX, BLOCK_R, BLOCK_K)
+    # trusted: |xh * 2**-e| < 6, i.e. |xh| < 6 * 2**e (exact, 6 * 2**127 = inf included: tools/exactness_checks.py)
+    lim = tl.expand_dims(((e + 127) << 23).to(tl.float32, bitcast=True) * 6.0, 2)
     lane = tl.arange(0, 32)
-    word = tl.sum(tl.where(tl.abs(v) < 6.0, 1 << lane[None, None, :], 0), axis=2)
+    word = tl.sum(tl.where(tl.abs(xh) < lim, 1 << lane[None, None, :], 0), axis=2)
     word = tl.where(bad == 0, word, 0)  # no element of a NaN/Inf group is trusted
     gcols = k0 // 32 + tl.arange(0, NG)
     tl.store(MASK + rows64[:, None] * KG + gcols[None, :], word,
@@ -431,6 +500,21 @@ def _block_rows(R: int) -> int:
     return 32 if R >= 8192 else 16
 
 
+# QuEST tiles of 16-bit inputs are one 32-group wide and _block_rows(R) * 128 / 32 tall (the same 4096 /
+# 2048 values per program as the former 32 x 128 / 16 x 128): the 128 x 32 tile's groups are its rows,
+# so the Hadamard dot reads its A operand from shared memory (no LDSM round trip), the tile row maximum
+# needs no shuffles, and it takes 64 registers instead of 79. Same float dataflow (the MMA accumulator
+# layout of a group does not depend on the tile; tools/sass_flow.py --any-tile), 1080 -> 1032 SASS
+# instructions per 4096 values (sm_90); the short-operand tile (64 x 32): 40 per value instead of 44.
+# Float32 inputs keep 32 x 128: their float32 FMA dot's output layout, and with it the order of the
+# QuEST sums, depends on the tile shape.
+_QUEST_BLOCK_K = 32
+
+
+def _quest_block_k(dtype: torch.dtype) -> int:
+    return 128 if dtype == torch.float32 else _QUEST_BLOCK_K
+
+
 def _mx_to_fp8(p: torch.Tensor, sc: torch.Tensor, emax: torch.Tensor, block_r: int = 16, block_l: int = 1024,
                table: bool | None = None):
     """Packed MXFP4 rows + their row maxima -> (E4M3 uint8 (R, L), float32 row scales (R,)).
@@ -445,7 +529,7 @@ def _mx_to_fp8(p: torch.Tensor, sc: torch.Tensor, emax: torch.Tensor, block_r: i
     return q8, rs
 
 
-def quest_fp8(a: torch.Tensor, block_r: int | None = None, block_k: int = 128):
+def quest_fp8(a: torch.Tensor, block_r: int | None = None, block_k: int | None = None):
     """Hadamard + QuEST of a 2-D (R, K) tensor -> (E4M3 uint8 (R, K), mask words int32 (R, K/32),
     row scales float32 (R,)). Dequantized value = e4m3(q8) * rs[:, None].
 
@@ -535,7 +619,8 @@ def _row_max_buffer(R: int, device, row_max: bool) -> torch.Tensor:
 
 def _quest_mx(a, block_r, block_k, row_max):
     R, K = a.shape
-    block_r = block_r or _block_rows(R)
+    block_k = block_k or _quest_block_k(a.dtype)
+    block_r = block_r or _block_rows(R) * 128 // block_k
     hd = _hdot_for(a.dtype)
     p = torch.empty(R, K // 2, dtype=torch.uint8, device=a.device)
     sc = torch.empty(R, K // 32, dtype=torch.uint8, device=a.device)
@@ -547,7 +632,7 @@ def _quest_mx(a, block_r, block_k, row_max):
     return p, sc, mask, emax
 
 
-def quest_mxfp4(a: torch.Tensor, block_r: int | None = None, block_k: int = 128):
+def quest_mxfp4(a: torch.Tensor, block_r: int | None = None, block_k: int | None = None):
     """Hadamard + QuEST of a 2-D (R, K) tensor as packed MXFP4: (codes uint8 (R, K/2), element 2i in the
     low nibble; E8M0 scale bytes uint8 (R, K/32), 255 = NaN group; mask words int32 (R, K/32)).
 
