@@ -617,7 +617,7 @@ def test_gpu_scaled_e2m1_code_matches_code_of_product():
 @needs_cuda
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_gpu_quest_tile_shapes_agree_bitwise(dtype):
-    """The 128 x 32 QuEST tile (default for 16-bit inputs) and the former 32 x 128 one give the same bits:
+    """The 128 x 32 QuEST tile (the ``block_k=32`` option) and the default 32 x 128 one give the same bits:
     a group's place in the MMA accumulator, and so every rounding of its statistics, does not depend on
     the tile (tools/sass_flow.py --any-tile shows it on the SASS; this on the hardware)."""
     torch.manual_seed(1)
@@ -631,7 +631,7 @@ def test_gpu_quest_tile_shapes_agree_bitwise(dtype):
     x[8, :32] *= 1e-30
     x = x.to(dtype)
     for f in (kq.quest_fp8, kq.quest_mxfp4):
-        a, b = f(x), f(x, block_k=128)
+        a, b = f(x), f(x, block_k=32)
         for u, v in zip(a, b):
             assert torch.equal(u.view(torch.uint8) if u.is_floating_point() else u,
                                v.view(torch.uint8) if v.is_floating_point() else v)

@@ -500,19 +500,14 @@ def _block_rows(R: int) -> int:
     return 32 if R >= 8192 else 16
 
 
-# QuEST tiles of 16-bit inputs are one 32-group wide and _block_rows(R) * 128 / 32 tall (the same 4096 /
-# 2048 values per program as the former 32 x 128 / 16 x 128): the 128 x 32 tile's groups are its rows,
-# so the Hadamard dot reads its A operand from shared memory (no LDSM round trip), the tile row maximum
-# needs no shuffles, and it takes 64 registers instead of 79. Same float dataflow (the MMA accumulator
-# layout of a group does not depend on the tile; tools/sass_flow.py --any-tile), 1080 -> 1032 SASS
-# instructions per 4096 values (sm_90); the short-operand tile (64 x 32): 40 per value instead of 44.
-# Float32 inputs keep 32 x 128: their float32 FMA dot's output layout, and with it the order of the
-# QuEST sums, depends on the tile shape.
-_QUEST_BLOCK_K = 32
-
-
-def _quest_block_k(dtype: torch.dtype) -> int:
-    return 128 if dtype == torch.float32 else _QUEST_BLOCK_K
+# QuEST tiles: 32 x 128 (16 x 128 for operands under 8192 rows), i.e. _block_rows(R) rows of four groups.
+# A 128 x 32 tile (one group per tile row, block_k=32) compiles to fewer instructions (1032 vs 1080 SASS per
+# 4096 values, 64 vs 79 registers: its Hadamard operand needs no LDSM round trip, its row maximum no
+# shuffles) and gives the same bits for 16-bit inputs (test_gpu_quest_tile_shapes_agree_bitwise), but ran
+# slower on the H200 (packed kernel 0.144 vs 0.104 ms per 8192 x 8192 bf16 operand, BENCHMARKS.md): kept as
+# an option only. Float32 inputs must keep 32 x 128: their float32 FMA dot's output layout, and with it the
+# order of the QuEST sums, depends on the tile shape.
+_QUEST_BLOCK_K = 128
 
 
 def _mx_to_fp8(p: torch.Tensor, sc: torch.Tensor, emax: torch.Tensor, block_r: int = 16, block_l: int = 1024,
@@ -619,7 +614,7 @@ def _row_max_buffer(R: int, device, row_max: bool) -> torch.Tensor:
 
 def _quest_mx(a, block_r, block_k, row_max):
     R, K = a.shape
-    block_k = block_k or _quest_block_k(a.dtype)
+    block_k = block_k or _QUEST_BLOCK_K
     block_r = block_r or _block_rows(R) * 128 // block_k
     hd = _hdot_for(a.dtype)
     p = torch.empty(R, K // 2, dtype=torch.uint8, device=a.device)
