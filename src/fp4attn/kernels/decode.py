@@ -132,13 +132,11 @@ def _decode_tile(t0, accT, l_i, m_i, qT, q16T, s_scale, qk_scale, vg, row_ok, hq
         pq = fake_quant_p(p4 * inv1[:, None], 16, False) * s1[:, None]
     else:
         pq = fake_quant_p(p, 16, False)
+    pqT = tl.trans(pq) if DOT_F32 else tl.trans(pq).to(tl.float16)
     # FP4 path: V's global scale vg is applied once after the loop (the Thrift 16-bit path adds
     # unscaled products, so with THRIFT it is applied per tile)
     if THRIFT:
-        if DOT_F32:
-            accT += tl.dot(vT, tl.trans(pq)) * vg
-        else:
-            accT += tl.dot(vT, tl.trans(pq).to(tl.float16)) * vg
+        accT += tl.dot(vT, pqT) * vg
         if any_sel:
             v16T = tl.load(V16 + (row0 + offs_n)[None, :] * D + offs_d[:, None])
             p16T = tl.trans(tl.where(selr[:, None], p, 0.0))
@@ -147,10 +145,7 @@ def _decode_tile(t0, accT, l_i, m_i, qT, q16T, s_scale, qk_scale, vg, row_ok, hq
             else:
                 accT += tl.dot(v16T, p16T.to(v16T.dtype))
     else:
-        if DOT_F32:
-            accT = tl.dot(vT, tl.trans(pq), accT)
-        else:
-            accT = tl.dot(vT, tl.trans(pq).to(tl.float16), accT)
+        accT = tl.dot(vT, pqT, accT)
     return accT, l_i, m_new
 
 

@@ -162,7 +162,10 @@ def _hadamard(x, Hm, HDOT: tl.constexpr):
     HDOT 0: float32 IEEE dot with the normalized H; 1/2: bf16/fp16 dot with the +-1 matrix (exact
     products for values that are exact in that dtype), float32 accumulation, then 1/sqrt(32).
     """
-    return _hadamard_pm1(x, Hm, HDOT) * _RSQRT32 if HDOT != 0 else _hadamard_pm1(x, Hm, HDOT)
+    y = _hadamard_pm1(x, Hm, HDOT)
+    if HDOT != 0:
+        y = y * _RSQRT32
+    return y
 
 
 @triton.jit
@@ -205,7 +208,8 @@ def _thread_sum(u, w):
 @triton.jit
 def _quest_exp(xh, y, HDOT: tl.constexpr):
     """QuEST exponent e = floor(log2(c * std + 1e-8)) per group (last axis of a (.., 32) float32 tile),
-    clamped to E8M0's [-127, 127], and the group's inverse scale 2**-e (float32). Returns (e, 2**-e).
+    clamped to E8M0's [-127, 127], the group's inverse scale 2**-e (float32) and its NaN/Inf flag.
+    Returns (e, 2**-e, bad).
 
     HDOT 1/2 (tensor-core dot, xh = y * 2**-2.5 with y the +-1 dot): the statistics are spelled out
     operation by operation as the compiler emitted them from the former plain sums (``tl.sum`` of xh,
