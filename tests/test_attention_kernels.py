@@ -95,7 +95,10 @@ def test_prepass_matches_quantize_reference(fmt, smooth):
         qbar = qp.sum(dim=3) / cnt.view(1, 1, nb, 1)
         torch.testing.assert_close(pk.qbar[..., :D], qbar, rtol=1e-5, atol=1e-5)  # summation order
         qx = q - pk.qbar[..., :D].repeat_interleave(128, dim=2)[:, :, :nq]
-        torch.testing.assert_close(pk.kx[:, :, :nk, :D], kx, rtol=0, atol=0)
+        qb64, kx64 = pk.qbar[..., :D].double(), kx.double().transpose(-1, -2)
+        err = (pk.qcorr[..., :nk].double() - qb64 @ kx64).abs()  # q̄ᵢ·γ(K)ᵀ; summation order (fp32 here):
+        assert (err <= 2.0**-18 * (qb64.abs() @ kx64.abs())).all()  # well above 2^-24 · D of the sum of |terms|
+        assert not pk.qcorr[..., nk:].any()  # padded keys
     rq = quantize_reference(pad_d(qx), fmt, dim=-1)
     rk = quantize_reference(pad_d(kx), fmt, dim=-1)
     assert torch.equal(pk.qc[:, :, :nq], rq.data) and torch.equal(_u8(pk.qs[:, :, :nq]), _u8(rq.scales))
@@ -149,6 +152,29 @@ def test_interpreter_vs_reference(case):
     torch.testing.assert_close(lse[fin].double(), ref_lse[fin], rtol=0, atol=1e-4)
     if causal and nq > nk:
         assert (~fin).any() and (out[~fin] == 0).all()
+
+
+@cpu_interp
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
+def test_interpreter_two_level_wide_score_range(fmt):
+    """Two-level P keeps its accumulator in units of the last key tile's s1 (``two_level_step``). Key
+    tiles whose maxima jump by up to ~200 binades (log2) around the running max: the first tile, one
+    30 below, one 80 below (more than 64 below the running max: the clamped unit), a new max 10 above
+    the first, one 200 below, then a visible tile near the max again. The kernel must stay finite and
+    match the reference as in the plain cases (the clamp only overweights weights below 2^-64)."""
+    B, hq, nq, D, nk = 1, 2, 20, 32, 6 * 64
+    q, k, v = make_qkv(B, hq, hq, nq, nk, D, seed=5)
+    q[..., 0] = 1.0
+    k[..., 1:] *= 0.05  # scores dominated by channel 0 (scale = 1): S·log2(e) ≈ offset of the tile
+    offs = torch.tensor([0.0, -30.0, -80.0, 10.0, -200.0, 5.0]).repeat_interleave(64)
+    k[..., 0] = (offs + torch.randn(nk)) / math.log2(math.e)
+    for tl2 in (True,):
+        out, lse = A.attention_fwd(q, k, v, scale=1.0, fmt=fmt, two_level_p=tl2, path=A.PATH_INTERP)
+        assert torch.isfinite(out).all() and torch.isfinite(lse).all()
+        ref, ref_lse = reference.attention(q.double(), k.double(), v.double(), scale=1.0, recipe=fmt,
+                                           two_level_p=tl2, return_lse=True)
+        assert rel_l2(out, ref) <= 1e-3, rel_l2(out, ref)  # FP32 vs float64 rounding only, as above
+        torch.testing.assert_close(lse.double(), ref_lse, rtol=0, atol=1e-4)
 
 
 @cpu_interp
@@ -319,7 +345,7 @@ def test_prepass_nonfinite_flags_and_finite_operands(fmt):
     v[1, 0, 5, 12] = INF
     pk = A.quantize_qkv(q, k, v, fmt=fmt, smooth_q=True, staged=True, path=A.PATH_INTERP)
     pkp = A.quantize_qkv(q, k, v, fmt=fmt, smooth_q=True, staged=False, path=A.PATH_INTERP)  # packed codes
-    for name in ("qc", "qs", "ks", "qbad", "kvbad", "qbar", "kx", "vexp"):
+    for name in ("qc", "qs", "ks", "qbad", "kvbad", "qbar", "qcorr", "vexp"):
         assert torch.equal(getattr(pk, name), getattr(pkp, name)), name  # the same in both modes
     DP = pk.qc.shape[3] * 2
     qbad = torch.zeros(B, hq, pk.qc.shape[2], dtype=torch.uint8)

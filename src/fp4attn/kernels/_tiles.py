@@ -72,6 +72,52 @@ def online_softmax_step(s, m_i, l_i, MASKED: tl.constexpr):
 
 
 @triton.jit
+def two_level_step(s, m_i, l_i, tau, MASKED: tl.constexpr):
+    """Online softmax for SageAttention3's two-level P on a score tile ``s`` (log2 domain, masked -inf).
+
+    With P̃ = exp2(s - m) (m: the running max) and s1 = rowmax(P̃)/(448·6) per row of the tile, the
+    tile adds s1·ϕ(P̃/s1)·V̂ to the output numerator. P̃/s1 = 2688·exp2(s - t) (t: the tile's row max)
+    does not depend on m, so it is computed directly: one exp2 per element as for P̃, no row max of P̃,
+    no division. The accumulator is kept in units of the last tile's s1: acc = numerator / s1(last),
+    so a tile updates it as acc·pre + ϕ(P̃/s1)·V̂ with pre = s1(last)/s1 = exp2(tau - t) (tau: the
+    last tile's row max): one multiply per accumulator element, as single-level online softmax, and
+    the product accumulates in place. ``two_level_scale`` turns acc back into the numerator.
+
+    The unit is bounded below: tau = max(t, m - 64), so acc <= 2^64·2688·N·max|V̂| stays finite (|V̂| <=
+    2688) and pre <= 2^64. A tile whose max lies more than 64 below the running max (log2, i.e. weights
+    < 2^-64 of the row's largest) is overweighted by 2^(m - 64 - t): it adds at most 64·2^-64 of the
+    row's largest weight instead of less, far below float32 resolution. l sums the unquantized P̃ (as
+    s1·rowsum(P̃/s1)). With MASKED, rows without a visible key in the tile get P̃/s1 = 0, pre = 1 and
+    keep tau.
+    Returns (P̃/s1, pre, tau_new, m_new, l_new)."""
+    t = tl.max(s, 1)
+    m_new = tl.maximum(m_i, t)
+    if MASKED:
+        t_use = tl.where(t == float("-inf"), 0.0, t)
+        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+    else:
+        t_use = t
+        m_use = m_new
+    p2 = tl.math.exp2(s - (t_use - 11.39231742277876)[:, None])  # 2688·exp2(s - t) = exp2(s - t + log2 2688)
+    s1 = tl.math.exp2(t - m_use) * (1.0 / 2688.0)
+    alpha = tl.math.exp2(m_i - m_use)
+    tau_new = tl.maximum(t, m_new - 64.0)
+    pre = tl.math.exp2(tau - tau_new)  # <= 2^64; 0 before the first visible tile (tau = -inf; acc is 0)
+    if MASKED:
+        pre = tl.where(t == float("-inf"), 1.0, pre)
+        tau_new = tl.where(t == float("-inf"), tau, tau_new)
+    return p2, pre, tau_new, m_new, l_i * alpha + s1 * tl.sum(p2, 1)
+
+
+@triton.jit
+def two_level_scale(tau, m_i):
+    """acc of ``two_level_step`` times this = the output numerator (relative to the final max m_i):
+    s1 of the last tile, exp2(tau - m)/2688; 0 for rows that never saw a key."""
+    return tl.where(tau == float("-inf"), 0.0, tl.math.exp2(tau - tl.where(m_i == float("-inf"), 0.0, m_i))
+                    * (1.0 / 2688.0))
+
+
+@triton.jit
 def softmax_finish(l_i, m_i):
     """End of a row's online softmax: (1/l, LSE in natural log); rows with no visible key get
     1/l = 0 (output 0, no NaN) and LSE = -inf. ``m_i`` is the running max in the log2 domain."""

@@ -13,9 +13,11 @@ Two kernels, read top to bottom:
    * SageAttention3 smoothing is fused: ``smooth_k`` subtracts the per-head token mean k̄ (one torch
      reduction computes k̄; the subtraction happens in the kernel before quantizing); ``smooth_q``
      subtracts the per-128-query-block mean q̄ᵢ, computed inside the 128-row tile, and stores q̄ᵢ in
-     FP32 for the main kernel, which adds q̄ᵢ·γ(K)ᵀ back in FP32 with the *unquantized* smoothed K
-     (kept in bf16 by the K pre-pass, as the reference uses it; the dequantized K̂ instead moves the
-     result by ~0.05 relative L2 at small sizes, at the SPEC §6 limit).
+     FP32. The K pre-pass (which runs after Q's) then computes the correction cᵢ = q̄ᵢ·γ(K)ᵀ with the
+     *unquantized* smoothed K, as the reference (the dequantized K̂ instead moves the result by ~0.05
+     relative L2 at small sizes, at the SPEC §6 limit): one FP32 value per (query block, key), from a
+     tf32x3 dot (~fp32 accuracy). The main kernel adds scale·cᵢ to S: one load per key instead of a
+     K tile reduced against q̄ᵢ in every key tile of every query tile (that cost sage3 ~25% of its time).
    * Optional *staged* operands (``staged=True`` / ``FP4ATTN_ATTN_OPERANDS=staged``, the Hopper
      default): K̂ and V̂ᵀ are written once per tensor in the tensor-core dtype (exact fp16 NVFP4 values /
      the FP8 MXFP4 embedding below), so the main loop loads them instead of dequantizing the packed
@@ -33,7 +35,7 @@ Two kernels, read top to bottom:
    ``fp4attn.quantize`` for finite inputs.
 
 2. **Main kernel** (``_attn_fwd_kernel``): FlashAttention-2 style forward. Per BLOCK_M-query tile it
-   streams key tiles: S = scale·Q̂K̂ᵀ (log2 domain) [+ scale·q̄ᵢ·K̂ⱼᵀ for smooth_q], online softmax with
+   streams key tiles: S = scale·Q̂K̂ᵀ (log2 domain) [+ scale·q̄ᵢ·γ(Kⱼ)ᵀ for smooth_q], online softmax with
    the running max m and l = rowsum of the *unquantized* P̃ = exp(S − m), P̃ quantized in registers
    in blocks of 16 (NVFP4) / 32 (MXFP4) keys, O += ϕ(P̃)·V̂. Two-level P (sage3): per row and key tile
    s1 = rowmax(P̃)/(448·6), O += s1·(ϕ(P̃/s1)·V̂). Causal is bottom-right aligned; tiles above the
@@ -121,7 +123,7 @@ head because a kv-head index kept live across the loop shifts the register alloc
 
 Differences from the reference (all within SPEC §6): FP32 vs float64 arithmetic and accumulation
 order; the two-level s1 is per kernel key tile (BLOCK_N keys; the defaults use 64, as the
-reference); the smooth_q correction reads K in bf16.
+reference); the smooth_q correction is a tf32x3 dot (~2⁻²¹ relative to Σ|q̄ᵢ||k|).
 """
 
 from __future__ import annotations
@@ -150,7 +152,16 @@ from ..formats.triton_helpers import (
     pack_nibbles,
     unpack_nibbles_words,
 )
-from ._tiles import causal_key_range, load_bhsd_rows, online_softmax_step, program_rows, softmax_finish, visible
+from ._tiles import (
+    causal_key_range,
+    load_bhsd_rows,
+    online_softmax_step,
+    program_rows,
+    softmax_finish,
+    two_level_scale,
+    two_level_step,
+    visible,
+)
 
 __all__ = ["PackedQKV", "quantize_qkv", "attention_packed", "attention_fwd", "default_path",
            "PATH_INTERP", "PATH_HOPPER", "PATH_BLACKWELL"]
@@ -163,6 +174,7 @@ PATH_NAMES = {"interp": PATH_INTERP, "hopper": PATH_HOPPER, "blackwell": PATH_BL
 LOG2E = 1.4426950408889634
 N_ALIGN = 128  # token padding of the buffers (multiple of every BLOCK_M / BLOCK_N and of 128)
 SMOOTH_Q_BLOCK = 128
+CORR_QB = tl.constexpr(32)  # query blocks per dot of the K pre-pass's smooth_q correction
 E4M3_TIMES_E2M1 = 448.0 * 6.0
 
 
@@ -250,14 +262,15 @@ def _row_exp(sbytes):
 
 
 @triton.jit
-def _prep_qk_kernel(X, sx_b, sx_h, sx_n, sx_d, C, S, SUB, QBAR, XS, XH, QROWS, KVF, H, N, D, NP, GROUP,
+def _prep_qk_kernel(X, sx_b, sx_h, sx_n, sx_d, C, S, SUB, QBAR, CORR, XH, QROWS, KVF, H, N, D, NP, GROUP, NQB,
                     SUB_MODE: tl.constexpr,  # 0: none, 1: subtract SUB (k̄ per head), 2: per-tile mean
-                    STORE_X: tl.constexpr,  # also store the (smoothed) unquantized x into XS
+                    CORR_MODE: tl.constexpr,  # K with smooth_q: CORR <- q̄ᵢ·γ(K)ᵀ (q̄ read from QBAR)
                     BAD_MODE: tl.constexpr,  # 1: Q row flags, 2: K's first non-finite row (see below)
                     PACKED: tl.constexpr,  # store the packed codes into C
                     STAGE: tl.constexpr,  # store the staged operand (``_fp4_tile_f16``) into XH
                     QB: tl.constexpr, IS_MX: tl.constexpr, BLOCK_T: tl.constexpr, DP: tl.constexpr):
-    """Q or K (bhsd, any strides) -> packed codes along D (PACKED) + scale bytes (+ q̄ for SUB_MODE 2),
+    """Q or K (bhsd, any strides) -> packed codes along D (PACKED) + scale bytes (+ q̄ for SUB_MODE 2;
+    + the smooth_q correction q̄ᵢ·γ(K)ᵀ, (B, Hq, NQB, NP) float32 unscaled, for CORR_MODE),
     the staged operand K̂ (STAGE: the values ``stage_operands`` would decode from those codes and scale
     bytes, written here from the codes still in registers), and the rows (after smoothing) that hold
     NaN/±Inf. BAD_MODE 1 (Q): one uint8 flag per row into QROWS
@@ -292,9 +305,20 @@ def _prep_qk_kernel(X, sx_b, sx_h, sx_n, sx_d, C, S, SUB, QBAR, XS, XH, QROWS, K
         enc = tl.max(tl.where(rbad != 0, 2147483647 - rows, 0), axis=0)  # 2**31 - 1 - first bad row
         for j in range(GROUP):  # masked: no memory traffic for finite tiles
             tl.atomic_max(KVF + (pid_bh * GROUP + j).to(tl.int64) * (DP + 2), enc, mask=enc != 0)
-    if STORE_X:
-        tl.store(XS + pid_bh.to(tl.int64) * NP * DP + r64 * DP + cols[None, :],
-                 tl.where(tl.abs(x) < float("inf"), x, 0.0).to(XS.dtype.element_ty))
+    if CORR_MODE:
+        # SageAttention3's correction q̄ᵢ·γ(K)ᵀ with the unquantized smoothed K (as the reference), for
+        # every 128-query block i of the GROUP query heads that read this kv head: a (tokens, NQB) dot
+        # per head, tf32x3 (three TF32 products: ~fp32 accuracy). The main kernel adds one float per key
+        # instead of reducing a K tile against q̄ in every key tile of every query tile.
+        xf = tl.where(tl.abs(x) < float("inf"), x, 0.0)  # non-finite keys are flagged (BAD_MODE 2)
+        for j in range(GROUP):
+            qh = (pid_bh * GROUP + j).to(tl.int64)  # query head b·Hq + h·GROUP + j
+            for i0 in range(0, NQB, CORR_QB):
+                qi = i0 + tl.arange(0, CORR_QB)
+                qb = tl.load(QBAR + (qh * NQB + qi[:, None]) * DP + cols[None, :], mask=qi[:, None] < NQB,
+                             other=0.0)  # (CORR_QB, DP)
+                c = tl.dot(qb, tl.trans(xf), input_precision="tf32x3")  # (CORR_QB, BLOCK_T): stores along keys
+                tl.store(CORR + (qh * NQB + qi[:, None]) * NP + rows[None, :], c, mask=qi[:, None] < NQB)
     codes, sb = _quant_rows(x, QB, IS_MX)
     if PACKED:
         tl.store(C + pid_bh.to(tl.int64) * NP * (DP // 2) + r64 * (DP // 2) + tl.arange(0, DP // 2)[None, :],
@@ -431,7 +455,7 @@ class PackedQKV(NamedTuple):
     vs: torch.Tensor  # uint8 (B, Hkv, DP, NKP/QB); staged: empty
     vexp: torch.Tensor  # int32 (B, Hkv, DP) (MXFP4) or empty
     qbar: torch.Tensor  # float32 (B, Hq, NQP/128, DP) (smooth_q) or empty
-    kx: torch.Tensor  # bf16 (B, Hkv, NKP, DP): smoothed unquantized K for the smooth_q correction, or empty
+    qcorr: torch.Tensor  # float32 (B, Hq, NQP/128, NKP): q̄ᵢ·γ(K)ᵀ, the smooth_q correction (unscaled), or empty
     kbar: torch.Tensor | None  # float32 (B, Hkv, D) (smooth_k) or None
     # non-finite inputs (GQA: the kv head's flags repeated for each of its query heads)
     qbad: torch.Tensor  # uint8 (B, Hq, NQP): 1 where the (smoothed) query row holds NaN/±Inf
@@ -490,11 +514,11 @@ def quantize_qkv(q, k, v, *, fmt: str = "nvfp4", smooth_q: bool = False, smooth_
             else torch.empty((0,), device=dev, dtype=torch.float32))
     kbar = None
     ksub = torch.empty((0,), device=dev, dtype=torch.float32)
-    # smooth_q: the q̄·γ(K)ᵀ correction reads the unquantized (smoothed) K, as the reference, kept in
-    # bf16 (fp32 under the interpreter) next to the FP4 codes
-    kx_dt = torch.float32 if path == PATH_INTERP else torch.bfloat16
-    kx = (torch.empty((B, Hkv, NKP, DP), device=dev, dtype=kx_dt) if smooth_q
-          else torch.empty((0,), device=dev, dtype=kx_dt))
+    # smooth_q: the correction q̄ᵢ·γ(K)ᵀ per (query block, key), computed by the K pre-pass with the
+    # unquantized smoothed K, as the reference
+    nqb = NQP // SMOOTH_Q_BLOCK
+    qcorr = (torch.empty((B, Hq, nqb, NKP), device=dev, dtype=torch.float32) if smooth_q
+             else torch.empty((0,), device=dev, dtype=torch.float32))
     if smooth_k:
         kbar = k.mean(dim=2, dtype=torch.float32)  # (B, Hkv, D), as the reference; no float32 copy of K
         ksub = torch.nn.functional.pad(kbar, (0, DP - D)).contiguous()
@@ -506,12 +530,12 @@ def quantize_qkv(q, k, v, *, fmt: str = "nvfp4", smooth_q: bool = False, smooth_
     # Q: tiles of 128 rows when smoothing (the q̄ blocks), else bt
     bq = SMOOTH_Q_BLOCK if smooth_q else bt
     _prep_qk_kernel[(NQP // bq, B * Hq)](q, *q.stride(), qc, qs, qs, qbar, qs, qs, qbad, kvbad, Hq, Nq, D, NQP,
-                                         1, SUB_MODE=2 if smooth_q else 0, STORE_X=False, BAD_MODE=1,
+                                         1, 0, SUB_MODE=2 if smooth_q else 0, CORR_MODE=False, BAD_MODE=1,
                                          PACKED=True, STAGE=False, QB=qb, IS_MX=is_mx, BLOCK_T=bq, DP=DP,
                                          num_warps=8 if smooth_q else nw)
-    _prep_qk_kernel[(NKP // bt, B * Hkv)](k, *k.stride(), kc if not stage else ks, ks, ksub, ks, kx,
-                                          kh if stage else ks, ks, kvbad, Hkv, Nk, D, NKP, g,
-                                          SUB_MODE=1 if smooth_k else 0, STORE_X=smooth_q, BAD_MODE=2,
+    _prep_qk_kernel[(NKP // bt, B * Hkv)](k, *k.stride(), kc if not stage else ks, ks, ksub, qbar, qcorr,
+                                          kh if stage else ks, ks, kvbad, Hkv, Nk, D, NKP, g, nqb,
+                                          SUB_MODE=1 if smooth_k else 0, CORR_MODE=smooth_q, BAD_MODE=2,
                                           PACKED=not stage, STAGE=stage, QB=qb, IS_MX=is_mx, BLOCK_T=bt, DP=DP,
                                           num_warps=nw)
     # V: 128 tokens x dc channels per program, r consecutive tokens x 8 channels per thread (see
@@ -525,7 +549,7 @@ def quantize_qkv(q, k, v, *, fmt: str = "nvfp4", smooth_q: bool = False, smooth_
     if stage and is_mx:
         vh = _stage_v(vc, vs, vexp, is_mx, qb, path)
         vc = vs = none
-    return PackedQKV(qc, qs, kc, ks, vc, vs, vexp, qbar, kx, kbar, qbad, kvbad, fmt, Nq, Nk, D, path, kh, vh)
+    return PackedQKV(qc, qs, kc, ks, vc, vs, vexp, qbar, qcorr, kbar, qbad, kvbad, fmt, Nq, Nk, D, path, kh, vh)
 
 
 # =================================================================================================
@@ -613,7 +637,7 @@ def _p_codes(p, QB: tl.constexpr, IS_MX: tl.constexpr):
 
 
 @triton.jit
-def _attn_inner(acc, l_i, m_i, q_op, q_sc, qfac, qbar, Kc, Ks, KX, Vc, Vs, vexp, KH, VH,
+def _attn_inner(acc, l_i, m_i, tau, q_op, q_sc, qfac, CR, Kc, Ks, Vc, Vs, vexp, KH, VH,
                 offs_m, lo, hi, Nk, causal_off, qk_scale, NKP,
                 PMAX: tl.constexpr, MASK: tl.constexpr, CAUSAL: tl.constexpr, IS_MX: tl.constexpr,
                 TWO_LEVEL: tl.constexpr, STAGED: tl.constexpr, SMOOTH_Q: tl.constexpr, PATH: tl.constexpr,
@@ -657,38 +681,38 @@ def _attn_inner(acc, l_i, m_i, q_op, q_sc, qfac, qbar, Kc, Ks, KX, Vc, Vs, vexp,
                     qk = tl.dot(q_op, tl.trans(k16.to(tl.float32)))
                 s = qk * qk_scale
         if SMOOTH_Q:
-            # SageAttention3's correction q̄ᵢ·γ(K)ᵀ in FP32 with the unquantized smoothed K
-            kx = tl.load(KX + kn[:, None] * DP + tl.arange(0, DP)[None, :]).to(tl.float32)
-            s += (tl.sum(kx * qbar[None, :], axis=1) * qk_scale)[None, :]
+            # SageAttention3's correction q̄ᵢ·γ(K)ᵀ (FP32, from the K pre-pass): one value per key
+            s += (tl.load(CR + kn) * qk_scale)[None, :]
         # ---- softmax -----------------------------------------------------------------------------
         if MASK:
             s = tl.where(visible(kn, offs_m, Nk, causal_off, CAUSAL), s, float("-inf"))
         if PMAX == 1:  # max-only pass
             m_i = tl.maximum(m_i, tl.max(s, 1))
         else:
-            if PMAX == 2:  # the exact row max is known: no rescaling
+            if TWO_LEVEL:  # p = P̃/s1, acc in units of the last tile's s1 (any m_i: also after PMAX 1)
+                p, pre, tau, m_i, l_i = two_level_step(s, m_i, l_i, tau, MASK)
+            elif PMAX == 2:  # the exact row max is known: no rescaling
                 m_use = tl.where(m_i == float("-inf"), 0.0, m_i)
                 p = tl.math.exp2(s - m_use[:, None])
-                alpha = tl.zeros_like(l_i) + 1.0
+                pre = tl.zeros_like(l_i) + 1.0
                 l_i = l_i + tl.sum(p, 1)
             else:  # online softmax
-                p, alpha, m_i, l_i = online_softmax_step(s, m_i, l_i, MASK)  # P̃ = exp(S − m)
-            acc = _pv_update(acc, p, alpha, Vc, Vs, vexp, VH, start_n, NKP, IS_MX, TWO_LEVEL, STAGED, PATH,
+                p, pre, m_i, l_i = online_softmax_step(s, m_i, l_i, MASK)  # P̃ = exp(S − m), pre = alpha
+            acc = _pv_update(acc, p, pre, Vc, Vs, vexp, VH, start_n, NKP, IS_MX, TWO_LEVEL, STAGED, PATH,
                              QB, BLOCK_N, DP)
-    return acc, l_i, m_i
+    return acc, l_i, m_i, tau
 
 
 @triton.jit
-def _pv_update(acc, p, alpha, Vc, Vs, vexp, VH, start_n, NKP, IS_MX: tl.constexpr, TWO_LEVEL: tl.constexpr,
-               STAGED: tl.constexpr, PATH: tl.constexpr, QB: tl.constexpr, BLOCK_N: tl.constexpr, DP: tl.constexpr):
-    """acc·alpha + ϕ(P̃)·V̂ (two-level: + s1·(ϕ(P̃/s1)·V̂)) for one key tile."""
+def _pv_update(acc, p, pre, Vc, Vs, vexp, VH, start_n, NKP, IS_MX: tl.constexpr, TWO_LEVEL: tl.constexpr,
+               STAGED: tl.constexpr, PATH: tl.constexpr, QB: tl.constexpr, BLOCK_N: tl.constexpr,
+               DP: tl.constexpr):
+    """acc·pre + ϕ(p)·V̂ for one key tile: p = P̃ and pre = alpha, or for two-level P p = P̃/s1 and pre
+    from ``two_level_step`` (acc in units of s1; MXFP4 on FP8: of s1/8, see below)."""
     dd = tl.arange(0, DP)
     n2 = tl.arange(0, BLOCK_N // 2)
     n8 = tl.arange(0, BLOCK_N // 8)
     nq = tl.arange(0, BLOCK_N // QB)
-    if TWO_LEVEL:
-        s1 = tl.max(p, 1) * (1.0 / 2688.0)
-        p = p * tl.where(s1 > 0, 1.0 / s1, 0.0)[:, None]
     # ---- O += ϕ(P̃) V̂ -----------------------------------------------------------------------
     if PATH == 2:
         pc, psc = _p_codes(p, QB, IS_MX)
@@ -698,13 +722,9 @@ def _pv_update(acc, p, alpha, Vc, Vs, vexp, VH, start_n, NKP, IS_MX: tl.constexp
             vsc = vs
         else:
             vsc = vs.to(tl.float8e4nv, bitcast=True)
-        if TWO_LEVEL:
-            # acc·alpha + s1·(ϕ(P̃/s1)V̂) as s1·(acc·alpha/s1 + ϕ(P̃/s1)V̂): the MMA accumulates in place
-            # (and the accumulator-less form hits the same Triton 3.6 sm_100 lowering bug as above)
-            s1s = tl.where(s1 > 0, s1, 1.0)
-            acc = tl.dot_scaled(pc, psc, "e2m1", vb, vsc, "e2m1", acc * (alpha / s1s)[:, None]) * s1s[:, None]
-        else:
-            acc = tl.dot_scaled(pc, psc, "e2m1", vb, vsc, "e2m1", acc * alpha[:, None])
+        # two-level: the MMA accumulates in place (the accumulator-less form hits the same Triton 3.6
+        # sm_100 lowering bug as above)
+        acc = tl.dot_scaled(pc, psc, "e2m1", vb, vsc, "e2m1", acc * pre[:, None])
     else:
         if STAGED:
             vT16 = tl.load(VH + dd[:, None] * NKP + (start_n + tl.arange(0, BLOCK_N))[None, :])  # (DP, BLOCK_N)
@@ -728,19 +748,12 @@ def _pv_update(acc, p, alpha, Vc, Vs, vexp, VH, start_n, NKP, IS_MX: tl.constexp
         else:
             pop = pq
             vop = tl.trans(vT16.to(tl.float32))
-        if TWO_LEVEL:
-            pv = tl.dot(pop, vop)
-            if IS_MX:
-                acc = acc * alpha[:, None] + pv * (s1 * 8.0)[:, None]
-            else:
-                acc = acc * alpha[:, None] + pv * s1[:, None]
-        else:
-            acc = tl.dot(pop, vop, acc * alpha[:, None])
+        acc = tl.dot(pop, vop, acc * pre[:, None])  # MXFP4 two-level: acc in units of s1/8
     return acc
 
 
 @triton.jit
-def _attn_fwd_kernel(Qc, Qs, Kc, Ks, KX, Vc, Vs, VEXP, QBAR, O, LSE, MBUF, KH, VH, QBAD, KVBAD,
+def _attn_fwd_kernel(Qc, Qs, Kc, Ks, Vc, Vs, VEXP, QCORR, O, LSE, MBUF, KH, VH, QBAD, KVBAD,
                      so_b, so_h, so_n, so_d,
                      qk_scale, Hq, GROUP, Nq, Nk, NQP, NKP, D,
                      PMAX: tl.constexpr,  # 0: online softmax, 1: row-max pass, 2: with the exact row max
@@ -780,10 +793,7 @@ def _attn_fwd_kernel(Qc, Qs, Kc, Ks, KX, Vc, Vs, VEXP, QBAR, O, LSE, MBUF, KH, V
                 q_op = q16
             else:
                 q_op = q16.to(tl.float32)
-    if SMOOTH_Q:
-        qbar = tl.load(QBAR + (pid_bh.to(tl.int64) * (NQP // 128) + m0 // 128) * DP + dd)
-    else:
-        qbar = tl.zeros([DP], tl.float32)
+    CR = QCORR + (pid_bh.to(tl.int64) * (NQP // 128) + m0 // 128) * NKP  # this query block's row (smooth_q)
     if IS_MX:
         vexp = tl.load(VEXP + kv_bh * DP + dd)
     else:
@@ -791,7 +801,6 @@ def _attn_fwd_kernel(Qc, Qs, Kc, Ks, KX, Vc, Vs, VEXP, QBAR, O, LSE, MBUF, KH, V
 
     Kc_h = Kc + kv_bh * NKP * (DP // 8)  # int32 words
     Ks_h = Ks + kv_bh * NKP * (DP // QB)
-    KX_h = KX + kv_bh * NKP * DP
     Vc_h = Vc + kv_bh * DP * (NKP // 8)  # int32 words
     Vs_h = Vs + kv_bh * DP * (NKP // QB)
     KH_h = KH + kv_bh * NKP * DP
@@ -802,15 +811,16 @@ def _attn_fwd_kernel(Qc, Qs, Kc, Ks, KX, Vc, Vs, VEXP, QBAR, O, LSE, MBUF, KH, V
     else:
         m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    tau = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)  # two-level P: the last tile's row max
     acc = tl.zeros([BLOCK_M, DP], dtype=tl.float32)
 
     causal_off = Nk - Nq  # bottom-right: query i sees keys j <= i + Nk - Nq
     hi, full_end = causal_key_range(m0, Nq, Nk, BLOCK_M, BLOCK_N, CAUSAL)
-    acc, l_i, m_i = _attn_inner(acc, l_i, m_i, q_op, q_sc, qfac, qbar, Kc_h, Ks_h, KX_h, Vc_h, Vs_h, vexp,
+    acc, l_i, m_i, tau = _attn_inner(acc, l_i, m_i, tau, q_op, q_sc, qfac, CR, Kc_h, Ks_h, Vc_h, Vs_h, vexp,
                                 KH_h, VH_h,
                                 offs_m, 0, full_end, Nk, causal_off, qk_scale, NKP, PMAX,
                                 False, CAUSAL, IS_MX, TWO_LEVEL, STAGED, SMOOTH_Q, PATH, QB, BLOCK_N, DP)
-    acc, l_i, m_i = _attn_inner(acc, l_i, m_i, q_op, q_sc, qfac, qbar, Kc_h, Ks_h, KX_h, Vc_h, Vs_h, vexp,
+    acc, l_i, m_i, tau = _attn_inner(acc, l_i, m_i, tau, q_op, q_sc, qfac, CR, Kc_h, Ks_h, Vc_h, Vs_h, vexp,
                                 KH_h, VH_h,
                                 offs_m, full_end, hi, Nk, causal_off, qk_scale, NKP, PMAX,
                                 True, CAUSAL, IS_MX, TWO_LEVEL, STAGED, SMOOTH_Q, PATH, QB, BLOCK_N, DP)
@@ -833,6 +843,10 @@ def _attn_fwd_kernel(Qc, Qs, Kc, Ks, KX, Vc, Vs, VEXP, QBAR, O, LSE, MBUF, KH, V
     row_nan = seen & (row_nan | (tl.load(QBAD + pid_bh.to(tl.int64) * NQP + offs_m) != 0))
     inv_l, lse = softmax_finish(tl.where(row_nan, float("nan"), l_i), m_i)  # NaN l: NaN 1/l and LSE
     tl.store(LSE + pid_bh.to(tl.int64) * NQP + offs_m, lse)
+    if TWO_LEVEL:  # acc is in units of the last tile's s1 (two_level_step)
+        inv_l = inv_l * two_level_scale(tau, m_i)
+        if IS_MX and PATH != 2:
+            inv_l = inv_l * 8.0  # the FP8 operand held ϕ(P̃/s1)/8
     o = acc * inv_l[:, None]
     if tl.load(flags + 1) != 0:  # some V channel of the kv head is non-finite (rare)
         col_nan = tl.load(flags + 2 + dd) != 0
@@ -890,15 +904,14 @@ def attention_packed(pk: PackedQKV, *, causal: bool, scale: float, two_level_p: 
     bm, bn = c["BLOCK_M"], c["BLOCK_N"]
     assert SMOOTH_Q_BLOCK % bm == 0 and bn % qb == 0 and N_ALIGN % bn == 0, c
     vexp = pk.vexp if is_mx else lse  # unused pointer when not MX
-    qbar = pk.qbar if smooth_q else lse
     mbuf = lse if online else torch.empty((B, Hq, NQP), device=out.device, dtype=torch.float32)
-    kx = pk.kx if smooth_q else lse
+    qcorr = pk.qcorr if smooth_q else lse
     i32 = torch.int32  # packed codes are read as 32-bit words (vectorized loads)
     staged = pk.kh is not None
     assert staged or pk.kc.numel() > 0, "packed operands: quantize_qkv(..., staged=False)"
     kh = pk.kh if staged else lse
     vh = pk.vh if staged else lse
-    args = (pk.qc.view(i32), pk.qs, pk.kc.view(i32), pk.ks, kx, pk.vc.view(i32), pk.vs, vexp, qbar, out, lse, mbuf,
+    args = (pk.qc.view(i32), pk.qs, pk.kc.view(i32), pk.ks, pk.vc.view(i32), pk.vs, vexp, qcorr, out, lse, mbuf,
             kh, vh, pk.qbad, pk.kvbad, *out.stride(),
             scale * LOG2E, Hq, Hq // Hkv, pk.nq, pk.nk, NQP, NKP, pk.d)
     meta = dict(CAUSAL=causal, IS_MX=is_mx, TWO_LEVEL=two_level_p, STAGED=staged, SMOOTH_Q=smooth_q, PATH=pk.path,
@@ -954,8 +967,8 @@ def compile_for_target(capability: int, *, fmt: str = "nvfp4", causal: bool = Fa
     if path is None:
         path = PATH_BLACKWELL if capability >= 100 else PATH_HOPPER
     qb, is_mx = quant_block(fmt)
-    ptrs = {"Qc": "*i32", "Qs": "*u8", "Kc": "*i32", "Ks": "*u8", "KX": "*bf16", "Vc": "*i32", "Vs": "*u8",
-            "VEXP": "*i32", "QBAR": "*fp32", "O": "*bf16", "LSE": "*fp32", "MBUF": "*fp32",
+    ptrs = {"Qc": "*i32", "Qs": "*u8", "Kc": "*i32", "Ks": "*u8", "Vc": "*i32", "Vs": "*u8",
+            "VEXP": "*i32", "QCORR": "*fp32", "O": "*bf16", "LSE": "*fp32", "MBUF": "*fp32",
             "KH": "*fp8e4nv" if is_mx else "*fp16", "VH": "*fp8e4nv" if is_mx else "*fp16",
             "QBAD": "*u8", "KVBAD": "*i32"}
     ints = {n: "i32" for n in ("so_b", "so_h", "so_n", "so_d")}
