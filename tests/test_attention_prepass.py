@@ -94,6 +94,7 @@ def prepass_statement(q, k, v, *, fmt, smooth_q, smooth_k, qbar_kernel, path):
         kfin = torch.where(torch.isfinite(kpad), kpad, 0.0).double().repeat_interleave(g, dim=1)
         exp["qcorr"] = exp["qbar"].double() @ kfin.transpose(-1, -2)  # (B, hq, NQP/128, NKP)
         exp["qcorr_mag"] = exp["qbar"].double().abs() @ kfin.abs().transpose(-1, -2)
+        exp["kx"] = torch.where(torch.isfinite(kpad), kpad, 0.0)  # the loop form's γ(K)
     # ---- V (blocks and packing along tokens, stored channel-major) ---------------------------------
     vpad = _pad(v, NKP, DP)
     exp["vc"], exp["vs"], vq = _quantize(vpad.transpose(-1, -2), fmt)  # (B, hkv, DP, NKP)
@@ -185,6 +186,10 @@ def test_prepass_fields_bit_exact(case, staged):
         err = (pk.qcorr.double() - exp["qcorr"]).abs()
         assert pk.qcorr.shape == exp["qcorr"].shape
         assert (err <= 2.0**-18 * exp["qcorr_mag"] + 1e-30).all(), err.max()
+        pkl = A.quantize_qkv(q, k, v, fmt=fmt, smooth_q=smooth_q, smooth_k=smooth_k, path=path, staged=staged,
+                             smooth_q_table=False)  # the main-loop form: γ(K) itself
+        assert pkl.corr_mode == 2
+        eq("kx", pkl.qcorr, exp["kx"].to(pkl.qcorr.dtype))  # bf16 on GPU: round to nearest even, as torch
     if smooth_k:
         torch.testing.assert_close(pk.kbar, k.mean(dim=2, dtype=torch.float32), rtol=0, atol=0, equal_nan=True)
     if staged:

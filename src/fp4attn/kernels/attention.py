@@ -18,6 +18,11 @@ Two kernels, read top to bottom:
      relative L2 at small sizes, at the SPEC §6 limit): one FP32 value per (query block, key), from a
      tf32x3 dot (~fp32 accuracy). The main kernel adds scale·cᵢ to S: one load per key instead of a
      K tile reduced against q̄ᵢ in every key tile of every query tile (that cost sage3 ~25% of its time).
+     The table takes B·Hq·⌈Nq/128⌉·Nk·4 bytes (N²/32 per head); above ``smooth_q_table_max_bytes``
+     (1 GiB) the K pre-pass stores γ(K) in bf16 instead and the main loop computes cᵢ per key tile with
+     a (keys × D)·(D × 16) dot against q̄ᵢ split into two bf16 parts (memory O(N·D); measured on the
+     H200 ~1.5x slower at D = 128, about as fast at D = 64; outputs 0.7% rel. L2 apart from the table's,
+     the bf16 rounding of γ(K)).
    * Optional *staged* operands (``staged=True`` / ``FP4ATTN_ATTN_OPERANDS=staged``, the Hopper
      default): K̂ and V̂ᵀ are written once per tensor in the tensor-core dtype (exact fp16 NVFP4 values /
      the FP8 MXFP4 embedding below), so the main loop loads them instead of dequantizing the packed
@@ -264,7 +269,7 @@ def _row_exp(sbytes):
 @triton.jit
 def _prep_qk_kernel(X, sx_b, sx_h, sx_n, sx_d, C, S, SUB, QBAR, CORR, XH, QROWS, KVF, H, N, D, NP, GROUP, NQB,
                     SUB_MODE: tl.constexpr,  # 0: none, 1: subtract SUB (k̄ per head), 2: per-tile mean
-                    CORR_MODE: tl.constexpr,  # K with smooth_q: CORR <- q̄ᵢ·γ(K)ᵀ (q̄ read from QBAR)
+                    CORR_MODE: tl.constexpr,  # K with smooth_q: 1: CORR <- q̄ᵢ·γ(K)ᵀ (q̄ from QBAR); 2: CORR <- γ(K)
                     BAD_MODE: tl.constexpr,  # 1: Q row flags, 2: K's first non-finite row (see below)
                     PACKED: tl.constexpr,  # store the packed codes into C
                     STAGE: tl.constexpr,  # store the staged operand (``_fp4_tile_f16``) into XH
@@ -305,7 +310,10 @@ def _prep_qk_kernel(X, sx_b, sx_h, sx_n, sx_d, C, S, SUB, QBAR, CORR, XH, QROWS,
         enc = tl.max(tl.where(rbad != 0, 2147483647 - rows, 0), axis=0)  # 2**31 - 1 - first bad row
         for j in range(GROUP):  # masked: no memory traffic for finite tiles
             tl.atomic_max(KVF + (pid_bh * GROUP + j).to(tl.int64) * (DP + 2), enc, mask=enc != 0)
-    if CORR_MODE:
+    if CORR_MODE == 2:  # the smoothed K for the main loop's correction (bf16 on GPU)
+        tl.store(CORR + pid_bh.to(tl.int64) * NP * DP + r64 * DP + cols[None, :],
+                 tl.where(tl.abs(x) < float("inf"), x, 0.0).to(CORR.dtype.element_ty))
+    if CORR_MODE == 1:
         # SageAttention3's correction q̄ᵢ·γ(K)ᵀ with the unquantized smoothed K (as the reference), for
         # every 128-query block i of the GROUP query heads that read this kv head: a (tokens, NQB) dot
         # per head, tf32x3 (three TF32 products: ~fp32 accuracy). The main kernel adds one float per key
@@ -455,7 +463,8 @@ class PackedQKV(NamedTuple):
     vs: torch.Tensor  # uint8 (B, Hkv, DP, NKP/QB); staged: empty
     vexp: torch.Tensor  # int32 (B, Hkv, DP) (MXFP4) or empty
     qbar: torch.Tensor  # float32 (B, Hq, NQP/128, DP) (smooth_q) or empty
-    qcorr: torch.Tensor  # float32 (B, Hq, NQP/128, NKP): q̄ᵢ·γ(K)ᵀ, the smooth_q correction (unscaled), or empty
+    qcorr: torch.Tensor  # smooth_q (see corr_mode): float32 (B, Hq, NQP/128, NKP) table q̄ᵢ·γ(K)ᵀ (unscaled),
+    #                      or the smoothed K γ(K) bf16 (B, Hkv, NKP, DP) for the main loop; else empty
     kbar: torch.Tensor | None  # float32 (B, Hkv, D) (smooth_k) or None
     # non-finite inputs (GQA: the kv head's flags repeated for each of its query heads)
     qbad: torch.Tensor  # uint8 (B, Hq, NQP): 1 where the (smoothed) query row holds NaN/±Inf
@@ -469,6 +478,7 @@ class PackedQKV(NamedTuple):
     path: int
     kh: torch.Tensor | None = None  # staged K̂ (B, Hkv, NKP, DP) fp16 / fp8 (see stage_operands) or None
     vh: torch.Tensor | None = None  # staged V̂ᵀ (B, Hkv, DP, NKP) or None
+    corr_mode: int = 0  # smooth_q: 1 = qcorr is the correction table, 2 = qcorr is γ(K) for the loop
 
 
 def default_staged() -> bool:
@@ -479,13 +489,23 @@ def default_staged() -> bool:
     return os.environ.get("FP4ATTN_ATTN_OPERANDS", "staged") != "packed"
 
 
+def smooth_q_table_max_bytes() -> int:
+    """Largest smooth_q correction table (B·Hq·⌈Nq/128⌉·Nk float32) built by default:
+    ``FP4ATTN_SMOOTHQ_TABLE_BYTES`` (default 1 GiB). The table grows as N²/32 bytes per head; above the
+    limit the correction is computed in the main loop instead (memory O(N·D), slower at D = 128)."""
+    return int(os.environ.get("FP4ATTN_SMOOTHQ_TABLE_BYTES", str(1 << 30)))
+
+
 def quantize_qkv(q, k, v, *, fmt: str = "nvfp4", smooth_q: bool = False, smooth_k: bool = False,
-                 path: int | None = None, staged: bool | None = None) -> PackedQKV:
+                 path: int | None = None, staged: bool | None = None,
+                 smooth_q_table: bool | None = None) -> PackedQKV:
     """The quantization pre-pass on bhsd views (any strides). ``staged`` (Hopper/interpreter paths
     only): write K̂ and V̂ᵀ in the tensor-core operand dtype *instead of* the packed K / V codes (``kc``,
     ``vc``, ``vs`` are then empty: the main kernel reads K's scale bytes and the staged operands only).
     K̂ and NVFP4 V̂ᵀ come straight from the pre-pass kernels; MXFP4 V̂ᵀ needs every token's block
-    exponent first (``vexp``), so V's packed codes go through ``_stage_kernel`` as before."""
+    exponent first (``vexp``), so V's packed codes go through ``_stage_kernel`` as before.
+    ``smooth_q_table``: build the smooth_q correction table (True), keep γ(K) for the main loop (False),
+    or choose by ``smooth_q_table_max_bytes`` (None)."""
     if path is None:
         path = default_path(q.device)
     if staged is None:
@@ -517,8 +537,18 @@ def quantize_qkv(q, k, v, *, fmt: str = "nvfp4", smooth_q: bool = False, smooth_
     # smooth_q: the correction q̄ᵢ·γ(K)ᵀ per (query block, key), computed by the K pre-pass with the
     # unquantized smoothed K, as the reference
     nqb = NQP // SMOOTH_Q_BLOCK
-    qcorr = (torch.empty((B, Hq, nqb, NKP), device=dev, dtype=torch.float32) if smooth_q
-             else torch.empty((0,), device=dev, dtype=torch.float32))
+    corr_mode = 0
+    qcorr = torch.empty((0,), device=dev, dtype=torch.float32)
+    if smooth_q:
+        if smooth_q_table is None:
+            smooth_q_table = B * Hq * nqb * NKP * 4 <= smooth_q_table_max_bytes()
+        if smooth_q_table:
+            corr_mode = 1
+            qcorr = torch.empty((B, Hq, nqb, NKP), device=dev, dtype=torch.float32)
+        else:
+            corr_mode = 2
+            qcorr = torch.empty((B, Hkv, NKP, DP), device=dev,
+                                dtype=torch.float32 if path == PATH_INTERP else torch.bfloat16)
     if smooth_k:
         kbar = k.mean(dim=2, dtype=torch.float32)  # (B, Hkv, D), as the reference; no float32 copy of K
         ksub = torch.nn.functional.pad(kbar, (0, DP - D)).contiguous()
@@ -530,12 +560,12 @@ def quantize_qkv(q, k, v, *, fmt: str = "nvfp4", smooth_q: bool = False, smooth_
     # Q: tiles of 128 rows when smoothing (the q̄ blocks), else bt
     bq = SMOOTH_Q_BLOCK if smooth_q else bt
     _prep_qk_kernel[(NQP // bq, B * Hq)](q, *q.stride(), qc, qs, qs, qbar, qs, qs, qbad, kvbad, Hq, Nq, D, NQP,
-                                         1, 0, SUB_MODE=2 if smooth_q else 0, CORR_MODE=False, BAD_MODE=1,
+                                         1, 0, SUB_MODE=2 if smooth_q else 0, CORR_MODE=0, BAD_MODE=1,
                                          PACKED=True, STAGE=False, QB=qb, IS_MX=is_mx, BLOCK_T=bq, DP=DP,
                                          num_warps=8 if smooth_q else nw)
     _prep_qk_kernel[(NKP // bt, B * Hkv)](k, *k.stride(), kc if not stage else ks, ks, ksub, qbar, qcorr,
                                           kh if stage else ks, ks, kvbad, Hkv, Nk, D, NKP, g, nqb,
-                                          SUB_MODE=1 if smooth_k else 0, CORR_MODE=smooth_q, BAD_MODE=2,
+                                          SUB_MODE=1 if smooth_k else 0, CORR_MODE=corr_mode, BAD_MODE=2,
                                           PACKED=not stage, STAGE=stage, QB=qb, IS_MX=is_mx, BLOCK_T=bt, DP=DP,
                                           num_warps=nw)
     # V: 128 tokens x dc channels per program, r consecutive tokens x 8 channels per thread (see
@@ -549,7 +579,8 @@ def quantize_qkv(q, k, v, *, fmt: str = "nvfp4", smooth_q: bool = False, smooth_
     if stage and is_mx:
         vh = _stage_v(vc, vs, vexp, is_mx, qb, path)
         vc = vs = none
-    return PackedQKV(qc, qs, kc, ks, vc, vs, vexp, qbar, qcorr, kbar, qbad, kvbad, fmt, Nq, Nk, D, path, kh, vh)
+    return PackedQKV(qc, qs, kc, ks, vc, vs, vexp, qbar, qcorr, kbar, qbad, kvbad, fmt, Nq, Nk, D, path, kh, vh,
+                     corr_mode)
 
 
 # =================================================================================================
@@ -637,7 +668,7 @@ def _p_codes(p, QB: tl.constexpr, IS_MX: tl.constexpr):
 
 
 @triton.jit
-def _attn_inner(acc, l_i, m_i, tau, q_op, q_sc, qfac, CR, Kc, Ks, Vc, Vs, vexp, KH, VH,
+def _attn_inner(acc, l_i, m_i, tau, q_op, q_sc, qfac, CR, qb2, Kc, Ks, Vc, Vs, vexp, KH, VH,
                 offs_m, lo, hi, Nk, causal_off, qk_scale, NKP,
                 PMAX: tl.constexpr, MASK: tl.constexpr, CAUSAL: tl.constexpr, IS_MX: tl.constexpr,
                 TWO_LEVEL: tl.constexpr, STAGED: tl.constexpr, SMOOTH_Q: tl.constexpr, PATH: tl.constexpr,
@@ -680,9 +711,12 @@ def _attn_inner(acc, l_i, m_i, tau, q_op, q_sc, qfac, CR, Kc, Ks, Vc, Vs, vexp, 
                 else:
                     qk = tl.dot(q_op, tl.trans(k16.to(tl.float32)))
                 s = qk * qk_scale
-        if SMOOTH_Q:
+        if SMOOTH_Q == 1:
             # SageAttention3's correction q̄ᵢ·γ(K)ᵀ (FP32, from the K pre-pass): one value per key
             s += (tl.load(CR + kn) * qk_scale)[None, :]
+        elif SMOOTH_Q == 2:
+            kx = tl.load(CR + kn[:, None] * DP + tl.arange(0, DP)[None, :])  # (BLOCK_N, DP) smoothed K
+            s += (tl.sum(tl.dot(kx, qb2), axis=1) * qk_scale)[None, :]
         # ---- softmax -----------------------------------------------------------------------------
         if MASK:
             s = tl.where(visible(kn, offs_m, Nk, causal_off, CAUSAL), s, float("-inf"))
@@ -753,7 +787,7 @@ def _pv_update(acc, p, pre, Vc, Vs, vexp, VH, start_n, NKP, IS_MX: tl.constexpr,
 
 
 @triton.jit
-def _attn_fwd_kernel(Qc, Qs, Kc, Ks, Vc, Vs, VEXP, QCORR, O, LSE, MBUF, KH, VH, QBAD, KVBAD,
+def _attn_fwd_kernel(Qc, Qs, Kc, Ks, Vc, Vs, VEXP, QCORR, QBAR, O, LSE, MBUF, KH, VH, QBAD, KVBAD,
                      so_b, so_h, so_n, so_d,
                      qk_scale, Hq, GROUP, Nq, Nk, NQP, NKP, D,
                      PMAX: tl.constexpr,  # 0: online softmax, 1: row-max pass, 2: with the exact row max
@@ -793,7 +827,19 @@ def _attn_fwd_kernel(Qc, Qs, Kc, Ks, Vc, Vs, VEXP, QCORR, O, LSE, MBUF, KH, VH, 
                 q_op = q16
             else:
                 q_op = q16.to(tl.float32)
-    CR = QCORR + (pid_bh.to(tl.int64) * (NQP // 128) + m0 // 128) * NKP  # this query block's row (smooth_q)
+    if SMOOTH_Q == 2:
+        CR = QCORR + kv_bh * NKP * DP
+        qbar = tl.load(QBAR + (pid_bh.to(tl.int64) * (NQP // 128) + m0 // 128) * DP + dd)
+        qhi = qbar.to(tl.bfloat16).to(tl.float32)
+        c16 = tl.arange(0, 16)[None, :]
+        qb2 = tl.where(c16 == 0, qhi[:, None], tl.where(c16 == 1, (qbar - qhi)[:, None], 0.0))
+        if PATH == 0:
+            qb2 = qb2.to(tl.float32)
+        else:
+            qb2 = qb2.to(tl.bfloat16)
+    else:
+        CR = QCORR + (pid_bh.to(tl.int64) * (NQP // 128) + m0 // 128) * NKP  # this query block's row (smooth_q)
+        qb2 = tl.zeros([DP, 16], tl.float32)
     if IS_MX:
         vexp = tl.load(VEXP + kv_bh * DP + dd)
     else:
@@ -816,11 +862,11 @@ def _attn_fwd_kernel(Qc, Qs, Kc, Ks, Vc, Vs, VEXP, QCORR, O, LSE, MBUF, KH, VH, 
 
     causal_off = Nk - Nq  # bottom-right: query i sees keys j <= i + Nk - Nq
     hi, full_end = causal_key_range(m0, Nq, Nk, BLOCK_M, BLOCK_N, CAUSAL)
-    acc, l_i, m_i, tau = _attn_inner(acc, l_i, m_i, tau, q_op, q_sc, qfac, CR, Kc_h, Ks_h, Vc_h, Vs_h, vexp,
+    acc, l_i, m_i, tau = _attn_inner(acc, l_i, m_i, tau, q_op, q_sc, qfac, CR, qb2, Kc_h, Ks_h, Vc_h, Vs_h, vexp,
                                 KH_h, VH_h,
                                 offs_m, 0, full_end, Nk, causal_off, qk_scale, NKP, PMAX,
                                 False, CAUSAL, IS_MX, TWO_LEVEL, STAGED, SMOOTH_Q, PATH, QB, BLOCK_N, DP)
-    acc, l_i, m_i, tau = _attn_inner(acc, l_i, m_i, tau, q_op, q_sc, qfac, CR, Kc_h, Ks_h, Vc_h, Vs_h, vexp,
+    acc, l_i, m_i, tau = _attn_inner(acc, l_i, m_i, tau, q_op, q_sc, qfac, CR, qb2, Kc_h, Ks_h, Vc_h, Vs_h, vexp,
                                 KH_h, VH_h,
                                 offs_m, full_end, hi, Nk, causal_off, qk_scale, NKP, PMAX,
                                 True, CAUSAL, IS_MX, TWO_LEVEL, STAGED, SMOOTH_Q, PATH, QB, BLOCK_N, DP)
@@ -862,19 +908,22 @@ def _attn_fwd_kernel(Qc, Qs, Kc, Ks, Vc, Vs, VEXP, QCORR, O, LSE, MBUF, KH, VH, 
     tl.store(o_ptrs, o.to(O.dtype.element_ty), mask=(offs_m[:, None] < Nq) & (dd[None, :] < D))
 
 
-def default_config(dp: int, path: int, causal: bool = False, two_level: bool = False, is_mx: bool = False) -> dict:
-    """The tile config ``fp4attn.attention`` runs (no autotuning). D <= 128 on Hopper: the winners of the
-    H200 config sweep of ``fp4attn bench attention`` at every benchmark shape (BENCHMARKS.md, issue 4):
-    MXFP4 128x128 tiles, 8 warps, 2 stages; NVFP4 / sage3 128x64, 8 warps, 3 stages. Under the
-    interpreter: small tiles."""
+def default_config(dp: int, path: int, causal: bool = False, two_level: bool = False, is_mx: bool = False,
+                   online: bool = False) -> dict:
+    """The tile config ``fp4attn.attention`` runs (no autotuning). D <= 128 on Hopper, from the H200 config
+    sweeps of ``fp4attn bench attention`` (BENCHMARKS.md, issue 4): non-causal single-level NVFP4 with the
+    exact row max 128x64 tiles, 8 warps, 3 stages; causal, MXFP4, two-level P (sage3) and one-pass online
+    softmax 64x64, 4 warps, 3 stages (their loops need more registers: with 8 warps and 128 rows they run one
+    program per SM; e.g. (16,16,4096,64) sage3 6.09 -> 4.85 ms, mxfp4 6.34 -> 4.80, and at D=128 mxfp4
+    8.10 -> 7.01). Under the interpreter: small tiles."""
     if path == PATH_INTERP:
         return {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 1}
     if dp >= 256:
         return {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2}
     if path != PATH_HOPPER:  # Blackwell (compile-checked only): the tiles its PTX test was written for
         return {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2}
-    if is_mx:
-        return {"BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 8, "num_stages": 2}
+    if is_mx or two_level or online or causal:
+        return {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3}
     return {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3}
 
 
@@ -899,24 +948,27 @@ def attention_packed(pk: PackedQKV, *, causal: bool, scale: float, two_level_p: 
     smooth_q = pk.qbar.numel() > 0
     if online is None:
         online = two_level_p
-    c = dict(config or default_config(DP, pk.path, causal, two_level_p, is_mx))
+    c = dict(config or default_config(DP, pk.path, causal, two_level_p, is_mx, online))
     nw, ns = c.pop("num_warps", 4), c.pop("num_stages", 2)
+    extra = {"maxnreg": c.pop("maxnreg")} if "maxnreg" in c else {}  # register cap (occupancy)
     bm, bn = c["BLOCK_M"], c["BLOCK_N"]
     assert SMOOTH_Q_BLOCK % bm == 0 and bn % qb == 0 and N_ALIGN % bn == 0, c
     vexp = pk.vexp if is_mx else lse  # unused pointer when not MX
     mbuf = lse if online else torch.empty((B, Hq, NQP), device=out.device, dtype=torch.float32)
     qcorr = pk.qcorr if smooth_q else lse
+    qbar = pk.qbar if smooth_q else lse
+    smooth_q = pk.corr_mode  # 0: none, 1: correction table, 2: in the loop from the smoothed K
     i32 = torch.int32  # packed codes are read as 32-bit words (vectorized loads)
     staged = pk.kh is not None
     assert staged or pk.kc.numel() > 0, "packed operands: quantize_qkv(..., staged=False)"
     kh = pk.kh if staged else lse
     vh = pk.vh if staged else lse
-    args = (pk.qc.view(i32), pk.qs, pk.kc.view(i32), pk.ks, pk.vc.view(i32), pk.vs, vexp, qcorr, out, lse, mbuf,
+    args = (pk.qc.view(i32), pk.qs, pk.kc.view(i32), pk.ks, pk.vc.view(i32), pk.vs, vexp, qcorr, qbar, out, lse, mbuf,
             kh, vh, pk.qbad, pk.kvbad, *out.stride(),
             scale * LOG2E, Hq, Hq // Hkv, pk.nq, pk.nk, NQP, NKP, pk.d)
     meta = dict(CAUSAL=causal, IS_MX=is_mx, TWO_LEVEL=two_level_p, STAGED=staged, SMOOTH_Q=smooth_q, PATH=pk.path,
                 QB=qb,
-                BLOCK_M=bm, BLOCK_N=bn, DP=DP, num_warps=nw, num_stages=ns)
+                BLOCK_M=bm, BLOCK_N=bn, DP=DP, num_warps=nw, num_stages=ns, **extra)
     grid = (NQP // bm, B * Hq)
     if online:
         _attn_fwd_kernel[grid](*args, PMAX=0, **meta)
@@ -968,7 +1020,7 @@ def compile_for_target(capability: int, *, fmt: str = "nvfp4", causal: bool = Fa
         path = PATH_BLACKWELL if capability >= 100 else PATH_HOPPER
     qb, is_mx = quant_block(fmt)
     ptrs = {"Qc": "*i32", "Qs": "*u8", "Kc": "*i32", "Ks": "*u8", "Vc": "*i32", "Vs": "*u8",
-            "VEXP": "*i32", "QCORR": "*fp32", "O": "*bf16", "LSE": "*fp32", "MBUF": "*fp32",
+            "VEXP": "*i32", "QCORR": "*fp32", "QBAR": "*fp32", "O": "*bf16", "LSE": "*fp32", "MBUF": "*fp32",
             "KH": "*fp8e4nv" if is_mx else "*fp16", "VH": "*fp8e4nv" if is_mx else "*fp16",
             "QBAD": "*u8", "KVBAD": "*i32"}
     ints = {n: "i32" for n in ("so_b", "so_h", "so_n", "so_d")}
