@@ -496,6 +496,24 @@ def test_gpu_op_vs_reference(case, operands, monkeypatch):
 
 @gpu
 @pytest.mark.gpu
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
+def test_gpu_row_max_pass_tiles(fmt):
+    """The row-max pass runs its own tiles (``default_max_config``): the row maxima, hence the outputs,
+    are bit-identical to running it with the attention pass's tiles."""
+    q, k, v = make_qkv(2, 4, 2, 1000, 1100, 128, dtype=torch.bfloat16, seed=11)
+    pk = A.quantize_qkv(q, k, v, fmt=fmt)
+    outs = []
+    for mc in (None, A.default_config(128, A.PATH_HOPPER, is_mx=fmt == "mxfp4")):
+        out = torch.empty_like(q)
+        lse = A.attention_packed(pk, causal=True, scale=0.1, two_level_p=False, B=2, Hq=4, Hkv=2, out=out,
+                                 online=False, max_config=mc)
+        outs.append((out, lse))
+    assert A.default_max_config(128, A.PATH_HOPPER, is_mx=fmt == "mxfp4") is not None  # the two runs differ
+    assert torch.equal(outs[0][0], outs[1][0]) and torch.equal(outs[0][1], outs[1][1])
+
+
+@gpu
+@pytest.mark.gpu
 @pytest.mark.parametrize("causal", [False, True])
 def test_gpu_smooth_q_in_loop(causal, monkeypatch):
     """sage3 with the smooth_q correction computed in the main loop (the table over its memory limit,

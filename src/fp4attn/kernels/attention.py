@@ -927,9 +927,23 @@ def default_config(dp: int, path: int, causal: bool = False, two_level: bool = F
     return {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3}
 
 
+def default_max_config(dp: int, path: int, causal: bool = False, is_mx: bool = False) -> dict | None:
+    """Tiles of the row-max pass (S and its row max only: a GEMM with a max epilogue) when they differ
+    from the attention pass's; None = the same. From an H200 sweep (BENCHMARKS.md, issue 4): larger
+    tiles, 2-4% off the two passes' time (e.g. (16,16,4096,128) nvfp4 7.20 -> 7.06 ms, mxfp4 6.96 ->
+    6.79; the row maxima, hence the outputs, are bit-identical whatever the tiles)."""
+    if path != PATH_HOPPER or dp > 128:
+        return None
+    if is_mx:
+        return {"BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 4, "num_stages": 3}
+    if dp == 128:
+        return {"BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 8, "num_stages": 3}
+    return None
+
+
 def attention_packed(pk: PackedQKV, *, causal: bool, scale: float, two_level_p: bool, B: int, Hq: int,
                      Hkv: int, out: torch.Tensor, online: bool | None = None,
-                     config: dict | None = None) -> torch.Tensor:
+                     config: dict | None = None, max_config: dict | None = None) -> torch.Tensor:
     """Main kernel on the pre-pass buffers; writes ``out`` (a bhsd view, any strides) and returns
     the padded LSE (B, Hq, NQP) float32 (natural log, relative to the smoothed K if smooth_k).
 
@@ -948,11 +962,8 @@ def attention_packed(pk: PackedQKV, *, causal: bool, scale: float, two_level_p: 
     smooth_q = pk.qbar.numel() > 0
     if online is None:
         online = two_level_p
-    c = dict(config or default_config(DP, pk.path, causal, two_level_p, is_mx, online))
-    nw, ns = c.pop("num_warps", 4), c.pop("num_stages", 2)
-    extra = {"maxnreg": c.pop("maxnreg")} if "maxnreg" in c else {}  # register cap (occupancy)
-    bm, bn = c["BLOCK_M"], c["BLOCK_N"]
-    assert SMOOTH_Q_BLOCK % bm == 0 and bn % qb == 0 and N_ALIGN % bn == 0, c
+    config = config or default_config(DP, pk.path, causal, two_level_p, is_mx, online)
+    max_config = max_config or default_max_config(DP, pk.path, causal, is_mx) or config
     vexp = pk.vexp if is_mx else lse  # unused pointer when not MX
     mbuf = lse if online else torch.empty((B, Hq, NQP), device=out.device, dtype=torch.float32)
     qcorr = pk.qcorr if smooth_q else lse
@@ -967,14 +978,19 @@ def attention_packed(pk: PackedQKV, *, causal: bool, scale: float, two_level_p: 
             kh, vh, pk.qbad, pk.kvbad, *out.stride(),
             scale * LOG2E, Hq, Hq // Hkv, pk.nq, pk.nk, NQP, NKP, pk.d)
     meta = dict(CAUSAL=causal, IS_MX=is_mx, TWO_LEVEL=two_level_p, STAGED=staged, SMOOTH_Q=smooth_q, PATH=pk.path,
-                QB=qb,
-                BLOCK_M=bm, BLOCK_N=bn, DP=DP, num_warps=nw, num_stages=ns, **extra)
-    grid = (NQP // bm, B * Hq)
+                QB=qb, DP=DP)
+
+    def launch(pmax, cfg):
+        c = dict(cfg)
+        extra = {k: c.pop(k) for k in ("num_warps", "num_stages", "maxnreg") if k in c}
+        assert SMOOTH_Q_BLOCK % c["BLOCK_M"] == 0 and c["BLOCK_N"] % qb == 0 and N_ALIGN % c["BLOCK_N"] == 0, cfg
+        _attn_fwd_kernel[(NQP // c["BLOCK_M"], B * Hq)](*args, PMAX=pmax, **meta, **c, **extra)
+
     if online:
-        _attn_fwd_kernel[grid](*args, PMAX=0, **meta)
+        launch(0, config)
     else:
-        _attn_fwd_kernel[grid](*args, PMAX=1, **meta)
-        _attn_fwd_kernel[grid](*args, PMAX=2, **meta)
+        launch(1, max_config)
+        launch(2, config)
     return lse
 
 
