@@ -13,16 +13,14 @@ Two kernels, read top to bottom:
    * SageAttention3 smoothing is fused: ``smooth_k`` subtracts the per-head token mean k̄ (one torch
      reduction computes k̄; the subtraction happens in the kernel before quantizing); ``smooth_q``
      subtracts the per-128-query-block mean q̄ᵢ, computed inside the 128-row tile, and stores q̄ᵢ in
-     FP32. The K pre-pass (which runs after Q's) then computes the correction cᵢ = q̄ᵢ·γ(K)ᵀ with the
-     *unquantized* smoothed K, as the reference (the dequantized K̂ instead moves the result by ~0.05
-     relative L2 at small sizes, at the SPEC §6 limit): one FP32 value per (query block, key), from a
-     tf32x3 dot (~fp32 accuracy). The main kernel adds scale·cᵢ to S: one load per key instead of a
-     K tile reduced against q̄ᵢ in every key tile of every query tile (that cost sage3 ~25% of its time).
-     The table takes B·Hq·⌈Nq/128⌉·Nk·4 bytes (N²/32 per head); above ``smooth_q_table_max_bytes``
-     (1 GiB) the K pre-pass stores γ(K) in bf16 instead and the main loop computes cᵢ per key tile with
-     a (keys × D)·(D × 16) dot against q̄ᵢ split into two bf16 parts (memory O(N·D); measured on the
-     H200 ~1.5x slower at D = 128, about as fast at D = 64; outputs 0.7% rel. L2 apart from the table's,
-     the bf16 rounding of γ(K)).
+     FP32. The correction cᵢⱼ = q̄ᵢ·γ(kⱼ) uses the *unquantized* smoothed K, as the reference (the
+     dequantized K̂ instead moves the result by ~0.05 relative L2 at small sizes, at the SPEC §6 limit):
+     ``_smooth_q_corr_kernel`` writes it as a table, one FP32 value per (query block, key), from a
+     tf32x3 dot (~fp32 accuracy), and the main kernel adds scale·cᵢⱼ to S: one load per key instead of
+     a K tile reduced against q̄ᵢ in every key tile of every query tile (that cost sage3 ~25% of its
+     time). The table grows as N²/32 bytes per head, so ``attention_packed`` builds it for as many
+     query blocks at a time as ``smooth_q_table_max_bytes`` (256 MiB) allows and runs the main kernel
+     chunk by chunk (K is read once more per chunk: negligible next to the N² attention work).
    * Optional *staged* operands (``staged=True`` / ``FP4ATTN_ATTN_OPERANDS=staged``, the Hopper
      default): K̂ and V̂ᵀ are written once per tensor in the tensor-core dtype (exact fp16 NVFP4 values /
      the FP8 MXFP4 embedding below), so the main loop loads them instead of dequantizing the packed
@@ -179,7 +177,6 @@ PATH_NAMES = {"interp": PATH_INTERP, "hopper": PATH_HOPPER, "blackwell": PATH_BL
 LOG2E = 1.4426950408889634
 N_ALIGN = 128  # token padding of the buffers (multiple of every BLOCK_M / BLOCK_N and of 128)
 SMOOTH_Q_BLOCK = 128
-CORR_QB = tl.constexpr(32)  # query blocks per dot of the K pre-pass's smooth_q correction
 E4M3_TIMES_E2M1 = 448.0 * 6.0
 
 
@@ -267,15 +264,13 @@ def _row_exp(sbytes):
 
 
 @triton.jit
-def _prep_qk_kernel(X, sx_b, sx_h, sx_n, sx_d, C, S, SUB, QBAR, CORR, XH, QROWS, KVF, H, N, D, NP, GROUP, NQB,
+def _prep_qk_kernel(X, sx_b, sx_h, sx_n, sx_d, C, S, SUB, QBAR, XH, QROWS, KVF, H, N, D, NP, GROUP,
                     SUB_MODE: tl.constexpr,  # 0: none, 1: subtract SUB (k̄ per head), 2: per-tile mean
-                    CORR_MODE: tl.constexpr,  # K with smooth_q: 1: CORR <- q̄ᵢ·γ(K)ᵀ (q̄ from QBAR); 2: CORR <- γ(K)
                     BAD_MODE: tl.constexpr,  # 1: Q row flags, 2: K's first non-finite row (see below)
                     PACKED: tl.constexpr,  # store the packed codes into C
                     STAGE: tl.constexpr,  # store the staged operand (``_fp4_tile_f16``) into XH
                     QB: tl.constexpr, IS_MX: tl.constexpr, BLOCK_T: tl.constexpr, DP: tl.constexpr):
-    """Q or K (bhsd, any strides) -> packed codes along D (PACKED) + scale bytes (+ q̄ for SUB_MODE 2;
-    + the smooth_q correction q̄ᵢ·γ(K)ᵀ, (B, Hq, NQB, NP) float32 unscaled, for CORR_MODE),
+    """Q or K (bhsd, any strides) -> packed codes along D (PACKED) + scale bytes (+ q̄ for SUB_MODE 2),
     the staged operand K̂ (STAGE: the values ``stage_operands`` would decode from those codes and scale
     bytes, written here from the codes still in registers), and the rows (after smoothing) that hold
     NaN/±Inf. BAD_MODE 1 (Q): one uint8 flag per row into QROWS
@@ -310,23 +305,6 @@ def _prep_qk_kernel(X, sx_b, sx_h, sx_n, sx_d, C, S, SUB, QBAR, CORR, XH, QROWS,
         enc = tl.max(tl.where(rbad != 0, 2147483647 - rows, 0), axis=0)  # 2**31 - 1 - first bad row
         for j in range(GROUP):  # masked: no memory traffic for finite tiles
             tl.atomic_max(KVF + (pid_bh * GROUP + j).to(tl.int64) * (DP + 2), enc, mask=enc != 0)
-    if CORR_MODE == 2:  # the smoothed K for the main loop's correction (bf16 on GPU)
-        tl.store(CORR + pid_bh.to(tl.int64) * NP * DP + r64 * DP + cols[None, :],
-                 tl.where(tl.abs(x) < float("inf"), x, 0.0).to(CORR.dtype.element_ty))
-    if CORR_MODE == 1:
-        # SageAttention3's correction q̄ᵢ·γ(K)ᵀ with the unquantized smoothed K (as the reference), for
-        # every 128-query block i of the GROUP query heads that read this kv head: a (tokens, NQB) dot
-        # per head, tf32x3 (three TF32 products: ~fp32 accuracy). The main kernel adds one float per key
-        # instead of reducing a K tile against q̄ in every key tile of every query tile.
-        xf = tl.where(tl.abs(x) < float("inf"), x, 0.0)  # non-finite keys are flagged (BAD_MODE 2)
-        for j in range(GROUP):
-            qh = (pid_bh * GROUP + j).to(tl.int64)  # query head b·Hq + h·GROUP + j
-            for i0 in range(0, NQB, CORR_QB):
-                qi = i0 + tl.arange(0, CORR_QB)
-                qb = tl.load(QBAR + (qh * NQB + qi[:, None]) * DP + cols[None, :], mask=qi[:, None] < NQB,
-                             other=0.0)  # (CORR_QB, DP)
-                c = tl.dot(qb, tl.trans(xf), input_precision="tf32x3")  # (CORR_QB, BLOCK_T): stores along keys
-                tl.store(CORR + (qh * NQB + qi[:, None]) * NP + rows[None, :], c, mask=qi[:, None] < NQB)
     codes, sb = _quant_rows(x, QB, IS_MX)
     if PACKED:
         tl.store(C + pid_bh.to(tl.int64) * NP * (DP // 2) + r64 * (DP // 2) + tl.arange(0, DP // 2)[None, :],
@@ -391,6 +369,47 @@ def _prep_v_kernel(X, sx_b, sx_h, sx_n, sx_d, C, S, VEXP, VH, KVF, H, N, D, NP, 
     if IS_MX:
         emax = tl.max(tl.reshape(sb.to(tl.int32), (NB, DC)), axis=0) - 127
         tl.atomic_max(VEXP + pid_bh.to(tl.int64) * DP + ch, emax)
+
+
+@triton.jit
+def _smooth_q_corr_kernel(X, sx_b, sx_h, sx_n, sx_d, SUB, QBAR, CORR, H, N, D, NKP, NQB, GROUP, I0, NQBC,
+                          SUB_MODE: tl.constexpr, CQB: tl.constexpr, BLOCK_T: tl.constexpr, DP: tl.constexpr):
+    """SageAttention3's smooth_q correction cᵢⱼ = q̄ᵢ·γ(kⱼ) with the unquantized smoothed K (as the
+    reference) for the query blocks i in [I0, I0 + NQBC) of the GROUP query heads reading kv head
+    (b, h): CORR (B, H·GROUP, NQBC, NKP) float32, unscaled. K (bhsd, any strides) minus SUB (k̄, SUB_MODE
+    1); non-finite keys count as 0 (they are flagged by the K pre-pass). One (query blocks × D)·(D ×
+    keys) dot per CORR_QB query blocks, tf32x3 (three TF32 products: ~fp32 accuracy)."""
+    pid_t, pid_bh, b, h, rows = program_rows(H, BLOCK_T)
+    cols = tl.arange(0, DP)
+    x, msk = load_bhsd_rows(X, sx_b, sx_h, sx_n, sx_d, b, h, rows, N, D, DP)
+    if SUB_MODE == 1:
+        x = tl.where(msk, x - tl.load(SUB + pid_bh.to(tl.int64) * DP + cols)[None, :], 0.0)
+    x = tl.where(tl.abs(x) < float("inf"), x, 0.0)
+    for j in range(GROUP):
+        qh = (pid_bh * GROUP + j).to(tl.int64)  # query head b·Hq + h·GROUP + j
+        for c0 in range(0, NQBC, CQB):
+            ci = c0 + tl.arange(0, CQB)
+            qb = tl.load(QBAR + (qh * NQB + I0 + ci[:, None]) * DP + cols[None, :], mask=ci[:, None] < NQBC,
+                         other=0.0)  # (CQB, DP)
+            c = tl.dot(qb, tl.trans(x), input_precision="tf32x3")  # (CQB, BLOCK_T): stores along keys
+            tl.store(CORR + (qh * NQBC + ci[:, None]) * NKP + rows[None, :], c, mask=ci[:, None] < NQBC)
+
+
+def smooth_q_corr(pk: "PackedQKV", i0: int, nqbc: int, out: torch.Tensor | None = None) -> torch.Tensor:
+    """The smooth_q correction table for query blocks [i0, i0 + nqbc): (B, Hq, nqbc, NKP) float32."""
+    B, Hq, NQB, DP = pk.qbar.shape
+    k = pk.k_in
+    Hkv, NKP = k.shape[1], pk.ks.shape[2]
+    if out is None:
+        out = torch.empty((B, Hq, nqbc, NKP), device=k.device, dtype=torch.float32)
+    ksub = (torch.nn.functional.pad(pk.kbar, (0, DP - pk.d)).contiguous() if pk.kbar is not None
+            else pk.qbar)  # unused pointer without smooth_k
+    # 64 keys x 32 query blocks per dot, 4 warps: the fastest of an H200 sweep (BENCHMARKS.md, issue 4)
+    bt = 64 if DP <= 128 else 32
+    _smooth_q_corr_kernel[(NKP // bt, B * Hkv)](k, *k.stride(), ksub, pk.qbar, out, Hkv, pk.nk, pk.d, NKP, NQB,
+                                                Hq // Hkv, i0, nqbc, SUB_MODE=1 if pk.kbar is not None else 0,
+                                                CQB=32, BLOCK_T=bt, DP=DP, num_warps=4)
+    return out
 
 
 @triton.jit
@@ -463,8 +482,7 @@ class PackedQKV(NamedTuple):
     vs: torch.Tensor  # uint8 (B, Hkv, DP, NKP/QB); staged: empty
     vexp: torch.Tensor  # int32 (B, Hkv, DP) (MXFP4) or empty
     qbar: torch.Tensor  # float32 (B, Hq, NQP/128, DP) (smooth_q) or empty
-    qcorr: torch.Tensor  # smooth_q (see corr_mode): float32 (B, Hq, NQP/128, NKP) table q̄ᵢ·γ(K)ᵀ (unscaled),
-    #                      or the smoothed K γ(K) bf16 (B, Hkv, NKP, DP) for the main loop; else empty
+    k_in: torch.Tensor | None  # smooth_q: the input K (bhsd view), read again for the correction table
     kbar: torch.Tensor | None  # float32 (B, Hkv, D) (smooth_k) or None
     # non-finite inputs (GQA: the kv head's flags repeated for each of its query heads)
     qbad: torch.Tensor  # uint8 (B, Hq, NQP): 1 where the (smoothed) query row holds NaN/±Inf
@@ -478,7 +496,6 @@ class PackedQKV(NamedTuple):
     path: int
     kh: torch.Tensor | None = None  # staged K̂ (B, Hkv, NKP, DP) fp16 / fp8 (see stage_operands) or None
     vh: torch.Tensor | None = None  # staged V̂ᵀ (B, Hkv, DP, NKP) or None
-    corr_mode: int = 0  # smooth_q: 1 = qcorr is the correction table, 2 = qcorr is γ(K) for the loop
 
 
 def default_staged() -> bool:
@@ -490,22 +507,21 @@ def default_staged() -> bool:
 
 
 def smooth_q_table_max_bytes() -> int:
-    """Largest smooth_q correction table (B·Hq·⌈Nq/128⌉·Nk float32) built by default:
-    ``FP4ATTN_SMOOTHQ_TABLE_BYTES`` (default 1 GiB). The table grows as N²/32 bytes per head; above the
-    limit the correction is computed in the main loop instead (memory O(N·D), slower at D = 128)."""
-    return int(os.environ.get("FP4ATTN_SMOOTHQ_TABLE_BYTES", str(1 << 30)))
+    """Largest smooth_q correction table (B·Hq·(query blocks)·Nk float32) held at once:
+    ``FP4ATTN_SMOOTHQ_TABLE_BYTES`` (default 256 MiB). The whole table grows as N²/32 bytes per head;
+    above the limit the main kernel runs in chunks of query blocks, each with its own table (K is read
+    once more per chunk)."""
+    return int(os.environ.get("FP4ATTN_SMOOTHQ_TABLE_BYTES", str(1 << 28)))
 
 
 def quantize_qkv(q, k, v, *, fmt: str = "nvfp4", smooth_q: bool = False, smooth_k: bool = False,
-                 path: int | None = None, staged: bool | None = None,
-                 smooth_q_table: bool | None = None) -> PackedQKV:
+                 path: int | None = None, staged: bool | None = None) -> PackedQKV:
     """The quantization pre-pass on bhsd views (any strides). ``staged`` (Hopper/interpreter paths
     only): write K̂ and V̂ᵀ in the tensor-core operand dtype *instead of* the packed K / V codes (``kc``,
     ``vc``, ``vs`` are then empty: the main kernel reads K's scale bytes and the staged operands only).
     K̂ and NVFP4 V̂ᵀ come straight from the pre-pass kernels; MXFP4 V̂ᵀ needs every token's block
     exponent first (``vexp``), so V's packed codes go through ``_stage_kernel`` as before.
-    ``smooth_q_table``: build the smooth_q correction table (True), keep γ(K) for the main loop (False),
-    or choose by ``smooth_q_table_max_bytes`` (None)."""
+    smooth_q keeps a reference to ``k``: the main kernel's launcher builds the correction table from it."""
     if path is None:
         path = default_path(q.device)
     if staged is None:
@@ -536,19 +552,6 @@ def quantize_qkv(q, k, v, *, fmt: str = "nvfp4", smooth_q: bool = False, smooth_
     ksub = torch.empty((0,), device=dev, dtype=torch.float32)
     # smooth_q: the correction q̄ᵢ·γ(K)ᵀ per (query block, key), computed by the K pre-pass with the
     # unquantized smoothed K, as the reference
-    nqb = NQP // SMOOTH_Q_BLOCK
-    corr_mode = 0
-    qcorr = torch.empty((0,), device=dev, dtype=torch.float32)
-    if smooth_q:
-        if smooth_q_table is None:
-            smooth_q_table = B * Hq * nqb * NKP * 4 <= smooth_q_table_max_bytes()
-        if smooth_q_table:
-            corr_mode = 1
-            qcorr = torch.empty((B, Hq, nqb, NKP), device=dev, dtype=torch.float32)
-        else:
-            corr_mode = 2
-            qcorr = torch.empty((B, Hkv, NKP, DP), device=dev,
-                                dtype=torch.float32 if path == PATH_INTERP else torch.bfloat16)
     if smooth_k:
         kbar = k.mean(dim=2, dtype=torch.float32)  # (B, Hkv, D), as the reference; no float32 copy of K
         ksub = torch.nn.functional.pad(kbar, (0, DP - D)).contiguous()
@@ -559,13 +562,13 @@ def quantize_qkv(q, k, v, *, fmt: str = "nvfp4", smooth_q: bool = False, smooth_
     bt = 64 if DP <= 128 else 32
     # Q: tiles of 128 rows when smoothing (the q̄ blocks), else bt
     bq = SMOOTH_Q_BLOCK if smooth_q else bt
-    _prep_qk_kernel[(NQP // bq, B * Hq)](q, *q.stride(), qc, qs, qs, qbar, qs, qs, qbad, kvbad, Hq, Nq, D, NQP,
-                                         1, 0, SUB_MODE=2 if smooth_q else 0, CORR_MODE=0, BAD_MODE=1,
+    _prep_qk_kernel[(NQP // bq, B * Hq)](q, *q.stride(), qc, qs, qs, qbar, qs, qbad, kvbad, Hq, Nq, D, NQP,
+                                         1, SUB_MODE=2 if smooth_q else 0, BAD_MODE=1,
                                          PACKED=True, STAGE=False, QB=qb, IS_MX=is_mx, BLOCK_T=bq, DP=DP,
                                          num_warps=8 if smooth_q else nw)
-    _prep_qk_kernel[(NKP // bt, B * Hkv)](k, *k.stride(), kc if not stage else ks, ks, ksub, qbar, qcorr,
-                                          kh if stage else ks, ks, kvbad, Hkv, Nk, D, NKP, g, nqb,
-                                          SUB_MODE=1 if smooth_k else 0, CORR_MODE=corr_mode, BAD_MODE=2,
+    _prep_qk_kernel[(NKP // bt, B * Hkv)](k, *k.stride(), kc if not stage else ks, ks, ksub, ks,
+                                          kh if stage else ks, ks, kvbad, Hkv, Nk, D, NKP, g,
+                                          SUB_MODE=1 if smooth_k else 0, BAD_MODE=2,
                                           PACKED=not stage, STAGE=stage, QB=qb, IS_MX=is_mx, BLOCK_T=bt, DP=DP,
                                           num_warps=nw)
     # V: 128 tokens x dc channels per program, r consecutive tokens x 8 channels per thread (see
@@ -579,8 +582,8 @@ def quantize_qkv(q, k, v, *, fmt: str = "nvfp4", smooth_q: bool = False, smooth_
     if stage and is_mx:
         vh = _stage_v(vc, vs, vexp, is_mx, qb, path)
         vc = vs = none
-    return PackedQKV(qc, qs, kc, ks, vc, vs, vexp, qbar, qcorr, kbar, qbad, kvbad, fmt, Nq, Nk, D, path, kh, vh,
-                     corr_mode)
+    return PackedQKV(qc, qs, kc, ks, vc, vs, vexp, qbar, k if smooth_q else None, kbar, qbad, kvbad, fmt, Nq, Nk,
+                     D, path, kh, vh)
 
 
 # =================================================================================================
@@ -668,7 +671,7 @@ def _p_codes(p, QB: tl.constexpr, IS_MX: tl.constexpr):
 
 
 @triton.jit
-def _attn_inner(acc, l_i, m_i, tau, q_op, q_sc, qfac, CR, qb2, Kc, Ks, Vc, Vs, vexp, KH, VH,
+def _attn_inner(acc, l_i, m_i, tau, q_op, q_sc, qfac, CR, Kc, Ks, Vc, Vs, vexp, KH, VH,
                 offs_m, lo, hi, Nk, causal_off, qk_scale, NKP,
                 PMAX: tl.constexpr, MASK: tl.constexpr, CAUSAL: tl.constexpr, IS_MX: tl.constexpr,
                 TWO_LEVEL: tl.constexpr, STAGED: tl.constexpr, SMOOTH_Q: tl.constexpr, PATH: tl.constexpr,
@@ -711,12 +714,9 @@ def _attn_inner(acc, l_i, m_i, tau, q_op, q_sc, qfac, CR, qb2, Kc, Ks, Vc, Vs, v
                 else:
                     qk = tl.dot(q_op, tl.trans(k16.to(tl.float32)))
                 s = qk * qk_scale
-        if SMOOTH_Q == 1:
-            # SageAttention3's correction q̄ᵢ·γ(K)ᵀ (FP32, from the K pre-pass): one value per key
+        if SMOOTH_Q:
+            # SageAttention3's correction q̄ᵢ·γ(K)ᵀ (FP32, from ``smooth_q_corr``): one value per key
             s += (tl.load(CR + kn) * qk_scale)[None, :]
-        elif SMOOTH_Q == 2:
-            kx = tl.load(CR + kn[:, None] * DP + tl.arange(0, DP)[None, :])  # (BLOCK_N, DP) smoothed K
-            s += (tl.sum(tl.dot(kx, qb2), axis=1) * qk_scale)[None, :]
         # ---- softmax -----------------------------------------------------------------------------
         if MASK:
             s = tl.where(visible(kn, offs_m, Nk, causal_off, CAUSAL), s, float("-inf"))
@@ -787,14 +787,14 @@ def _pv_update(acc, p, pre, Vc, Vs, vexp, VH, start_n, NKP, IS_MX: tl.constexpr,
 
 
 @triton.jit
-def _attn_fwd_kernel(Qc, Qs, Kc, Ks, Vc, Vs, VEXP, QCORR, QBAR, O, LSE, MBUF, KH, VH, QBAD, KVBAD,
+def _attn_fwd_kernel(Qc, Qs, Kc, Ks, Vc, Vs, VEXP, QCORR, O, LSE, MBUF, KH, VH, QBAD, KVBAD,
                      so_b, so_h, so_n, so_d,
-                     qk_scale, Hq, GROUP, Nq, Nk, NQP, NKP, D,
+                     qk_scale, Hq, GROUP, Nq, Nk, NQP, NKP, D, I0, NQBC,
                      PMAX: tl.constexpr,  # 0: online softmax, 1: row-max pass, 2: with the exact row max
                      CAUSAL: tl.constexpr, IS_MX: tl.constexpr, TWO_LEVEL: tl.constexpr, STAGED: tl.constexpr,
                      SMOOTH_Q: tl.constexpr, PATH: tl.constexpr, QB: tl.constexpr,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DP: tl.constexpr):
-    start_m = tl.program_id(0)
+    start_m = tl.program_id(0) + I0 * (128 // BLOCK_M)  # I0: first 128-query block of this launch
     pid_bh = tl.program_id(1)
     b = pid_bh // Hq
     h = pid_bh % Hq
@@ -827,19 +827,7 @@ def _attn_fwd_kernel(Qc, Qs, Kc, Ks, Vc, Vs, VEXP, QCORR, QBAR, O, LSE, MBUF, KH
                 q_op = q16
             else:
                 q_op = q16.to(tl.float32)
-    if SMOOTH_Q == 2:
-        CR = QCORR + kv_bh * NKP * DP
-        qbar = tl.load(QBAR + (pid_bh.to(tl.int64) * (NQP // 128) + m0 // 128) * DP + dd)
-        qhi = qbar.to(tl.bfloat16).to(tl.float32)
-        c16 = tl.arange(0, 16)[None, :]
-        qb2 = tl.where(c16 == 0, qhi[:, None], tl.where(c16 == 1, (qbar - qhi)[:, None], 0.0))
-        if PATH == 0:
-            qb2 = qb2.to(tl.float32)
-        else:
-            qb2 = qb2.to(tl.bfloat16)
-    else:
-        CR = QCORR + (pid_bh.to(tl.int64) * (NQP // 128) + m0 // 128) * NKP  # this query block's row (smooth_q)
-        qb2 = tl.zeros([DP, 16], tl.float32)
+    CR = QCORR + (pid_bh.to(tl.int64) * NQBC + m0 // 128 - I0) * NKP  # this query block's table row (smooth_q)
     if IS_MX:
         vexp = tl.load(VEXP + kv_bh * DP + dd)
     else:
@@ -862,11 +850,11 @@ def _attn_fwd_kernel(Qc, Qs, Kc, Ks, Vc, Vs, VEXP, QCORR, QBAR, O, LSE, MBUF, KH
 
     causal_off = Nk - Nq  # bottom-right: query i sees keys j <= i + Nk - Nq
     hi, full_end = causal_key_range(m0, Nq, Nk, BLOCK_M, BLOCK_N, CAUSAL)
-    acc, l_i, m_i, tau = _attn_inner(acc, l_i, m_i, tau, q_op, q_sc, qfac, CR, qb2, Kc_h, Ks_h, Vc_h, Vs_h, vexp,
+    acc, l_i, m_i, tau = _attn_inner(acc, l_i, m_i, tau, q_op, q_sc, qfac, CR, Kc_h, Ks_h, Vc_h, Vs_h, vexp,
                                 KH_h, VH_h,
                                 offs_m, 0, full_end, Nk, causal_off, qk_scale, NKP, PMAX,
                                 False, CAUSAL, IS_MX, TWO_LEVEL, STAGED, SMOOTH_Q, PATH, QB, BLOCK_N, DP)
-    acc, l_i, m_i, tau = _attn_inner(acc, l_i, m_i, tau, q_op, q_sc, qfac, CR, qb2, Kc_h, Ks_h, Vc_h, Vs_h, vexp,
+    acc, l_i, m_i, tau = _attn_inner(acc, l_i, m_i, tau, q_op, q_sc, qfac, CR, Kc_h, Ks_h, Vc_h, Vs_h, vexp,
                                 KH_h, VH_h,
                                 offs_m, full_end, hi, Nk, causal_off, qk_scale, NKP, PMAX,
                                 True, CAUSAL, IS_MX, TWO_LEVEL, STAGED, SMOOTH_Q, PATH, QB, BLOCK_N, DP)
@@ -959,38 +947,45 @@ def attention_packed(pk: PackedQKV, *, causal: bool, scale: float, two_level_p: 
     NQP, DP = pk.qc.shape[2], pk.qc.shape[3] * 2
     NKP = pk.ks.shape[2]
     lse = torch.empty((B, Hq, NQP), device=out.device, dtype=torch.float32)
-    smooth_q = pk.qbar.numel() > 0
     if online is None:
         online = two_level_p
     config = config or default_config(DP, pk.path, causal, two_level_p, is_mx, online)
     max_config = max_config or default_max_config(DP, pk.path, causal, is_mx) or config
     vexp = pk.vexp if is_mx else lse  # unused pointer when not MX
     mbuf = lse if online else torch.empty((B, Hq, NQP), device=out.device, dtype=torch.float32)
-    qcorr = pk.qcorr if smooth_q else lse
-    qbar = pk.qbar if smooth_q else lse
-    smooth_q = pk.corr_mode  # 0: none, 1: correction table, 2: in the loop from the smoothed K
+    smooth_q = pk.k_in is not None
+    nqb = NQP // SMOOTH_Q_BLOCK
+    # smooth_q: the correction table, for as many 128-query blocks at a time as its size limit allows
+    chunk = max(1, min(nqb, smooth_q_table_max_bytes() // (B * Hq * NKP * 4))) if smooth_q else nqb
+    table = (torch.empty((B, Hq, chunk, NKP), device=out.device, dtype=torch.float32) if smooth_q
+             else lse)  # unused pointer without smooth_q
     i32 = torch.int32  # packed codes are read as 32-bit words (vectorized loads)
     staged = pk.kh is not None
     assert staged or pk.kc.numel() > 0, "packed operands: quantize_qkv(..., staged=False)"
     kh = pk.kh if staged else lse
     vh = pk.vh if staged else lse
-    args = (pk.qc.view(i32), pk.qs, pk.kc.view(i32), pk.ks, pk.vc.view(i32), pk.vs, vexp, qcorr, qbar, out, lse, mbuf,
+    args = (pk.qc.view(i32), pk.qs, pk.kc.view(i32), pk.ks, pk.vc.view(i32), pk.vs, vexp, table, out, lse, mbuf,
             kh, vh, pk.qbad, pk.kvbad, *out.stride(),
             scale * LOG2E, Hq, Hq // Hkv, pk.nq, pk.nk, NQP, NKP, pk.d)
     meta = dict(CAUSAL=causal, IS_MX=is_mx, TWO_LEVEL=two_level_p, STAGED=staged, SMOOTH_Q=smooth_q, PATH=pk.path,
                 QB=qb, DP=DP)
 
-    def launch(pmax, cfg):
+    def launch(pmax, cfg, i0, n):
         c = dict(cfg)
         extra = {k: c.pop(k) for k in ("num_warps", "num_stages", "maxnreg") if k in c}
         assert SMOOTH_Q_BLOCK % c["BLOCK_M"] == 0 and c["BLOCK_N"] % qb == 0 and N_ALIGN % c["BLOCK_N"] == 0, cfg
-        _attn_fwd_kernel[(NQP // c["BLOCK_M"], B * Hq)](*args, PMAX=pmax, **meta, **c, **extra)
+        grid = (n * (SMOOTH_Q_BLOCK // c["BLOCK_M"]), B * Hq)
+        _attn_fwd_kernel[grid](*args, i0, n, PMAX=pmax, **meta, **c, **extra)
 
-    if online:
-        launch(0, config)
-    else:
-        launch(1, max_config)
-        launch(2, config)
+    for i0 in range(0, nqb, chunk):
+        n = min(chunk, nqb - i0)
+        if smooth_q:
+            smooth_q_corr(pk, i0, n, out=table)
+        if online:
+            launch(0, config, i0, n)
+        else:
+            launch(1, max_config, i0, n)
+            launch(2, config, i0, n)
     return lse
 
 
@@ -1036,12 +1031,12 @@ def compile_for_target(capability: int, *, fmt: str = "nvfp4", causal: bool = Fa
         path = PATH_BLACKWELL if capability >= 100 else PATH_HOPPER
     qb, is_mx = quant_block(fmt)
     ptrs = {"Qc": "*i32", "Qs": "*u8", "Kc": "*i32", "Ks": "*u8", "Vc": "*i32", "Vs": "*u8",
-            "VEXP": "*i32", "QCORR": "*fp32", "QBAR": "*fp32", "O": "*bf16", "LSE": "*fp32", "MBUF": "*fp32",
+            "VEXP": "*i32", "QCORR": "*fp32", "O": "*bf16", "LSE": "*fp32", "MBUF": "*fp32",
             "KH": "*fp8e4nv" if is_mx else "*fp16", "VH": "*fp8e4nv" if is_mx else "*fp16",
             "QBAD": "*u8", "KVBAD": "*i32"}
     ints = {n: "i32" for n in ("so_b", "so_h", "so_n", "so_d")}
     sig = {**ptrs, **ints, "qk_scale": "fp32", "Hq": "i32", "GROUP": "i32", "Nq": "i32", "Nk": "i32",
-           "NQP": "i32", "NKP": "i32", "D": "i32"}
+           "NQP": "i32", "NKP": "i32", "D": "i32", "I0": "i32", "NQBC": "i32"}
     consts = dict(PMAX=pmax, CAUSAL=causal, IS_MX=is_mx, TWO_LEVEL=two_level_p, STAGED=staged, SMOOTH_Q=smooth_q,
                   PATH=path, QB=qb, BLOCK_M=block_m, BLOCK_N=block_n, DP=dp)
     sig.update({k: "constexpr" for k in consts})
