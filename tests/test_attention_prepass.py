@@ -190,6 +190,14 @@ def test_prepass_fields_bit_exact(case, staged):
         assert torch.equal(part, corr[:, :, 1:2])
     if smooth_k:
         torch.testing.assert_close(pk.kbar, k.mean(dim=2, dtype=torch.float32), rtol=0, atol=0, equal_nan=True)
+        # q·k̄ per query row (the LSE shift), from the unsmoothed q: the kernel's FP32 sum vs float64
+        kb = pk.kbar.double().repeat_interleave(hq // hkv, dim=1)
+        want = torch.einsum("bhnd,bhd->bhn", q.double(), kb)
+        mag = torch.einsum("bhnd,bhd->bhn", q.double().abs(), kb.abs())
+        got = pk.qkb[:, :, :nq].double()
+        fin = torch.isfinite(want)
+        assert torch.equal(fin, torch.isfinite(got))
+        assert ((got - want).abs()[fin] <= 2.0**-20 * mag[fin] + 1e-30).all()
     if staged:
         eq("kh", pk.kh, exp["kh"])
         eq("vh", pk.vh, exp["vh"])

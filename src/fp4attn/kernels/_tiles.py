@@ -77,8 +77,8 @@ def two_level_step(s, m_i, l_i, tau, MASKED: tl.constexpr):
 
     With P̃ = exp2(s - m) (m: the running max) and s1 = rowmax(P̃)/(448·6) per row of the tile, the
     tile adds s1·ϕ(P̃/s1)·V̂ to the output numerator. P̃/s1 = 2688·exp2(s - t) (t: the tile's row max)
-    does not depend on m, so it is computed directly: one exp2 per element as for P̃, no row max of P̃,
-    no division. The accumulator is kept in units of the last tile's s1: acc = numerator / s1(last),
+    does not depend on m, so it is computed directly: one exp2 and one multiply per element, no row max
+    of P̃, no division. The accumulator is kept in units of the last tile's s1: acc = numerator / s1(last),
     so a tile updates it as acc·pre + ϕ(P̃/s1)·V̂ with pre = s1(last)/s1 = exp2(tau - t) (tau: the
     last tile's row max): one multiply per accumulator element, as single-level online softmax, and
     the product accumulates in place. ``two_level_scale`` turns acc back into the numerator.
@@ -98,7 +98,10 @@ def two_level_step(s, m_i, l_i, tau, MASKED: tl.constexpr):
     else:
         t_use = t
         m_use = m_new
-    p2 = tl.math.exp2(s - (t_use - 11.39231742277876)[:, None])  # 2688·exp2(s - t) = exp2(s - t + log2 2688)
+    # 2688·exp2(s - t): exp2(s - t + log2 2688) would save the multiply, but the argument's rounding
+    # (ulp(11) ~ 1e-6 absolute) moves P̃/s1 by ~7e-7 relative, 7x the reference's rounding: measurably more
+    # E2M1 rounding-boundary flips (a 70x90 tile at 1.5e-3 rel. L2 instead of < 1e-3)
+    p2 = tl.math.exp2(s - t_use[:, None]) * 2688.0
     s1 = tl.math.exp2(t - m_use) * (1.0 / 2688.0)
     alpha = tl.math.exp2(m_i - m_use)
     tau_new = tl.maximum(t, m_new - 64.0)

@@ -264,8 +264,9 @@ def _row_exp(sbytes):
 
 
 @triton.jit
-def _prep_qk_kernel(X, sx_b, sx_h, sx_n, sx_d, C, S, SUB, QBAR, XH, QROWS, KVF, H, N, D, NP, GROUP,
+def _prep_qk_kernel(X, sx_b, sx_h, sx_n, sx_d, C, S, SUB, QBAR, XH, QROWS, KVF, QKB, KB, H, N, D, NP, GROUP,
                     SUB_MODE: tl.constexpr,  # 0: none, 1: subtract SUB (k̄ per head), 2: per-tile mean
+                    QK_SHIFT: tl.constexpr,  # Q with smooth_k: QKB <- q·k̄ per row (k̄ of the kv head from KB)
                     BAD_MODE: tl.constexpr,  # 1: Q row flags, 2: K's first non-finite row (see below)
                     PACKED: tl.constexpr,  # store the packed codes into C
                     STAGE: tl.constexpr,  # store the staged operand (``_fp4_tile_f16``) into XH
@@ -283,6 +284,9 @@ def _prep_qk_kernel(X, sx_b, sx_h, sx_n, sx_d, C, S, SUB, QBAR, XH, QROWS, KVF, 
     pid_t, pid_bh, b, h, rows = program_rows(H, BLOCK_T)
     cols = tl.arange(0, DP)
     x, msk = load_bhsd_rows(X, sx_b, sx_h, sx_n, sx_d, b, h, rows, N, D, DP)
+    if QK_SHIFT:  # the LSE shift of K smoothing: scale·q·k̄ (applied by attention_fwd), from the unsmoothed q
+        kb = tl.load(KB + ((b * (H // GROUP) + h // GROUP).to(tl.int64)) * DP + cols)
+        tl.store(QKB + pid_bh.to(tl.int64) * NP + rows, tl.sum(x * kb[None, :], axis=1))
     if SUB_MODE == 1:
         sub = tl.load(SUB + pid_bh.to(tl.int64) * DP + cols)
         x = tl.where(msk, x - sub[None, :], 0.0)
@@ -372,8 +376,9 @@ def _prep_v_kernel(X, sx_b, sx_h, sx_n, sx_d, C, S, VEXP, VH, KVF, H, N, D, NP, 
 
 
 @triton.jit
-def _smooth_q_corr_kernel(X, sx_b, sx_h, sx_n, sx_d, SUB, QBAR, CORR, H, N, D, NKP, NQB, GROUP, I0, NQBC,
-                          SUB_MODE: tl.constexpr, CQB: tl.constexpr, BLOCK_T: tl.constexpr, DP: tl.constexpr):
+def _smooth_q_corr_kernel(X, sx_b, sx_h, sx_n, sx_d, SUB, QBAR, CORR, H, N, D, NKP, NQB, GROUP, I0, NQBC, Nq,
+                          SUB_MODE: tl.constexpr, CAUSAL: tl.constexpr, CQB: tl.constexpr, BLOCK_T: tl.constexpr,
+                          DP: tl.constexpr):
     """SageAttention3's smooth_q correction cᵢⱼ = q̄ᵢ·γ(kⱼ) with the unquantized smoothed K (as the
     reference) for the query blocks i in [I0, I0 + NQBC) of the GROUP query heads reading kv head
     (b, h): CORR (B, H·GROUP, NQBC, NKP) float32, unscaled. K (bhsd, any strides) minus SUB (k̄, SUB_MODE
@@ -385,9 +390,12 @@ def _smooth_q_corr_kernel(X, sx_b, sx_h, sx_n, sx_d, SUB, QBAR, CORR, H, N, D, N
     if SUB_MODE == 1:
         x = tl.where(msk, x - tl.load(SUB + pid_bh.to(tl.int64) * DP + cols)[None, :], 0.0)
     x = tl.where(tl.abs(x) < float("inf"), x, 0.0)
+    c_start = 0
+    if CAUSAL:  # query blocks that see none of these keys (bottom-right) never read their entries
+        c_start = tl.minimum(tl.maximum((pid_t * BLOCK_T - (N - Nq)) // 128 - I0, 0), NQBC) // CQB * CQB
     for j in range(GROUP):
         qh = (pid_bh * GROUP + j).to(tl.int64)  # query head b·Hq + h·GROUP + j
-        for c0 in range(0, NQBC, CQB):
+        for c0 in range(c_start, NQBC, CQB):
             ci = c0 + tl.arange(0, CQB)
             qb = tl.load(QBAR + (qh * NQB + I0 + ci[:, None]) * DP + cols[None, :], mask=ci[:, None] < NQBC,
                          other=0.0)  # (CQB, DP)
@@ -395,8 +403,11 @@ def _smooth_q_corr_kernel(X, sx_b, sx_h, sx_n, sx_d, SUB, QBAR, CORR, H, N, D, N
             tl.store(CORR + (qh * NQBC + ci[:, None]) * NKP + rows[None, :], c, mask=ci[:, None] < NQBC)
 
 
-def smooth_q_corr(pk: "PackedQKV", i0: int, nqbc: int, out: torch.Tensor | None = None) -> torch.Tensor:
-    """The smooth_q correction table for query blocks [i0, i0 + nqbc): (B, Hq, nqbc, NKP) float32."""
+def smooth_q_corr(pk: "PackedQKV", i0: int, nqbc: int, out: torch.Tensor | None = None,
+                  causal: bool = False) -> torch.Tensor:
+    """The smooth_q correction table for query blocks [i0, i0 + nqbc): (B, Hq, nqbc, NKP) float32.
+    ``causal``: entries of query blocks that see none of a 64-key tile (bottom-right) are left unset (the
+    main kernel does not read them)."""
     B, Hq, NQB, DP = pk.qbar.shape
     k = pk.k_in
     Hkv, NKP = k.shape[1], pk.ks.shape[2]
@@ -407,8 +418,9 @@ def smooth_q_corr(pk: "PackedQKV", i0: int, nqbc: int, out: torch.Tensor | None 
     # 64 keys x 32 query blocks per dot, 4 warps: the fastest of an H200 sweep (BENCHMARKS.md, issue 4)
     bt = 64 if DP <= 128 else 32
     _smooth_q_corr_kernel[(NKP // bt, B * Hkv)](k, *k.stride(), ksub, pk.qbar, out, Hkv, pk.nk, pk.d, NKP, NQB,
-                                                Hq // Hkv, i0, nqbc, SUB_MODE=1 if pk.kbar is not None else 0,
-                                                CQB=32, BLOCK_T=bt, DP=DP, num_warps=4)
+                                                Hq // Hkv, i0, nqbc, pk.nq, SUB_MODE=1 if pk.kbar is not None else 0,
+                                                CAUSAL=causal, CQB=32, BLOCK_T=bt,
+                                                DP=DP, num_warps=4)
     return out
 
 
@@ -496,6 +508,7 @@ class PackedQKV(NamedTuple):
     path: int
     kh: torch.Tensor | None = None  # staged K̂ (B, Hkv, NKP, DP) fp16 / fp8 (see stage_operands) or None
     vh: torch.Tensor | None = None  # staged V̂ᵀ (B, Hkv, DP, NKP) or None
+    qkb: torch.Tensor | None = None  # smooth_k: q·k̄ per query row (B, Hq, NQP) float32 (the LSE shift / scale)
 
 
 def default_staged() -> bool:
@@ -552,9 +565,11 @@ def quantize_qkv(q, k, v, *, fmt: str = "nvfp4", smooth_q: bool = False, smooth_
     ksub = torch.empty((0,), device=dev, dtype=torch.float32)
     # smooth_q: the correction q̄ᵢ·γ(K)ᵀ per (query block, key), computed by the K pre-pass with the
     # unquantized smoothed K, as the reference
+    qkb = torch.empty((0,), device=dev, dtype=torch.float32)
     if smooth_k:
         kbar = k.mean(dim=2, dtype=torch.float32)  # (B, Hkv, D), as the reference; no float32 copy of K
         ksub = torch.nn.functional.pad(kbar, (0, DP - D)).contiguous()
+        qkb = torch.empty((B, Hq, NQP), device=dev, dtype=torch.float32)
     g = Hq // Hkv
     qbad = torch.empty((B, Hq, NQP), device=dev, dtype=u8)
     kvbad = torch.empty((B, Hq, 2 + DP), device=dev, dtype=torch.int32)  # zeroed by the Q pre-pass
@@ -562,13 +577,13 @@ def quantize_qkv(q, k, v, *, fmt: str = "nvfp4", smooth_q: bool = False, smooth_
     bt = 64 if DP <= 128 else 32
     # Q: tiles of 128 rows when smoothing (the q̄ blocks), else bt
     bq = SMOOTH_Q_BLOCK if smooth_q else bt
-    _prep_qk_kernel[(NQP // bq, B * Hq)](q, *q.stride(), qc, qs, qs, qbar, qs, qbad, kvbad, Hq, Nq, D, NQP,
-                                         1, SUB_MODE=2 if smooth_q else 0, BAD_MODE=1,
+    _prep_qk_kernel[(NQP // bq, B * Hq)](q, *q.stride(), qc, qs, qs, qbar, qs, qbad, kvbad, qkb, ksub, Hq, Nq, D,
+                                         NQP, g, SUB_MODE=2 if smooth_q else 0, QK_SHIFT=smooth_k, BAD_MODE=1,
                                          PACKED=True, STAGE=False, QB=qb, IS_MX=is_mx, BLOCK_T=bq, DP=DP,
                                          num_warps=8 if smooth_q else nw)
     _prep_qk_kernel[(NKP // bt, B * Hkv)](k, *k.stride(), kc if not stage else ks, ks, ksub, ks,
-                                          kh if stage else ks, ks, kvbad, Hkv, Nk, D, NKP, g,
-                                          SUB_MODE=1 if smooth_k else 0, BAD_MODE=2,
+                                          kh if stage else ks, ks, kvbad, ks, ks, Hkv, Nk, D, NKP, g,
+                                          SUB_MODE=1 if smooth_k else 0, QK_SHIFT=False, BAD_MODE=2,
                                           PACKED=not stage, STAGE=stage, QB=qb, IS_MX=is_mx, BLOCK_T=bt, DP=DP,
                                           num_warps=nw)
     # V: 128 tokens x dc channels per program, r consecutive tokens x 8 channels per thread (see
@@ -583,7 +598,7 @@ def quantize_qkv(q, k, v, *, fmt: str = "nvfp4", smooth_q: bool = False, smooth_
         vh = _stage_v(vc, vs, vexp, is_mx, qb, path)
         vc = vs = none
     return PackedQKV(qc, qs, kc, ks, vc, vs, vexp, qbar, k if smooth_q else None, kbar, qbad, kvbad, fmt, Nq, Nk,
-                     D, path, kh, vh)
+                     D, path, kh, vh, qkb if smooth_k else None)
 
 
 # =================================================================================================
@@ -980,7 +995,7 @@ def attention_packed(pk: PackedQKV, *, causal: bool, scale: float, two_level_p: 
     for i0 in range(0, nqb, chunk):
         n = min(chunk, nqb - i0)
         if smooth_q:
-            smooth_q_corr(pk, i0, n, out=table)
+            smooth_q_corr(pk, i0, n, out=table, causal=causal)
         if online:
             launch(0, config, i0, n)
         else:
@@ -1008,10 +1023,8 @@ def attention_fwd(q, k, v, *, causal: bool = False, scale: float | None = None, 
     lse = lse[:, :, :Nq]
     if pk.kbar is not None:
         # K smoothing shifts every score of a row by scale·q·k̄ (softmax-invariant); LSE refers to the
-        # true scores, as the reference's
-        g = Hq // Hkv
-        kb = pk.kbar.repeat_interleave(g, dim=1) if g > 1 else pk.kbar
-        lse = lse + scale * torch.einsum("bhnd,bhd->bhn", q.float(), kb)
+        # true scores, as the reference's (q·k̄ from the Q pre-pass)
+        lse = lse + scale * pk.qkb[:, :, :Nq]
     return out, lse
 
 
