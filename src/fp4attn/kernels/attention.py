@@ -913,21 +913,19 @@ def _attn_fwd_kernel(Qc, Qs, Kc, Ks, Vc, Vs, VEXP, QCORR, O, LSE, MBUF, KH, VH, 
 
 def default_config(dp: int, path: int, causal: bool = False, two_level: bool = False, is_mx: bool = False,
                    online: bool = False) -> dict:
-    """The tile config ``fp4attn.attention`` runs (no autotuning). D <= 128 on Hopper, from the H200 config
-    sweeps of ``fp4attn bench attention`` (BENCHMARKS.md, issue 4): non-causal single-level NVFP4 with the
-    exact row max 128x64 tiles, 8 warps, 3 stages; causal, MXFP4, two-level P (sage3) and one-pass online
-    softmax 64x64, 4 warps, 3 stages (their loops need more registers: with 8 warps and 128 rows they run one
-    program per SM; e.g. (16,16,4096,64) sage3 6.09 -> 4.85 ms, mxfp4 6.34 -> 4.80, and at D=128 mxfp4
-    8.10 -> 7.01). Under the interpreter: small tiles."""
+    """The tile config ``fp4attn.attention`` runs (no autotuning). D <= 128 on Hopper: 64x64 tiles, 4 warps,
+    3 stages for every recipe, the best (or within 1% of the best) of the H200 config sweep of ``fp4attn
+    bench attention`` at every benchmark shape (BENCHMARKS.md, issue 4). With 8 warps and 128 rows the
+    MXFP4, two-level and online loops fit one program per SM: e.g. (16,16,4096,64) sage3 6.22 -> 5.00
+    ms, mxfp4 6.70 -> 4.67. (The arguments besides dp and path are kept for per-recipe choices.) Under
+    the interpreter: small tiles."""
     if path == PATH_INTERP:
         return {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 1}
     if dp >= 256:
         return {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2}
     if path != PATH_HOPPER:  # Blackwell (compile-checked only): the tiles its PTX test was written for
         return {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2}
-    if is_mx or two_level or online or causal:
-        return {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3}
-    return {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3}
+    return {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3}
 
 
 def default_max_config(dp: int, path: int, causal: bool = False, is_mx: bool = False) -> dict | None:
