@@ -36,7 +36,16 @@ import triton.language as tl
 from ..formats import triton_helpers as _th
 from ..formats.triton_helpers import fake_quant_p
 from ..reference.thrift import budget_to_k
-from ._tiles import causal_key_range, load_bhsd_rows, online_softmax_step, program_rows, softmax_finish, visible
+from ._tiles import (
+    causal_key_range,
+    load_bhsd_rows,
+    online_softmax_step,
+    program_rows,
+    softmax_finish,
+    two_level_scale,
+    two_level_step,
+    visible,
+)
 from .attn_qat import head_dim_padded, pad_tokens, prep
 
 if not isinstance(_th._RINT_MAGIC, tl.constexpr):
@@ -130,9 +139,10 @@ def select(q: torch.Tensor, k: torch.Tensor, *, causal: bool, budget: float):
 # 3. Fused mixed-precision forward
 # =================================================================================================
 @triton.jit
-def _fp4_tile(start_n, acc, l_i, m_i, q, Kf, Vf, SELM, kv_off, sel_base, offs_m, Nk, NKB, causal_off, qk_scale,
+def _fp4_tile(start_n, acc, l_i, m_i, tau, q, Kf, Vf, SELM, kv_off, sel_base, offs_m, Nk, NKB, causal_off, qk_scale,
               CAUSAL: tl.constexpr, DP: tl.constexpr):
-    """One key tile of the FP4 phase (the tile masked out when it is selected for this query block)."""
+    """One key tile of the FP4 phase (the tile masked out when it is selected for this query block), two-level
+    P through ``two_level_step`` (acc in units of the last tile's s1)."""
     BLOCK_N: tl.constexpr = 64
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, DP)
@@ -142,13 +152,10 @@ def _fp4_tile(start_n, acc, l_i, m_i, q, Kf, Vf, SELM, kv_off, sel_base, offs_m,
     sel_t = tl.load(SELM + sel_base * NKB + start_n // BLOCK_N)
     ok = ok & (sel_t == 0)
     s = tl.where(ok, s, float("-inf"))
-    p, alpha, m_new, l_i = online_softmax_step(s, m_i, l_i, True)
+    p2, pre, tau, m_new, l_i = two_level_step(s, m_i, l_i, tau, True)  # p2 = P̃/s1
     v = tl.load(Vf + kv_off + (start_n + offs_n)[:, None] * DP + offs_d[None, :])
-    s1 = tl.max(p, 1) * (1.0 / 2688.0)  # two-level P: s1 = rowmax(P̃ tile) / (448·6)
-    inv1 = tl.where(s1 > 0, 1.0 / s1, 0.0)
-    pq = fake_quant_p(p * inv1[:, None], 16, False)
-    acc = acc * alpha[:, None] + tl.dot(pq.to(v.dtype), v) * s1[:, None]
-    return acc, l_i, m_new
+    acc = tl.dot(fake_quant_p(p2, 16, False).to(v.dtype), v, acc * pre[:, None])
+    return acc, l_i, m_new, tau
 
 
 @triton.jit
@@ -174,6 +181,7 @@ def _thrift_fwd_kernel(Qf, Kf, Vf, Qx, Kx, Vx, SELI, SELM, O, LSE,
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, DP], tl.float32)
+    tau = tl.full([BLOCK_M], float("-inf"), tl.float32)  # two-level P: the last FP4 tile's row max
     sel_base = (pid_bh.to(tl.int64) * NQB + i)
     # ---- FP4 phase: every visible key tile, the selected ones masked out --------------------------
     q = tl.load(Qf + q_off + offs_m[:, None] * DP + offs_d[None, :])
@@ -181,12 +189,13 @@ def _thrift_fwd_kernel(Qf, Kf, Vf, Qx, Kx, Vx, SELI, SELM, O, LSE,
         # the interpreter cannot loop over program-id dependent bounds: fixed trip count + guard
         for it in range(0, N_KT):
             if it * BLOCK_N < hi:
-                acc, l_i, m_i = _fp4_tile(it * BLOCK_N, acc, l_i, m_i, q, Kf, Vf, SELM, kv_off, sel_base, offs_m,
-                                          Nk, NKB, causal_off, qk_scale, CAUSAL, DP)
+                acc, l_i, m_i, tau = _fp4_tile(it * BLOCK_N, acc, l_i, m_i, tau, q, Kf, Vf, SELM, kv_off, sel_base,
+                                               offs_m, Nk, NKB, causal_off, qk_scale, CAUSAL, DP)
     else:
         for start_n in range(0, hi, BLOCK_N):
-            acc, l_i, m_i = _fp4_tile(start_n, acc, l_i, m_i, q, Kf, Vf, SELM, kv_off, sel_base, offs_m,
-                                      Nk, NKB, causal_off, qk_scale, CAUSAL, DP)
+            acc, l_i, m_i, tau = _fp4_tile(start_n, acc, l_i, m_i, tau, q, Kf, Vf, SELM, kv_off, sel_base, offs_m,
+                                           Nk, NKB, causal_off, qk_scale, CAUSAL, DP)
+    acc = acc * two_level_scale(tau, m_i)[:, None]  # back to the online softmax's units (relative to m)
     # ---- 16-bit phase: only the selected tiles; the 16-bit Q tile lives here ----------------------
     q16 = tl.load(Qx + q_off + offs_m[:, None] * DP + offs_d[None, :])
     for t in range(0, KMAX_P2):
