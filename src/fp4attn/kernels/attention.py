@@ -117,7 +117,7 @@ Followed through the reference's arithmetic (S = Q̂K̂ᵀ, P̃, l, ϕ(P̃)·V̂
 first two cases into 0 / −inf; the tests compare with it made to propagate NaN through 1/l.) GPU
 ``max``/``min`` drop NaN and the P̃ quantization saturates it, so NaN must not reach the main loop:
 the pre-pass keeps everything it writes finite (non-finite elements are left out of the block amax,
-NaN encodes as code 0 and ±Inf as ±6; q̄ and the bf16 K copy zero them) and records flags instead, a
+NaN encodes as code 0 and ±Inf as ±6; q̄ and the smooth_q correction table count them as 0) and records flags instead, a
 per-row byte for Q and, per query head, the first non-finite key and the non-finite V channels. The
 main kernel applies them in its epilogue (NaN l for the rows above, a NaN select over the tile only
 when the head has a non-finite V channel), so its loop is unchanged; the flags are indexed by query
@@ -383,7 +383,7 @@ def _smooth_q_corr_kernel(X, sx_b, sx_h, sx_n, sx_d, SUB, QBAR, CORR, H, N, D, N
     reference) for the query blocks i in [I0, I0 + NQBC) of the GROUP query heads reading kv head
     (b, h): CORR (B, H·GROUP, NQBC, NKP) float32, unscaled. K (bhsd, any strides) minus SUB (k̄, SUB_MODE
     1); non-finite keys count as 0 (they are flagged by the K pre-pass). One (query blocks × D)·(D ×
-    keys) dot per CORR_QB query blocks, tf32x3 (three TF32 products: ~fp32 accuracy)."""
+    keys) dot per CQB query blocks, tf32x3 (three TF32 products: ~fp32 accuracy)."""
     pid_t, pid_bh, b, h, rows = program_rows(H, BLOCK_T)
     cols = tl.arange(0, DP)
     x, msk = load_bhsd_rows(X, sx_b, sx_h, sx_n, sx_d, b, h, rows, N, D, DP)
