@@ -563,8 +563,8 @@ def quantize_qkv(q, k, v, *, fmt: str = "nvfp4", smooth_q: bool = False, smooth_
             else torch.empty((0,), device=dev, dtype=torch.float32))
     kbar = None
     ksub = torch.empty((0,), device=dev, dtype=torch.float32)
-    # smooth_q: the correction q̄ᵢ·γ(K)ᵀ per (query block, key), computed by the K pre-pass with the
-    # unquantized smoothed K, as the reference
+    # smooth_k: q·k̄ per query row (the LSE shift), from the Q pre-pass. (smooth_q's correction table is
+    # built by attention_packed, chunk by chunk, from k: see smooth_q_corr)
     qkb = torch.empty((0,), device=dev, dtype=torch.float32)
     if smooth_k:
         kbar = k.mean(dim=2, dtype=torch.float32)  # (B, Hkv, D), as the reference; no float32 copy of K
