@@ -505,7 +505,7 @@ def test_gpu_row_max_pass_tiles(fmt):
     q, k, v = make_qkv(2, 4, 2, 1000, 1100, 128, dtype=torch.bfloat16, seed=11)
     pk = A.quantize_qkv(q, k, v, fmt=fmt)
     outs = []
-    for mc in (None, A.default_config(128, A.PATH_HOPPER, is_mx=fmt == "mxfp4")):
+    for mc in (None, A.default_config(128, A.PATH_HOPPER)):
         out = torch.empty_like(q)
         lse = A.attention_packed(pk, causal=True, scale=0.1, two_level_p=False, B=2, Hq=4, Hkv=2, out=out,
                                  online=False, max_config=mc)

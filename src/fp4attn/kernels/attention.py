@@ -38,8 +38,8 @@ Two kernels, read top to bottom:
    ``fp4attn.quantize`` for finite inputs.
 
 2. **Main kernel** (``_attn_fwd_kernel``): FlashAttention-2 style forward. Per BLOCK_M-query tile it
-   streams key tiles: S = scale·Q̂K̂ᵀ (log2 domain) [+ scale·q̄ᵢ·γ(Kⱼ)ᵀ for smooth_q], online softmax with
-   the running max m and l = rowsum of the *unquantized* P̃ = exp(S − m), P̃ quantized in registers
+   streams key tiles: S = scale·Q̂K̂ᵀ (log2 domain) [+ scale·q̄ᵢ·γ(Kⱼ)ᵀ for smooth_q], online softmax
+   with the running max m and l = rowsum of the *unquantized* P̃ = exp(S − m), P̃ quantized in registers
    in blocks of 16 (NVFP4) / 32 (MXFP4) keys, O += ϕ(P̃)·V̂. Two-level P (sage3): per row and key tile
    s1 = rowmax(P̃)/(448·6), O += s1·(ϕ(P̃/s1)·V̂). Causal is bottom-right aligned; tiles above the
    diagonal are skipped and only diagonal / ragged-tail tiles are masked. GQA reads kv head
@@ -115,13 +115,13 @@ Followed through the reference's arithmetic (S = Q̂K̂ᵀ, P̃, l, ϕ(P̃)·V̂
 
 (The reference's ``normalize`` / ``lse_of`` test ``l > 0`` and so currently turn the NaN rows of the
 first two cases into 0 / −inf; the tests compare with it made to propagate NaN through 1/l.) GPU
-``max``/``min`` drop NaN and the P̃ quantization saturates it, so NaN must not reach the main loop:
-the pre-pass keeps everything it writes finite (non-finite elements are left out of the block amax,
-NaN encodes as code 0 and ±Inf as ±6; q̄ and the smooth_q correction table count them as 0) and records flags instead, a
-per-row byte for Q and, per query head, the first non-finite key and the non-finite V channels. The
-main kernel applies them in its epilogue (NaN l for the rows above, a NaN select over the tile only
-when the head has a non-finite V channel), so its loop is unchanged; the flags are indexed by query
-head because a kv-head index kept live across the loop shifts the register allocation of these
+``max``/``min`` drop NaN and the P̃ quantization saturates it, so NaN must not reach the main loop: the
+pre-pass keeps everything it writes finite (non-finite elements are left out of the block amax, NaN
+encodes as code 0 and ±Inf as ±6; q̄ and the smooth_q correction table count them as 0) and records
+flags instead, a per-row byte for Q and, per query head, the first non-finite key and the non-finite V
+channels. The main kernel applies them in its epilogue (NaN l for the rows above, a NaN select over the
+tile only when the head has a non-finite V channel), so its loop is unchanged; the flags are indexed by
+query head because a kv-head index kept live across the loop shifts the register allocation of these
 255-register kernels. The flags cost the pre-pass a reduction and masked (usually no) stores.
 
 Differences from the reference (all within SPEC §6): FP32 vs float64 arithmetic and accumulation
@@ -911,14 +911,12 @@ def _attn_fwd_kernel(Qc, Qs, Kc, Ks, Vc, Vs, VEXP, QCORR, O, LSE, MBUF, KH, VH, 
     tl.store(o_ptrs, o.to(O.dtype.element_ty), mask=(offs_m[:, None] < Nq) & (dd[None, :] < D))
 
 
-def default_config(dp: int, path: int, causal: bool = False, two_level: bool = False, is_mx: bool = False,
-                   online: bool = False) -> dict:
+def default_config(dp: int, path: int) -> dict:
     """The tile config ``fp4attn.attention`` runs (no autotuning). D <= 128 on Hopper: 64x64 tiles, 4 warps,
     3 stages for every recipe, the best (or within 1% of the best) of the H200 config sweep of ``fp4attn
     bench attention`` at every benchmark shape (BENCHMARKS.md, issue 4). With 8 warps and 128 rows the
     MXFP4, two-level and online loops fit one program per SM: e.g. (16,16,4096,64) sage3 6.22 -> 5.00
-    ms, mxfp4 6.70 -> 4.67. (The arguments besides dp and path are kept for per-recipe choices.) Under
-    the interpreter: small tiles."""
+    ms, mxfp4 6.70 -> 4.67. Under the interpreter: small tiles."""
     if path == PATH_INTERP:
         return {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 1}
     if dp >= 256:
@@ -928,7 +926,7 @@ def default_config(dp: int, path: int, causal: bool = False, two_level: bool = F
     return {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3}
 
 
-def default_max_config(dp: int, path: int, causal: bool = False, is_mx: bool = False) -> dict | None:
+def default_max_config(dp: int, path: int, is_mx: bool = False) -> dict | None:
     """Tiles of the row-max pass (S and its row max only: a GEMM with a max epilogue) when they differ
     from the attention pass's; None = the same. From an H200 sweep (BENCHMARKS.md, issue 4): larger
     tiles, 2-4% off the two passes' time (e.g. (16,16,4096,128) nvfp4 7.20 -> 7.06 ms, mxfp4 6.96 ->
@@ -962,8 +960,8 @@ def attention_packed(pk: PackedQKV, *, causal: bool, scale: float, two_level_p: 
     lse = torch.empty((B, Hq, NQP), device=out.device, dtype=torch.float32)
     if online is None:
         online = two_level_p
-    config = config or default_config(DP, pk.path, causal, two_level_p, is_mx, online)
-    max_config = max_config or default_max_config(DP, pk.path, causal, is_mx) or config
+    config = config or default_config(DP, pk.path)
+    max_config = max_config or default_max_config(DP, pk.path, is_mx) or config
     vexp = pk.vexp if is_mx else lse  # unused pointer when not MX
     mbuf = lse if online else torch.empty((B, Hq, NQP), device=out.device, dtype=torch.float32)
     smooth_q = pk.k_in is not None
