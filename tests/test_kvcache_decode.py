@@ -470,6 +470,38 @@ def test_thrift_decode_kernel_gpu():
     assert _rel(full, ref_full) <= 1e-2  # bf16 operands on the 16-bit path
 
 
+@pytest.mark.gpu
+@gpu
+def test_thrift_decode_kernel_gpu_small_fp4_tiles_keep_their_precision():
+    """Two-level P on the FP4 pages when their P̃ is far below the row max: one 16-bit key scores 10
+    above 65472 FP4 keys (P̃ ≈ e^-10 ≈ 4.5e-5, which together carry 3/4 of the weight, with V
+    nearly constant so their errors add up). s1·ϕ(P̃/s1) lies in fp16's subnormal range there: the
+    product must be scaled by s1 after the MMA, as the reference's O += s1·(P̂·V̂). q holds bf16 values
+    passed as float32 (float32 output, no bf16 output rounding): the kernel equals the reference over
+    the dequantized cache to float32 rounding."""
+    from fp4attn.kernels.decode import decode_fwd
+
+    dev, D, N = "cuda", 128, 65536
+    g = torch.Generator().manual_seed(31)
+    q = torch.randn(1, 1, 1, D, generator=g).to(torch.bfloat16).float()
+    # every other key scores exactly 0: equal P̃, so their roundings add up instead of cancelling
+    k = torch.zeros(1, 1, N, D)
+    k[0, 0, 0] = q[0, 0, 0] * (10.0 * D ** 0.5 / q.square().sum())  # score 10 (in natural units)
+    w = torch.randn(D, generator=g)
+    v = w + 0.01 * torch.randn(1, 1, N, D, generator=g)
+    v[0, 0, :64] = -w
+    # bf16 cache: the 16-bit path's operands are exact (the high key's P̃ = 1 too, in bf16)
+    c = KVCache.from_dense(k.to(dev, torch.bfloat16), v.to(dev, torch.bfloat16), keep_16bit=True)
+    sel = torch.zeros(1, 1, N // c.page_size, dtype=torch.bool, device=dev)
+    sel[..., 0] = True  # the page holding the high key, in 16 bits
+    # one split: the high key sets the running max before every FP4 tile (a split without it would
+    # quantize P̃ against its own max, 1 here)
+    out, lse = decode_fwd(q.to(dev), c, scale=D ** -0.5, selection=sel, num_splits=1)
+    ref, ref_lse = decode_reference(q.to(dev), c, scale=D ** -0.5, selection=sel)
+    assert _rel(out, ref) <= 2e-5
+    assert torch.allclose(lse, ref_lse, atol=1e-5)
+
+
 def test_decode_dispatch_is_reference_on_cpu():
     c = KVCache.from_dense(*_kv(1, 1, 40, 16, dtype=torch.float32))
     q = torch.randn(1, 2, 1, 16)

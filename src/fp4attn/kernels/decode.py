@@ -129,14 +129,16 @@ def _decode_tile(t0, accT, l_i, m_i, qT, q16T, s_scale, qk_scale, vg, row_ok, hq
         p4 = tl.where(selr[:, None], 0.0, p)
         s1 = tl.max(p4, 1) * (1.0 / 2688.0)  # two-level P: s1 = rowmax(P̃ tile) / (448·6)
         inv1 = tl.where(s1 > 0, 1.0 / s1, 0.0)
-        pq = fake_quant_p(p4 * inv1[:, None], 16, False) * s1[:, None]
+        pq = fake_quant_p(p4 * inv1[:, None], 16, False)  # P̂ = ϕ(P̃/s1), s1 applied after the product
     else:
         pq = fake_quant_p(p, 16, False)
+    # P̂ is exact in fp16 (E2M1 code times an E4M3 scale, at most 2688)
     pqT = tl.trans(pq) if DOT_F32 else tl.trans(pq).to(tl.float16)
-    # FP4 path: V's global scale vg is applied once after the loop (the Thrift 16-bit path adds
-    # unscaled products, so with THRIFT it is applied per tile)
+    # FP4 path: V's global scale vg is applied once after the loop. Thrift: the tile's products are
+    # scaled by s1 (per query row: the columns) and vg here, as O += s1·(P̂·V̂) in the reference (s1
+    # folded into P̂ before the fp16 MMA operand would round s1·P̂, or flush it when the tile's P̃ is small)
     if THRIFT:
-        accT += tl.dot(vT, pqT) * vg
+        accT += tl.dot(vT, pqT) * (s1 * vg)[None, :]
         if any_sel:
             v16T = tl.load(V16 + (row0 + offs_n)[None, :] * D + offs_d[:, None])
             p16T = tl.trans(tl.where(selr[:, None], p, 0.0))
