@@ -123,7 +123,7 @@ def kernel_cases(fmt, which):
         yield "dkdv", K._bwd_dkdv_kernel, args, meta
 
 
-def recorded_cases(which):
+def recorded_cases(which, fmt="nvfp4", smooth=False):
     """(name, fn, args, kwargs, values per thread or None) of launches recorded from the public launchers."""
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
     from triton.runtime.jit import JITFunction
@@ -147,19 +147,31 @@ def recorded_cases(which):
             Kq.quest_fp8(x)
         if "sr" in which:
             Kq.sr_fp8(x, sign_seed=1, noise_seed=2)
+        if any(w.startswith("prep") for w in which):
+            from fp4attn.kernels import attention as Ka
+            q = torch.randn(1, 2, 256, 128, dtype=torch.bfloat16)
+            Ka.quantize_qkv(q, torch.randn_like(q), torch.randn_like(q), fmt=fmt, path=Ka.PATH_HOPPER,
+                            staged=True, smooth_q=smooth, smooth_k=smooth)
         rec = list(aot_probe._RECORDED)
     finally:
         JITFunction.run = run
     names = {"decode": "_decode_split_kernel", "quest": "_quest_mxfp4_kernel", "sr": "_sr_mxfp4_kernel",
-             "fp8conv": "_mx_to_fp8_kernel"}
+             "fp8conv": "_mx_to_fp8_kernel", "prepq": "_prep_qk_kernel", "prepk": "_prep_qk_kernel",
+             "prepv": "_prep_v_kernel"}
     for w in which:
-        for fn, args, kwargs in rec:
-            if fn.__name__ == names.get(w):
+        hits = [(fn, args, kwargs) for fn, args, kwargs in rec if fn.__name__ == names.get(w)]
+        if w == "prepk":  # the K launch comes after Q's
+            hits = hits[1:]
+        for fn, args, kwargs in hits:
+            if w.startswith("prep"):
+                rows = kwargs["BLOCK_T"]
+                cols = kwargs.get("DC", kwargs["DP"])
+            else:
                 rows = kwargs.get("BLOCK_R", 1)
                 cols = kwargs.get("BLOCK_K", kwargs.get("BLOCK_L"))
-                per_thread = rows * cols / (32 * kwargs["num_warps"]) if cols else None
-                yield w, fn, args, kwargs, per_thread
-                break
+            per_thread = rows * cols / (32 * kwargs["num_warps"]) if cols else None
+            yield w, fn, args, kwargs, per_thread
+            break
 
 
 def main():
@@ -168,9 +180,11 @@ def main():
     ap.add_argument("--fmt", default="nvfp4")
     ap.add_argument("--dump", default=None, help="write <name>_<fmt>.sass/.ptx there")
     ap.add_argument("--all-loops", action="store_true")
+    ap.add_argument("--smooth", action="store_true", help="prep*: the sage3 pre-pass (smooth_q, smooth_k)")
     a = ap.parse_args()
     cases = [(*c, None) for c in kernel_cases(a.fmt, a.which)]
-    cases += list(recorded_cases([w for w in a.which if w in ("decode", "quest", "sr", "fp8conv")]))
+    ap_rec = ("decode", "quest", "sr", "fp8conv", "prepq", "prepk", "prepv")
+    cases += list(recorded_cases([w for w in a.which if w in ap_rec], a.fmt, a.smooth))
     for name, fn, args, meta, per_thread in cases:
         ck = compile_like_launch(fn, args, meta)
         sass = cuobjdump(ck, "-sass")

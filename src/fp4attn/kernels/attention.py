@@ -527,6 +527,16 @@ def smooth_q_table_max_bytes() -> int:
     return int(os.environ.get("FP4ATTN_SMOOTHQ_TABLE_BYTES", str(1 << 28)))
 
 
+# Pre-pass launch configs per format (is_mx): Q and K (tokens per program at D <= 128, halved above;
+# warps), V (channels per program, consecutive tokens per thread; 128 tokens per program), the warps of
+# smooth_q's 128-row Q tiles. H200 sweep (BENCHMARKS.md, issue 4, sixth session): the NVFP4 kernels are
+# ALU-bound (~40 SASS per value for the exact E2M1 codes against E4M3 scales) and ran with 255 registers
+# per thread at 64 x 128 tiles (V spilled); the smaller tiles cut the NVFP4 pre-pass 0.99 -> 0.87 ms at
+# (16,16,4096,128), sage3's 1.29 -> 1.08.
+_PREP_CFG = {False: dict(q=(32, 4), k=(16, 4), v=(32, 4), q_smooth_warps=4),
+             True: dict(q=(64, 4), k=(64, 4), v=(32, 8), q_smooth_warps=8)}
+
+
 def quantize_qkv(q, k, v, *, fmt: str = "nvfp4", smooth_q: bool = False, smooth_k: bool = False,
                  path: int | None = None, staged: bool | None = None) -> PackedQKV:
     """The quantization pre-pass on bhsd views (any strides). ``staged`` (Hopper/interpreter paths
@@ -573,14 +583,17 @@ def quantize_qkv(q, k, v, *, fmt: str = "nvfp4", smooth_q: bool = False, smooth_
     g = Hq // Hkv
     qbad = torch.empty((B, Hq, NQP), device=dev, dtype=u8)
     kvbad = torch.empty((B, Hq, 2 + DP), device=dev, dtype=torch.int32)  # zeroed by the Q pre-pass
-    nw = 4
-    bt = 64 if DP <= 128 else 32
-    # Q: tiles of 128 rows when smoothing (the q̄ blocks), else bt
-    bq = SMOOTH_Q_BLOCK if smooth_q else bt
+    cfg = _PREP_CFG[is_mx]
+    wide = 1 if DP <= 128 else 2  # D > 128: half the tokens per program
+    bq, nwq = cfg["q"]
+    bt, nw = cfg["k"]
+    bq, bt = bq // wide, bt // wide
+    if smooth_q:  # Q: tiles of 128 rows when smoothing (the q̄ blocks)
+        bq, nwq = SMOOTH_Q_BLOCK, cfg["q_smooth_warps"]
     _prep_qk_kernel[(NQP // bq, B * Hq)](q, *q.stride(), qc, qs, qs, qbar, qs, qbad, kvbad, qkb, ksub, Hq, Nq, D,
                                          NQP, g, SUB_MODE=2 if smooth_q else 0, QK_SHIFT=smooth_k, BAD_MODE=1,
                                          PACKED=True, STAGE=False, QB=qb, IS_MX=is_mx, BLOCK_T=bq, DP=DP,
-                                         num_warps=8 if smooth_q else nw)
+                                         num_warps=nwq)
     _prep_qk_kernel[(NKP // bt, B * Hkv)](k, *k.stride(), kc if not stage else ks, ks, ksub, ks,
                                           kh if stage else ks, ks, kvbad, ks, ks, Hkv, Nk, D, NKP, g,
                                           SUB_MODE=1 if smooth_k else 0, QK_SHIFT=False, BAD_MODE=2,
@@ -588,7 +601,8 @@ def quantize_qkv(q, k, v, *, fmt: str = "nvfp4", smooth_q: bool = False, smooth_
                                           num_warps=nw)
     # V: 128 tokens x dc channels per program, r consecutive tokens x 8 channels per thread (see
     # _prep_v_kernel; r = 4: no register spill at D = 128 but ~15% more instructions per element)
-    dc, r = min(DP, 64), 8
+    dc, r = cfg["v"]
+    dc = min(DP, dc)
     _prep_v_kernel[(NKP // 128, B * Hkv, DP // dc)](v, *v.stride(), vc if not stage_v else ks,
                                                     vs if not stage_v else ks, vexp, vh if stage_v else ks, kvbad,
                                                     Hkv, Nk, D, NKP, g, PACKED=not stage_v, STAGE=stage_v, QB=qb,
