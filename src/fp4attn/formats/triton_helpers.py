@@ -554,12 +554,22 @@ def e2m1_code_raw(x, s):
 
 
 @triton.jit
-def e2m1_codes_div(xb, s):
+def e2m1_codes_div(xb, s, FINITE: tl.constexpr = False):
     """E2M1 codes (int32, sign in bit 3) of the IEEE quotient ``xb / s`` rounded to nearest even -- the
     reference's NVFP4 encoding -- without dividing: |x| is compared with the exact decision points t·s
     (``e2m1_decision_points``). xb (..., QB) float32, s (...) E4M3 block scales (>= 2**-9 or 0; 0 gives
-    codes 0). NaN elements give code 0, as ``e2m1_code(x / s)`` does."""
-    g0, g1, g2, g3, g4, g5, g6 = e2m1_decision_points(tl.expand_dims(s, -1))
+    codes +0: its points are set to +inf's bits, which no finite |x| exceeds, and its sign mask to 0).
+    NaN elements give code 0, as ``e2m1_code(x / s)`` does; ``FINITE``: the caller knows xb holds no NaN
+    and skips that per-element select (a NaN would give a code of magnitude 7)."""
+    s2 = tl.expand_dims(s, -1)
+    g0, g1, g2, g3, g4, g5, g6 = e2m1_decision_points(s2)
+    pos = s2 > 0
+    inf = 0x7F800000
+    g0, g1, g2, g3 = tl.where(pos, g0, inf), tl.where(pos, g1, inf), tl.where(pos, g2, inf), tl.where(pos, g3, inf)
+    g4, g5, g6 = tl.where(pos, g4, inf), tl.where(pos, g5, inf), tl.where(pos, g6, inf)
     b = xb.to(tl.int32, bitcast=True)
-    c = e2m1_code_from_points(b & 0x7FFFFFFF, g0, g1, g2, g3, g4, g5, g6) | ((b >> 28) & 8)
-    return tl.where((tl.expand_dims(s, -1) > 0) & (xb == xb), c, 0)
+    c = e2m1_code_from_points(b & 0x7FFFFFFF, g0, g1, g2, g3, g4, g5, g6) | ((b >> 28) & tl.where(pos, 8, 0))
+    if FINITE:
+        return c
+    else:
+        return tl.where(xb == xb, c, 0)

@@ -220,21 +220,30 @@ def pad_tokens(n: int) -> int:
 # 1. Pre-pass
 # =================================================================================================
 @triton.jit
-def _quant_rows(x, QB: tl.constexpr, IS_MX: tl.constexpr):
+def _quant_rows(x, anybad, QB: tl.constexpr, IS_MX: tl.constexpr):
     """(R, C) float32 tile, blocks of QB along the last axis -> (codes (R, C) uint8 with sign bit 3,
-    scale bytes (R, C/QB) uint8). Same rounding as ``fp4attn.formats.core.quantize_blocks``."""
+    scale bytes (R, C/QB) uint8). Same rounding as ``fp4attn.formats.core.quantize_blocks``.
+
+    ``anybad`` (scalar): nonzero when the tile holds a NaN or ±Inf. NVFP4: only then do the block maxima
+    leave those elements out and NaN elements get code 0; a finite tile skips those two selects per
+    element (pre-pass 9% faster on the H200; MXFP4 was not faster with both branches compiled in: more
+    registers)."""
     R: tl.constexpr = x.shape[0]
     C: tl.constexpr = x.shape[1]
     xb = tl.reshape(x, (R, C // QB, QB))
-    amax = block_amax(xb)
     if IS_MX:
-        e = mx_exponent(amax, False)
+        e = mx_exponent(block_amax(xb), False)
         v = xb * exp2i(-e)[:, :, None]  # exact: x / 2**e
         codes = e2m1_code(v)  # NaN -> 0 (the block is flagged through the pre-pass flags)
         sb = (e + 127).to(tl.uint8)
     else:
-        s = e4m3_round(tl.math.div_rn(amax, 6.0))
-        codes = e2m1_codes_div(xb, s)  # = e2m1_code(x / s) with IEEE division, by decision points
+        # codes = e2m1_code(x / s) with IEEE division, by decision points
+        if anybad != 0:
+            s = e4m3_round(tl.math.div_rn(block_amax(xb), 6.0))
+            codes = e2m1_codes_div(xb, s)
+        else:
+            s = e4m3_round(tl.math.div_rn(tl.max(tl.abs(xb), axis=-1), 6.0))
+            codes = e2m1_codes_div(xb, s, FINITE=True)
         sb = e4m3_to_bits(s).to(tl.uint8)
     return tl.reshape(codes.to(tl.uint8), (R, C)), sb
 
@@ -309,7 +318,7 @@ def _prep_qk_kernel(X, sx_b, sx_h, sx_n, sx_d, C, S, SUB, QBAR, XH, QROWS, KVF, 
         enc = tl.max(tl.where(rbad != 0, 2147483647 - rows, 0), axis=0)  # 2**31 - 1 - first bad row
         for j in range(GROUP):  # masked: no memory traffic for finite tiles
             tl.atomic_max(KVF + (pid_bh * GROUP + j).to(tl.int64) * (DP + 2), enc, mask=enc != 0)
-    codes, sb = _quant_rows(x, QB, IS_MX)
+    codes, sb = _quant_rows(x, tl.max(rbad, axis=0), QB, IS_MX)
     if PACKED:
         tl.store(C + pid_bh.to(tl.int64) * NP * (DP // 2) + r64 * (DP // 2) + tl.arange(0, DP // 2)[None, :],
                  pack_nibbles(codes))
@@ -358,7 +367,7 @@ def _prep_v_kernel(X, sx_b, sx_h, sx_n, sx_d, C, S, VEXP, VH, KVF, H, N, D, NP, 
         row = KVF + (pid_bh * GROUP + jg).to(tl.int64) * (DP + 2)
         tl.store(row + 2 + ch, cbad, mask=cbad != 0)
         tl.store(row + 1, anybad, mask=anybad != 0)
-    codes, sb = _quant_rows(xb, QB, IS_MX)  # (NB·DC, QB), (NB·DC, 1)
+    codes, sb = _quant_rows(xb, anybad, QB, IS_MX)  # (NB·DC, QB), (NB·DC, 1)
     vrow = (pid_bh.to(tl.int64) * DP + ch)[None, :, None]  # (1, DC, 1) row of the channel-major buffers
     jb = tl.arange(0, NB)[:, None, None]
     if PACKED:
