@@ -91,15 +91,22 @@ def thrift_select(q: torch.Tensor, cache: KVCache, budget: float) -> torch.Tenso
     s_hat = torch.einsum("bhd,bhpd->bhp", qbar, means)
     npg = means.shape[2]
     n_b = (cache.seq_lens.long() + ps - 1) // ps
+    return top_pages(s_hat, n_b, budget, max(cache.page_table.shape[1], npg))
+
+
+def top_pages(s_hat: torch.Tensor, n_b: torch.Tensor, budget: float, width: int) -> torch.Tensor:
+    """(B, Hq, width) bool: per row of the (B, Hq, npg) scores ``s_hat``, the top
+    ``k = clamp(round(f·n_b), 1, n_b)`` of its first ``n_b`` (B,) entries, ties to the lower index
+    (stable descending sort: NaN first, then +inf, ..., -inf; -0.0 ties with +0.0); width >= npg."""
+    B, _, npg = s_hat.shape
     # budget_to_k(budget, n, causal=False) = clamp(round(f·n), 1, n), round half to even as Python's
     kk = torch.minimum(torch.round(n_b.double() * budget).long().clamp(min=1), n_b)
-    valid = torch.arange(npg, device=q.device).view(1, 1, npg) < n_b.view(B, 1, 1)
+    valid = torch.arange(npg, device=s_hat.device).view(1, 1, npg) < n_b.view(B, 1, 1)
     s_hat = s_hat.masked_fill(~valid, float("-inf"))
     order = torch.sort(s_hat, dim=-1, descending=True, stable=True).indices
     rank = torch.empty_like(order)
-    rank.scatter_(-1, order, torch.arange(npg, device=q.device).expand_as(order).contiguous())
+    rank.scatter_(-1, order, torch.arange(npg, device=s_hat.device).expand_as(order).contiguous())
     sel = (rank < kk.view(B, 1, 1)) & valid
-    width = max(cache.page_table.shape[1], npg)
     if width > npg:
         sel = torch.nn.functional.pad(sel, (0, width - npg), value=False)
     return sel
