@@ -637,6 +637,74 @@ def test_thrift_decode_kernel_gpu_small_fp4_tiles_keep_their_precision():
     assert torch.allclose(lse, ref_lse, atol=1e-5)
 
 
+def _select_gpu_case(nq):
+    """B=4, Hq=32, Hkv=8, D=128 bf16 cache with the 16-bit copy, lengths 32768, 5000, 777, 6409 (full
+    pages, partial pages with a tail), generated on the CPU (seeded: the same data on every machine). q's
+    seeds were picked (on the CPU, from the float64 scores) so that at budgets 0.05, 0.25 and 0.5 the k-th
+    and (k+1)-th best pages of every row score > 2.5e-4 apart (float32 rounding moves scores of these
+    magnitudes, <= 11, by ~1e-6): the selections can be compared for equality."""
+    B, Hkv, G, D = 4, 8, 4, 128
+    lens = [32768, 5000, 777, 64 * 100 + 9]
+    k, v = _kv(B, Hkv, max(lens), D, seed=50)
+    seed = {1: 162, 3: 66}[nq]
+    q = torch.randn(B, Hkv * G, nq, D, generator=torch.Generator().manual_seed(seed)).to(torch.bfloat16)
+    return q, k, v, lens
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("nq", [1, 3])
+def test_select_pages_gpu_equals_thrift_select(nq):
+    from fp4attn.kernels.decode import decode_fwd, select_pages
+
+    q, k, v, lens = _select_gpu_case(nq)
+    s64 = _scores_f64(q, k, lens)
+    dev = "cuda"
+    c = KVCache.from_dense(k.to(dev), v.to(dev), lengths=lens, keep_16bit=True)
+    q = q.to(dev)
+    width = c.page_table.shape[1]
+    for f in (0.05, 0.25, 0.5, 1.0):
+        _assert_margin(s64, lens, f)
+        sel = select_pages(q, c, f)
+        ref = thrift_select(q, c, f)
+        assert sel.dtype == torch.int8 and sel.shape == (4, 32, width)
+        assert torch.equal(sel.bool(), ref[..., :width]), f
+    # the op's CUDA path (select_pages) == the kernel with thrift_select's selection, bit for bit
+    out = fp4attn.decode(q, c, thrift_budget=0.05)
+    ref_out, _ = decode_fwd(q, c, scale=1.0 / math.sqrt(128), selection=thrift_select(q, c, 0.05))
+    assert torch.equal(out, ref_out)
+
+
+@pytest.mark.gpu
+@gpu
+def test_thrift_decode_gpu_cuda_graph_replay():
+    """The Thrift decode step (selection included) is CUDA-graph capturable and replays bit for bit;
+    a replay after an append (lengths on the device, same page count) sees the new token."""
+    q, k, v, lens = _select_gpu_case(1)
+    dev = "cuda"
+    lens = [L - 2 for L in lens]  # room for one more token in the last page
+    c = KVCache.from_dense(k.to(dev), v.to(dev), lengths=lens, keep_16bit=True)
+    q = q.to(dev)
+
+    def step():
+        return fp4attn.decode(q, c, thrift_budget=0.05)
+
+    eager = step()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        step()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = step()
+    g.replay()
+    assert torch.equal(out, eager)
+    c.append(k[:, :, :1].to(dev), v[:, :, :1].to(dev))
+    g.replay()
+    assert torch.equal(out, step())
+
+
 def test_decode_dispatch_is_reference_on_cpu():
     c = KVCache.from_dense(*_kv(1, 1, 40, 16, dtype=torch.float32))
     q = torch.randn(1, 2, 1, 16)
