@@ -105,6 +105,10 @@ def fam_decode():
     k = torch.randn(2, 2, 300, 128, dtype=torch.bfloat16)
     cache = fp4attn.KVCache.from_dense(k, torch.randn_like(k))
     Dk.decode_fwd(torch.randn(2, 8, 1, 128, dtype=torch.bfloat16), cache, scale=0.1)
+    # Thrift: the page selection kernels, then the split kernel reading their int8 selection
+    c16 = fp4attn.KVCache.from_dense(k, torch.randn_like(k), lengths=[300, 100], keep_16bit=True)
+    q = torch.randn(2, 8, 2, 128, dtype=torch.bfloat16)
+    Dk.decode_fwd(q, c16, scale=0.1, selection=Dk.select_pages(q, c16, 0.05))
 
 
 def fam_quartet():

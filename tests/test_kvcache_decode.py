@@ -369,6 +369,141 @@ def test_thrift_decode_kernel_interpreter():
     assert torch.allclose(lse, ref_lse, atol=1e-4)
 
 
+# ------------------------------------------------------------------------------------------------
+# the Thrift page selection kernels (kernels.decode.select_pages) == thrift_select
+# ------------------------------------------------------------------------------------------------
+def _k_of(f, n):
+    """budget_to_k(f, n, causal=False) as SPEC §3 writes it: Python's round of the float64 product."""
+    return min(max(round(f * n), 1), n)
+
+
+def _scores_f64(q, k, lens, ps=64):
+    """(B, Hq, npg) float64 Ŝ = q̄·K̄_p from the dense K (pages past a sequence's end: -inf)."""
+    B, hq = q.shape[:2]
+    G = hq // k.shape[1]
+    npg = -(-max(lens) // ps)
+    out = torch.full((B, hq, npg), float("-inf"), dtype=torch.float64)
+    qbar = q.double().mean(dim=2)
+    for b, L in enumerate(lens):
+        for p in range(-(-L // ps)):
+            m = k[b, :, p * ps:min((p + 1) * ps, L)].double().mean(dim=1)  # (Hkv, D)
+            out[b, :, p] = (qbar[b] * m.repeat_interleave(G, dim=0)).sum(-1)
+    return out
+
+
+def _assert_margin(s64, lens, budget, ps=64, margin=1e-4):
+    """The k-th and (k+1)-th best scores of every row are apart by more than float32 rounding could
+    move them: the kernel's and thrift_select's selections must then be equal (data check, not kernel)."""
+    for b, L in enumerate(lens):
+        n = -(-L // ps)
+        kk = _k_of(budget, n)
+        if kk < n:
+            top = torch.sort(s64[b, :, :n], dim=-1, descending=True).values
+            gap = (top[:, kk - 1] - top[:, kk]).min().item()
+            assert gap > margin, f"near-tie in the test data (sequence {b}, gap {gap})"
+
+
+@needs_interp
+@pytest.mark.parametrize("G,nq", [(1, 1), (1, 3), (2, 3), (4, 1)])
+def test_select_pages_interpreter_equals_thrift_select(G, nq):
+    """Ragged lengths: a partial last page with committed tokens and a tail (0), the tail only (1, 4), a
+    sequence shorter than a page (2), a multiple of the page size (3), a partial page without a tail
+    (5); the longest sequence's last page holds only tail tokens, so the page table is narrower than
+    the page count (width 3 < 4 pages)."""
+    from fp4attn.kernels.decode import page_scores, select_pages
+
+    Hkv, D = 1, 32
+    lens = [64 * 3 + 5, 10, 128, 64 * 2 + 16, 70, 64 * 2 + 20]
+    B = len(lens)
+    k, v = _kv(B, Hkv, max(lens), D, dtype=torch.float32, seed=40 + G + nq)
+    c = KVCache.from_dense(k, v, lengths=lens, keep_16bit=True, dtype=torch.float32)
+    q = torch.randn(B, Hkv * G, nq, D, generator=torch.Generator().manual_seed(41))
+    s64 = _scores_f64(q, k, lens)
+    n_b = [-(-L // 64) for L in lens]
+    # the kernel's scores: those of thrift_select up to float32 rounding
+    sc = page_scores(q, c)
+    for b in range(B):
+        assert torch.allclose(sc[b, :, :n_b[b]].double(), s64[b, :, :n_b[b]], rtol=1e-5, atol=1e-5)
+    assert c.page_table.shape[1] == 3
+    for f in (0.25, 0.5, 0.34, 1.0):
+        _assert_margin(s64, lens, f)
+        sel = select_pages(q, c, f)
+        assert sel.dtype == torch.int8 and sel.shape == (B, Hkv * G, 3)
+        ref = thrift_select(q, c, f)
+        assert torch.equal(sel.bool(), ref[..., :3]), f
+        # k pages per row (those past the page table are selected but not stored)
+        got = torch.tensor([[_k_of(f, n)] * (Hkv * G) for n in n_b])
+        assert torch.equal(ref.sum(-1), got)
+
+
+@needs_interp
+def test_page_topk_interpreter_rounding_ties_and_specials():
+    """The top-k kernel on crafted scores vs thrift_select's ranking (``ops.decode.top_pages``):
+    k = round half to even of the float64 product (0.25·2, 0.25·6, 0.25·10 = 0.5, 1.5, 2.5 -> 1 (the
+    clamp), 2, 2; 0.05·50 is 2.5 in float64 (2.50000000000000014 exactly) -> 2), exact ties to the lower
+    index, -0.0 tying with +0.0, NaN first (several in index order, the sign bit ignored), ±inf; pages
+    past n_b never selected (garbage there: NaN)."""
+    from fp4attn.kernels.decode import page_topk
+    from fp4attn.ops.decode import top_pages
+
+    n_b = [2, 6, 10, 50, 30, 1, 7]
+    B, Hq, npg, W = len(n_b), 3, 50, 50
+    lens = torch.tensor([64 * n - 3 for n in n_b], dtype=torch.int32)
+    g = torch.Generator().manual_seed(42)
+    s = torch.randn(B, Hq, npg, generator=g)
+    s[:, 1] = torch.randint(-2, 3, (B, npg), generator=g).float()  # many exact ties
+    s[:, 1, ::3] = -0.0
+    s[:, 2] = torch.where(torch.rand(B, npg, generator=g) < 0.5, 0.0, -0.0)  # ±0 only: all tie
+    s[2, 0, [1, 4, 7]] = float("nan")
+    s[2, 0, 4] = torch.tensor([-4194304], dtype=torch.int32).view(torch.float32)[0]  # a NaN with the sign bit
+    assert torch.isnan(s[2, 0, 4]) and s[2, 0, 4:5].view(torch.int32)[0] < 0
+    s[3, 0, [3, 9]] = float("inf")
+    s[3, 0, [5, 40]] = float("-inf")
+    s[6, 0, :7] = float("-inf")  # a row of -inf: the lowest k pages
+    for b, n in enumerate(n_b):
+        s[b, :, n:] = float("nan")  # past the sequence: never read
+    for f, ks in ((0.25, [1, 2, 2, 12, 8, 1, 2]), (0.05, [1, 1, 1, 2, 2, 1, 1]), (1.0, n_b)):
+        assert [_k_of(f, n) for n in n_b] == ks
+        sel = page_topk(s, lens, 64, f, W)
+        ref = top_pages(s, torch.tensor(n_b), f, W)
+        assert torch.equal(sel.bool(), ref), f
+        assert sel.sum(-1).tolist() == [[k] * Hq for k in ks]
+    assert page_topk(s, lens, 64, 0.25, W)[2, 0, [1, 4, 7]].tolist() == [1, 1, 0]  # NaN first, lower index
+
+
+@needs_interp
+def test_select_pages_interpreter_equal_means_tie_to_lower_index_and_wide_page_table():
+    """Every page (the partial last ones included) has the same mean, exactly: the k lowest pages win,
+    as in thrift_select. The page table is wider than the top-k tile (a reset cache keeps its width):
+    the columns past it are zero."""
+    from fp4attn.kernels.decode import decode_fwd, select_pages
+
+    B, Hkv, G, D = 2, 2, 2, 16
+    big = KVCache.from_dense(*_kv(B, Hkv, 64 * 40, D, dtype=torch.float32), keep_16bit=True, dtype=torch.float32)
+    wide = big.page_table.shape[1]
+    big.reset()
+    lens = [64 * 5 + 20, 64 * 3]
+    row = torch.randint(-2, 3, (Hkv, 1, D), generator=torch.Generator().manual_seed(43)).float()
+    k = row.expand(Hkv, max(lens), D).unsqueeze(0).repeat(B, 1, 1, 1)  # one vector for every token
+    v = torch.randn(B, Hkv, max(lens), D, generator=torch.Generator().manual_seed(44))
+    big.append(k, v, lengths=lens)
+    assert big.page_table.shape[1] == wide > 16
+    q = torch.randn(B, Hkv * G, 1, D, generator=torch.Generator().manual_seed(45))
+    for f, ks in ((0.5, [3, 2]), (0.2, [1, 1])):  # 6 pages · 0.5 = 3, 3 · 0.5 = 1.5 -> 2; 1.2, 0.6 -> 1
+        sel = select_pages(q, big, f)
+        assert sel.shape == (B, Hkv * G, wide)
+        assert torch.equal(sel.bool(), thrift_select(q, big, f))
+        for b in range(B):
+            want = torch.zeros(wide, dtype=torch.int8)
+            want[:ks[b]] = 1
+            assert torch.equal(sel[b], want.expand(Hkv * G, wide))
+    # decode_fwd reads select_pages' int8 tensor as is: the same output as from the bool selection
+    sel = select_pages(q, big, 0.5)
+    o8, _ = decode_fwd(q, big, scale=0.25, selection=sel)
+    ob, _ = decode_fwd(q, big, scale=0.25, selection=sel.bool())
+    assert torch.equal(o8, ob)
+
+
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
@@ -500,6 +635,74 @@ def test_thrift_decode_kernel_gpu_small_fp4_tiles_keep_their_precision():
     ref, ref_lse = decode_reference(q.to(dev), c, scale=D ** -0.5, selection=sel)
     assert _rel(out, ref) <= 2e-5
     assert torch.allclose(lse, ref_lse, atol=1e-5)
+
+
+def _select_gpu_case(nq):
+    """B=4, Hq=32, Hkv=8, D=128 bf16 cache with the 16-bit copy, lengths 32768, 5000, 777, 6409 (full
+    pages, partial pages with a tail), generated on the CPU (seeded: the same data on every machine). q's
+    seeds were picked (on the CPU, from the float64 scores) so that at budgets 0.05, 0.25 and 0.5 the k-th
+    and (k+1)-th best pages of every row score > 2.5e-4 apart (float32 rounding moves scores of these
+    magnitudes, <= 11, by ~1e-6): the selections can be compared for equality."""
+    B, Hkv, G, D = 4, 8, 4, 128
+    lens = [32768, 5000, 777, 64 * 100 + 9]
+    k, v = _kv(B, Hkv, max(lens), D, seed=50)
+    seed = {1: 162, 3: 66}[nq]
+    q = torch.randn(B, Hkv * G, nq, D, generator=torch.Generator().manual_seed(seed)).to(torch.bfloat16)
+    return q, k, v, lens
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("nq", [1, 3])
+def test_select_pages_gpu_equals_thrift_select(nq):
+    from fp4attn.kernels.decode import decode_fwd, select_pages
+
+    q, k, v, lens = _select_gpu_case(nq)
+    s64 = _scores_f64(q, k, lens)
+    dev = "cuda"
+    c = KVCache.from_dense(k.to(dev), v.to(dev), lengths=lens, keep_16bit=True)
+    q = q.to(dev)
+    width = c.page_table.shape[1]
+    for f in (0.05, 0.25, 0.5, 1.0):
+        _assert_margin(s64, lens, f)
+        sel = select_pages(q, c, f)
+        ref = thrift_select(q, c, f)
+        assert sel.dtype == torch.int8 and sel.shape == (4, 32, width)
+        assert torch.equal(sel.bool(), ref[..., :width]), f
+    # the op's CUDA path (select_pages) == the kernel with thrift_select's selection, bit for bit
+    out = fp4attn.decode(q, c, thrift_budget=0.05)
+    ref_out, _ = decode_fwd(q, c, scale=1.0 / math.sqrt(128), selection=thrift_select(q, c, 0.05))
+    assert torch.equal(out, ref_out)
+
+
+@pytest.mark.gpu
+@gpu
+def test_thrift_decode_gpu_cuda_graph_replay():
+    """The Thrift decode step (selection included) is CUDA-graph capturable and replays bit for bit;
+    a replay after an append (lengths on the device, same page count) sees the new token."""
+    q, k, v, lens = _select_gpu_case(1)
+    dev = "cuda"
+    lens = [L - 2 for L in lens]  # room for one more token in the last page
+    c = KVCache.from_dense(k.to(dev), v.to(dev), lengths=lens, keep_16bit=True)
+    q = q.to(dev)
+
+    def step():
+        return fp4attn.decode(q, c, thrift_budget=0.05)
+
+    eager = step()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        step()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = step()
+    g.replay()
+    assert torch.equal(out, eager)
+    c.append(k[:, :, :1].to(dev), v[:, :, :1].to(dev))
+    g.replay()
+    assert torch.equal(out, step())
 
 
 def test_decode_dispatch_is_reference_on_cpu():

@@ -1,6 +1,6 @@
 """Flash-decoding over the NVFP4 :class:`fp4attn.KVCache` (issue 5): ``fp4attn.decode`` on CUDA.
 
-Two kernels:
+Two attention kernels (1-2) and, for ``thrift_budget``, two page-selection kernels that run before them (3):
 
 1. ``_decode_split_kernel`` -- grid (splits, B·Hkv). A program owns one kv head of one sequence and a
    contiguous range of its committed (quantized) tokens, and computes **all query rows of the GQA
@@ -26,6 +26,14 @@ Two kernels:
    partials (max-rescaled sums) with the raw 16-bit tail (< 16 tokens per sequence, scored in FP32 with
    unquantized P̃), writes O in q's dtype and the natural-log LSE.
 
+3. ``select_pages``: the Thrift selection of ``ops.decode.thrift_select`` (which stays the definition and
+   the reference path's) as two launches instead of ~40 torch ops: ``_page_scores_kernel`` (grid (page
+   chunks, B·Hkv): Ŝ = q̄·K̄_p for the G query heads of a kv head at once, the partial last page's mean
+   computed in the kernel) and ``_page_topk_kernel`` (one program per (sequence, query head): k from the
+   budget and the device-side length, top-k by a bisection over order-preserving integer keys, ties to
+   the lower index), writing the int8 (B, Hq, max_pages) layout the split kernel's ``SEL`` reads. No
+   host sync: the decode step stays CUDA-graph capturable.
+
 ``DOT_F32`` (the interpreter, which has no fp16/bf16 ``tl.dot``) runs the same decoded values
 (exact in FP32 as well) through FP32 dots.
 """
@@ -33,6 +41,7 @@ Two kernels:
 from __future__ import annotations
 
 import os
+import struct
 
 import torch
 import triton
@@ -286,7 +295,8 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
                num_stages: int | None = None):
     """q (B, Hq, NQ, D) contiguous -> (out (B, Hq, NQ, D) in q.dtype, lse (B, Hq, NQ) float32).
 
-    ``selection``: (B, Hq, max_pages) bool Thrift selection (pages computed in 16 bits) or None.
+    ``selection``: (B, Hq, max_pages) bool Thrift selection (pages computed in 16 bits) or None; an int8
+    (B, Hq, max(page_table columns, 1)) contiguous tensor (what :func:`select_pages` returns) is read as is.
     """
     thrift = selection is not None
     cfg = _CONFIGS[thrift]
@@ -321,9 +331,13 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
     LP = torch.empty_like(MP)
     maxp = cache.page_table.shape[1]
     if thrift:
-        sel = torch.zeros(B, Hq, max(maxp, 1), dtype=torch.int8, device=dev)
-        npg = min(selection.shape[-1], maxp)
-        sel[:, :, :npg] = selection[:, :, :npg].to(torch.int8)
+        if (selection.dtype == torch.int8 and selection.shape == (B, Hq, max(maxp, 1))
+                and selection.is_contiguous()):
+            sel = selection  # select_pages' layout: used as is
+        else:
+            sel = torch.zeros(B, Hq, max(maxp, 1), dtype=torch.int8, device=dev)
+            npg = min(selection.shape[-1], maxp)
+            sel[:, :, :npg] = selection[:, :, :npg].to(torch.int8)
         k16, v16 = cache.k16, cache.v16
     else:
         sel = MP  # unused
@@ -347,7 +361,170 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
     return out, lse
 
 
-__all__ = ["decode_fwd", "default_splits"]
+# =================================================================================================
+# Thrift page selection on the device (``ops.decode.thrift_select``'s semantics)
+# =================================================================================================
+MAX_SELECT_PAGES = 16384  # pages per sequence that the top-k kernel holds in one register tile
+
+
+@triton.jit
+def _page_scores_kernel(Q, KM, K16, KT, PT, LENS, S, Hkv, MAXP, NPG,
+                        NQ: tl.constexpr, NQ_P2: tl.constexpr, G: tl.constexpr, D: tl.constexpr,
+                        PS: tl.constexpr, CHUNK: tl.constexpr):
+    """Grid (page chunks, B·Hkv). Ŝ[b, h·G + g, p] = q̄·K̄_p (FP32) for the program's CHUNK pages p that
+    are valid (p < ceil(L_b / PS)), for the G query heads of kv head h at once (every page mean is read
+    once per GQA group); q̄ = the mean of the NQ new queries. A full page reads its stored FP32 mean; the
+    sequence's partial last page is averaged here over its committed 16-bit tokens and the raw tail,
+    as ``KVCache.block_means`` (equal up to float32 summation order)."""
+    pid_c = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // Hkv
+    h = pid_bh % Hkv
+    L = tl.load(LENS + b)
+    n_b = tl.minimum((L + PS - 1) // PS, NPG)  # NPG bounds it when a graph replays past its capture
+    nfull = L // PS
+    p0 = pid_c * CHUNK
+    if p0 < n_b:
+        offs_p = p0 + tl.arange(0, CHUNK)
+        offs_d = tl.arange(0, D)
+        full = offs_p < nfull
+        page = tl.load(PT + b * MAXP + offs_p, mask=full, other=0).to(tl.int64)
+        km = tl.load(KM + (page * Hkv + h)[:, None] * D + offs_d[None, :], mask=full[:, None], other=0.0)
+        if (L % PS != 0) & (nfull >= p0) & (nfull < p0 + CHUNK):
+            # the partial page nfull: its committed tokens (16-bit copy) + the raw tail, over their count
+            C = L - L % 16
+            in_page = C - nfull * PS
+            ppage = tl.load(PT + b * MAXP + nfull, mask=in_page > 0, other=0).to(tl.int64)
+            offs_t = tl.arange(0, 16)
+            acc = tl.zeros([16, D], tl.float32)
+            for t0 in range(0, PS, 16):
+                rows = (ppage * Hkv + h) * PS + t0 + offs_t
+                acc += tl.load(K16 + rows[:, None] * D + offs_d[None, :], mask=(t0 + offs_t < in_page)[:, None],
+                               other=0.0).to(tl.float32)
+            tail = (b * Hkv + h).to(tl.int64) * 16 + offs_t
+            acc += tl.load(KT + tail[:, None] * D + offs_d[None, :], mask=(offs_t < L - C)[:, None],
+                           other=0.0).to(tl.float32)
+            part = tl.sum(acc, 0) / (L - nfull * PS).to(tl.float32)
+            km = tl.where((offs_p == nfull)[:, None], part[None, :], km)
+        offs_i = tl.arange(0, NQ_P2)
+        for g in range(G):
+            hq = (b * Hkv + h) * G + g
+            qrows = hq.to(tl.int64) * NQ + offs_i
+            qv = tl.load(Q + qrows[:, None] * D + offs_d[None, :], mask=(offs_i < NQ)[:, None], other=0.0)
+            qbar = tl.sum(qv.to(tl.float32), 0) / NQ
+            s = tl.sum(km * qbar[None, :], 1)
+            tl.store(S + hq.to(tl.int64) * NPG + offs_p, s, mask=offs_p < n_b)
+
+
+@triton.jit
+def _page_topk_kernel(S, LENS, SEL, Hq, NPG, W, budget_bits, PS: tl.constexpr, BLOCK: tl.constexpr):
+    """One program per (sequence, query head) row of Ŝ: selects the kk = clamp(round(f·n_b), 1, n_b) best
+    of the row's n_b valid pages, ties to the lower page index (the stable descending sort of
+    ``thrift_select``), and writes the row's int8 selection (W columns, 0 past the selected ones).
+
+    kk: the budget f arrives as the bits of its float64 (a Python float argument would be passed as
+    float32); f·n_b is rounded to float64 and then half to even, as Python's ``round(f * n)``.
+    Top-k: each score becomes an order-preserving int32 key (-0.0 as +0.0 first, so that the two tie as
+    in the sort; NaN as the largest key: torch.sort(descending) puts NaN first, several NaNs in index
+    order). A 32-step bisection over the key range finds T, the kk-th largest key (the largest T with
+    #(key >= T) >= kk); the selection is every key > T plus the lowest-index keys == T (a cumulative
+    count) up to kk."""
+    r = tl.program_id(0)
+    L = tl.load(LENS + r // Hq)
+    n_b = tl.minimum((L + PS - 1) // PS, NPG)
+    x = n_b.to(tl.float64) * budget_bits.to(tl.float64, bitcast=True)
+    fl = x.to(tl.int64)  # x >= 0: truncation is the floor
+    fr = x - fl.to(tl.float64)  # exact
+    kk = fl + ((fr > 0.5) | ((fr == 0.5) & (fl % 2 == 1))).to(tl.int64)
+    kk = tl.minimum(tl.maximum(kk, 1), n_b.to(tl.int64)).to(tl.int32)
+    offs = tl.arange(0, BLOCK)
+    valid = offs < n_b
+    s = tl.load(S + r.to(tl.int64) * NPG + offs, mask=valid, other=0.0)
+    s = tl.where(s == 0.0, 0.0, s)
+    bits = s.to(tl.int32, bitcast=True)
+    key = tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits)  # negative floats: larger magnitude, smaller key
+    key = tl.where(s != s, 2147483647, key)
+    # invalid pages hold the smallest key, which no valid score maps to (that would be a NaN) and the
+    # bisection never counts (its thresholds are > lo >= INT32_MIN)
+    key = tl.where(valid, key, -2147483648)
+    lo = tl.full([], -2147483648, tl.int64)  # #(key >= lo) >= kk (every valid page)
+    hi = tl.full([], 2147483647, tl.int64)  # #(key > hi) = 0 < kk
+    for _ in range(32):  # 2^32 candidate thresholds, halved per step
+        mid = (lo + hi + 1) >> 1
+        ok = tl.sum((key >= mid.to(tl.int32)).to(tl.int32), 0) >= kk
+        lo = tl.where(ok, mid, lo)
+        hi = tl.where(ok, hi, mid - 1)
+    T = lo.to(tl.int32)
+    gt = valid & (key > T)
+    eq = valid & (key == T)
+    room = kk - tl.sum(gt.to(tl.int32), 0)
+    sel = gt | (eq & (tl.cumsum(eq.to(tl.int32), 0) <= room))
+    tl.store(SEL + r.to(tl.int64) * W + offs, sel.to(tl.int8), mask=offs < W)
+
+
+def page_scores(q: torch.Tensor, cache, *, chunk: int | None = None, num_warps: int = 4) -> torch.Tensor:
+    """(B, Hq, npg) float32 Ŝ = q̄·K̄_p of the Thrift selection (npg = ceil(max length / page_size),
+    at least 1); entries of pages past a sequence's end are left unset. q (B, Hq, NQ, D) contiguous."""
+    B, Hq, NQ, D = q.shape
+    Hkv = cache.num_kv_heads
+    ps = cache.page_size
+    npg = max(1, -(-cache.get_seq_length() // ps))
+    chunk = chunk or max(1, 4096 // D)  # a (chunk, D) FP32 tile of page means: 32 registers per thread
+    maxp = cache.page_table.shape[1]
+    pt = cache.page_table if maxp else torch.zeros(B, 1, dtype=torch.int32, device=q.device)
+    scores = torch.empty(B, Hq, npg, dtype=torch.float32, device=q.device)
+    _page_scores_kernel[(triton.cdiv(npg, chunk), B * Hkv)](
+        q, cache.k_page_mean, cache.k16, cache.k_tail, pt, cache.seq_lens, scores, Hkv, max(maxp, 1), npg,
+        NQ=NQ, NQ_P2=triton.next_power_of_2(NQ), G=Hq // Hkv, D=D, PS=ps, CHUNK=chunk, num_warps=num_warps)
+    return scores
+
+
+def page_topk(scores: torch.Tensor, seq_lens: torch.Tensor, page_size: int, budget: float, width: int, *,
+              num_warps: int | None = None) -> torch.Tensor:
+    """(B, Hq, width) int8 selection from (B, Hq, npg) float32 scores (only the first ceil(L_b /
+    page_size) of each row are read), width >= 1; see ``_page_topk_kernel``."""
+    B, Hq, npg = scores.shape
+    block = max(16, triton.next_power_of_2(npg))
+    if block > MAX_SELECT_PAGES:
+        raise ValueError(f"the top-k kernel holds at most {MAX_SELECT_PAGES} pages per row, got {npg}")
+    # columns past the tile (a page table wider than the longest sequence) are zeroed up front
+    alloc = torch.empty if width <= block else torch.zeros
+    sel = alloc(B, Hq, width, dtype=torch.int8, device=scores.device)
+    bits = struct.unpack("<q", struct.pack("<d", float(budget)))[0]
+    num_warps = num_warps or min(8, max(1, block // 512))
+    _page_topk_kernel[(B * Hq,)](scores, seq_lens, sel, Hq, npg, width, bits, PS=page_size, BLOCK=block,
+                                 num_warps=num_warps)
+    return sel
+
+
+def select_pages(q: torch.Tensor, cache, budget: float) -> torch.Tensor:
+    """The Thrift decode selection of ``ops.decode.thrift_select(q, cache, budget)`` computed by two
+    kernels (scores, then top-k per row), as the (B, Hq, max(max_pages, 1)) int8 tensor that
+    :func:`decode_fwd`'s ``selection`` takes without a copy. Device ops only (no host sync, CUDA-graph
+    capturable). Rows of more than ``MAX_SELECT_PAGES`` pages (or a head dim that is not a power of two)
+    run ``thrift_select`` instead.
+
+    The scores equal ``thrift_select``'s up to float32 summation order (the partial page's mean, the
+    dot products, q̄ for n_q > 1), so the selections are equal except where two pages' scores are within
+    a few float32 ulps of each other at the k-th place; exact ties (equal means) go to the lower index
+    in both."""
+    B, Hq, NQ, D = q.shape
+    maxp = cache.page_table.shape[1]
+    width = max(maxp, 1)
+    npg = max(1, -(-cache.get_seq_length() // cache.page_size))
+    if max(16, triton.next_power_of_2(npg)) > MAX_SELECT_PAGES or D & (D - 1):
+        from ..ops.decode import thrift_select
+
+        ts = thrift_select(q, cache, budget)
+        sel = torch.zeros(B, Hq, width, dtype=torch.int8, device=q.device)
+        n = min(ts.shape[-1], width)
+        sel[:, :, :n] = ts[:, :, :n].to(torch.int8)
+        return sel
+    scores = page_scores(q.contiguous(), cache)
+    return page_topk(scores, cache.seq_lens, cache.page_size, budget, width)
+
+
+__all__ = ["decode_fwd", "default_splits", "page_scores", "page_topk", "select_pages"]
 
 
 def compile_for_target(capability: int = 90, *, thrift: bool = False, d: int = 128, page_size: int = 64,
