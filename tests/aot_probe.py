@@ -109,6 +109,11 @@ def fam_decode():
     c16 = fp4attn.KVCache.from_dense(k, torch.randn_like(k), lengths=[300, 100], keep_16bit=True)
     q = torch.randn(2, 8, 2, 128, dtype=torch.bfloat16)
     Dk.decode_fwd(q, c16, scale=0.1, selection=Dk.select_pages(q, c16, 0.05))
+    # the generation step's one-token KV append (recorded, not run), with and without the 16-bit copy
+    from fp4attn.kernels import kvcache as Kk
+    kn = torch.randn(2, 2, 1, 128, dtype=torch.bfloat16)
+    for c in (cache, c16):
+        Kk.append_one(c, kn, kn)
 
 
 def fam_quartet():

@@ -42,6 +42,10 @@ def _storage(c: KVCache):
     return out
 
 
+def _bits(t):
+    return t.contiguous().view(torch.uint8)  # bit patterns: NaN == NaN, -0.0 != +0.0
+
+
 def _assert_same_storage(a: KVCache, b: KVCache):
     assert a.lengths == b.lengths
     sa, sb = _storage(a), _storage(b)
@@ -50,9 +54,9 @@ def _assert_same_storage(a: KVCache, b: KVCache):
         x, y = sa[key], sb[key]
         if isinstance(x, tuple):
             for u, w in zip(x, y):
-                assert torch.equal(u, w), key
+                assert torch.equal(_bits(u), _bits(w)), key
         else:
-            assert torch.equal(x, y), key
+            assert torch.equal(_bits(x), _bits(y)), key
 
 
 # ------------------------------------------------------------------------------------------------
@@ -78,6 +82,37 @@ def test_append_in_chunks_equals_from_dense(chunks):
     kd, vd = dense.dequantize()
     ki, vi = inc.dequantize()
     assert torch.equal(kd, ki) and torch.equal(vd, vi)
+
+
+def _one_token_steps(monkeypatch, kernel: str, *, B, H, D, steps, keep, dev, dtype, page_size, seed):
+    """A cache built from a ragged prefill, then ``steps`` one-token appends (generation steps) with the
+    append kernel on ("1") or off ("0"); a few new tokens hold ±Inf / NaN / huge values."""
+    monkeypatch.setenv("FP4ATTN_KV_APPEND_KERNEL", kernel)
+    k, v = _kv(B, H, 40, D, dtype=dtype, seed=seed)
+    kn, vn = _kv(B, H, steps, D, dtype=dtype, seed=seed + 1)
+    kn[0, 0, 5, 3] = float("inf")
+    vn[B - 1, H - 1, 20, 1] = float("nan")
+    kn[B - 1, 0, 30] *= 1e4  # saturates E4M3 block scales against the prefill's global scale
+    c = KVCache.from_dense(k.to(dev), v.to(dev), lengths=[40 - 13 * b for b in range(B)], keep_16bit=keep,
+                           page_size=page_size)
+    for i in range(steps):
+        # a non-contiguous (B, H, 1, D) view, as a transposed projection output would be
+        c.append(kn[:, :, i:i + 1].transpose(1, 2).contiguous().transpose(1, 2).to(dev),
+                 vn[:, :, i:i + 1].to(dev))
+    return c
+
+
+@needs_interp
+@pytest.mark.parametrize("keep", [False, True])
+def test_one_token_append_kernel_interpreter_equals_torch_path(monkeypatch, keep):
+    """The generation-step append kernel (kernels/kvcache.py) stores exactly what the general PyTorch
+    path stores: codes, scale bytes, 16-bit copy, page means, tails and lengths, across slot and page
+    boundaries, ragged lengths and non-finite tokens."""
+    args = dict(B=3, H=2, D=32, steps=70, keep=keep, dev="cpu", dtype=torch.float32, page_size=32, seed=40)
+    ker = _one_token_steps(monkeypatch, "1", **args)
+    ref = _one_token_steps(monkeypatch, "0", **args)
+    _assert_same_storage(ker, ref)
+    assert torch.equal(ker.seq_lens, ref.seq_lens) and ker.lengths == ref.lengths
 
 
 def test_auto_global_scale_chunked_equals_dense_when_first_chunk_holds_the_amax():
@@ -703,6 +738,17 @@ def test_thrift_decode_gpu_cuda_graph_replay():
     c.append(k[:, :, :1].to(dev), v[:, :, :1].to(dev))
     g.replay()
     assert torch.equal(out, step())
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("keep", [False, True])
+def test_one_token_append_kernel_gpu_equals_torch_path(monkeypatch, keep):
+    args = dict(B=4, H=2, D=128, steps=150, keep=keep, dev="cuda", dtype=torch.bfloat16, page_size=64, seed=50)
+    ker = _one_token_steps(monkeypatch, "1", **args)
+    ref = _one_token_steps(monkeypatch, "0", **args)
+    _assert_same_storage(ker, ref)
+    assert torch.equal(ker.seq_lens, ref.seq_lens) and ker.lengths == ref.lengths
 
 
 def test_decode_dispatch_is_reference_on_cpu():

@@ -38,12 +38,14 @@ Ragged batches: every sequence has its own length (``seq_lens``); ``append(k, v,
 takes per-sequence counts of valid new tokens (the rest of the ``n_new`` positions is padding).
 
 Everything here is plain PyTorch (the quantization is ``fp4attn.formats.core``'s, bit-exact to
-SPEC §2) and runs on CPU and CUDA.
+SPEC §2) and runs on CPU and CUDA, except the one-token append of a generation step on CUDA, which
+runs as one Triton launch (:mod:`fp4attn.kernels.kvcache`, the same storage bit for bit).
 """
 
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
 
 import torch
@@ -208,6 +210,9 @@ class KVCache:
         counts = _counts(lengths, B, n)
         k = k.to(self.dtype)
         v = v.to(self.dtype)
+        if n == 1 and lengths is None and all(self._scale_set) and _use_append_kernel(self.device, D):
+            self._append_one(k, v)
+            return
         with torch.no_grad():
             self._set_global_scales(k, v, counts)
             for b in range(B):
@@ -217,6 +222,25 @@ class KVCache:
             self.seq_lens += n  # device-side: no host sync in a generation loop
         else:
             self.seq_lens.copy_(torch.tensor(self._lens, dtype=torch.int32))
+
+    def _append_one(self, k: torch.Tensor, v: torch.Tensor) -> None:
+        """One token per sequence (a generation step) in one kernel launch
+        (:mod:`fp4attn.kernels.kvcache`): the same storage, bit for bit, as the general path."""
+        from .kernels import kvcache as kk
+
+        ps = self.page_size
+        for b, L in enumerate(self._lens):
+            if L % SLOT == SLOT - 1:  # this token completes a slot: its page must exist
+                self._ensure_pages(b, -(-(L + 1) // ps))
+        with torch.no_grad():
+            kk.append_one(self, k, v)
+            if self.keep_16bit:
+                done = [self._pages[b][(L + 1) // ps - 1] for b, L in enumerate(self._lens) if (L + 1) % ps == 0]
+                if done:  # the K means of the pages this step completes, as _commit computes them
+                    idx = torch.tensor(done, dtype=torch.long, device=self.device)
+                    self.k_page_mean[idx] = self.k16[idx].float().sum(dim=2) / ps
+        self._lens = [L + 1 for L in self._lens]
+        self.seq_lens += 1
 
     def _set_global_scales(self, k, v, counts) -> None:
         todo = [b for b in range(self.batch_size) if counts[b] and not self._scale_set[b]]
@@ -511,6 +535,21 @@ class KVCacheStack:
     @property
     def nbytes_16bit(self) -> int:
         return sum(c.nbytes_16bit for c in self.layers)
+
+
+def _use_append_kernel(device: torch.device, head_dim: int) -> bool:
+    """The one-token append kernel runs on CUDA tensors (not under the Triton interpreter, unless
+    ``FP4ATTN_KV_APPEND_KERNEL=1`` forces it, as the interpreter tests do); ``=0`` turns it off."""
+    force = os.environ.get("FP4ATTN_KV_APPEND_KERNEL")
+    if force is not None and force != "":
+        on = force != "0"
+    else:
+        on = device.type == "cuda" and os.environ.get("TRITON_INTERPRET", "0") in ("", "0")
+    if not on:
+        return False
+    from .kernels import kvcache as kk
+
+    return kk.supported(head_dim)
 
 
 def _check_kv(k, v) -> None:
