@@ -446,6 +446,41 @@ def test_fp4_kv_cache_decode_matches_dense_fp4(monkeypatch):
     assert out.shape == (2, 24)
 
 
+@pytest.mark.parametrize("padded", [False, True])
+def test_fp4_cache_placeholders_give_the_dense_path_logits(monkeypatch, padded):
+    """Once the fp4attn attention function has read a layer, FP4CacheLayer.update returns zero-stride
+    placeholders instead of dequantizing the whole cache every step. The logits must equal, bit for
+    bit, those of the same run with the dense dequantized K/V returned every step (the flag disabled):
+    unpadded single-token steps decode from the pages either way; with a left-padding mask every call
+    takes the dense op, which must then dequantize the pages itself (zeros would be used otherwise)."""
+    from fp4attn.kvcache import KVCache
+    m = _llama()
+    ids = torch.randint(0, 96, (2, 30), generator=torch.Generator().manual_seed(11))
+    am = torch.ones(2, 30, dtype=torch.long)
+    if padded:
+        am[1, :5] = 0
+    impl = fh.register("nvfp4")
+    m.set_attn_implementation(impl)
+
+    def run():
+        cache = fh.fp4_cache()
+        with torch.no_grad():
+            outs = [m(ids[:, :24], attention_mask=am[:, :24], past_key_values=cache, use_cache=True).logits[:, -1]]
+            for t in range(24, 30):
+                outs.append(m(ids[:, t:t + 1], attention_mask=am[:, :t + 1], past_key_values=cache,
+                              use_cache=True).logits[:, -1])
+        return torch.stack(outs, 1), cache
+
+    lazy, cache = run()
+    assert cache.layers[0].keys.stride() == (0, 0, 0, 0)  # placeholders after the prefill
+    with monkeypatch.context() as mp:  # the flag ignored: dense K/V every step, as before placeholders
+        mp.setattr(KVCache, "fp4attn_reads_pages", property(lambda self: False, lambda self, v: None),
+                   raising=False)
+        dense, cache2 = run()
+    assert cache2.layers[0].keys.stride() != (0, 0, 0, 0)
+    assert torch.equal(lazy, dense)
+
+
 def test_padding_mask_in_training_gradients_match_unpadded_calls():
     fn = fh.make_attention_function("nvfp4")
     q, k, v = _qkv(nq=24, nk=24, grad=True)

@@ -38,7 +38,10 @@ full mask suffices). What runs:
   :class:`fp4attn.KVCache` (``model.generate(..., past_key_values=fp4_cache())``); with it, decode
   steps (≤ 16 new tokens, no padding mask, recipe ``nvfp4`` or ``thrift``) run
   :func:`fp4attn.decode` on the NVFP4 pages directly, and every other call runs the op on the
-  dequantized cache.
+  dequantized cache. Once an fp4attn attention function has read a layer, that layer's ``update``
+  returns zero-stride placeholders instead of dequantizing the whole cache every step (the attention
+  function dequantizes itself when it cannot decode from the pages); ``layer.kv.dequantize()`` gives
+  the values. With another attention implementation the layer keeps returning dense K and V.
 """
 
 from __future__ import annotations
@@ -89,6 +92,12 @@ def _fallback(module, query, key, value, attention_mask, scaling, dropout, is_ca
                                   is_causal=is_causal, **kwargs)
 
 
+def _dense_kv(kv, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """The dequantized (B, Hkv, T, D) K and V of an :class:`fp4attn.KVCache`, in ``dtype``."""
+    k, v = kv.dequantize(torch.float32)
+    return k.to(dtype), v.to(dtype)
+
+
 def make_attention_function(recipe: str = "nvfp4", mode: str = "auto", **op_kwargs):
     """The ``AttentionInterface`` function :func:`register` registers (usable on its own)."""
     check_recipe_mode(recipe, mode)
@@ -102,6 +111,10 @@ def make_attention_function(recipe: str = "nvfp4", mode: str = "auto", **op_kwar
         if kwargs.get("output_attentions", False):
             warn_once("hf:output_attentions", "fp4attn (transformers): output_attentions is not supported; "
                       "attention weights are returned as None")
+        kv = getattr(key, "_fp4attn_kvcache", None)
+        if kv is not None:
+            kv.fp4attn_reads_pages = True  # the layer's next updates may return placeholders (FP4CacheLayer)
+        placeholder = getattr(key, "_fp4attn_placeholder", False)
         reason, eager = None, False
         if dropout and dropout > 0:
             reason = f"dropout={dropout} is not supported by fp4attn ops"
@@ -121,6 +134,8 @@ def make_attention_function(recipe: str = "nvfp4", mode: str = "auto", **op_kwar
             if allowed is None:
                 reason = "additive attention mask with non-zero biases on visible positions"
         if reason is not None:
+            if placeholder:
+                key, value = _dense_kv(kv, key.dtype)
             return _fallback(module, query, key, value, attention_mask, scaling, dropout, is_causal, kwargs,
                              reason, eager)
 
@@ -135,7 +150,6 @@ def make_attention_function(recipe: str = "nvfp4", mode: str = "auto", **op_kwar
                       "with mode='auto', or mode='qat', to train, or torch.no_grad() to silence this")
 
         S, T = query.shape[2], key.shape[2]
-        kv = getattr(key, "_fp4attn_kvcache", None)
         if (kv is not None and not train and allowed is None and recipe in ("nvfp4", "thrift") and S <= 16
                 and T == kv.get_seq_length() and len(set(kv.lengths)) == 1 and (S == 1 or is_causal is not False)
                 and (recipe == "nvfp4" or kv.keep_16bit)):
@@ -143,6 +157,8 @@ def make_attention_function(recipe: str = "nvfp4", mode: str = "auto", **op_kwar
             budget = op_kwargs.get("budget", 0.05) if recipe == "thrift" else None
             out = fp4attn.decode(query, kv, scale=scaling, thrift_budget=budget)
             return out.transpose(1, 2).contiguous(), None
+        if placeholder:
+            key, value = _dense_kv(kv, key.dtype)
         if allowed is None:
             causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
             causal = bool(causal) and S > 1
@@ -217,9 +233,19 @@ def _cache_classes():
             if not self.is_initialized:
                 self.lazy_initialization(key_states, value_states)
             self.kv.append(key_states.detach(), value_states.detach())
-            k, v = self.kv.dequantize(torch.float32)
-            k, v = k.to(key_states.dtype), v.to(value_states.dtype)
-            self.keys, self.values = k, v  # dense (dequantized) views, for code that reads them
+            if getattr(self.kv, "fp4attn_reads_pages", False):
+                # an fp4attn attention function reads this layer (it set the flag on an earlier call): it
+                # decodes from the pages or dequantizes them itself, so no dense copy of the whole cache
+                # per step; k and v are zero-stride placeholders of the right shape
+                B, H, D = self.kv.batch_size, self.kv.num_kv_heads, self.kv.head_dim
+                shape = (B, H, self.kv.get_seq_length(), D)
+                k = torch.zeros((), dtype=key_states.dtype, device=key_states.device).expand(shape)
+                v = torch.zeros((), dtype=value_states.dtype, device=value_states.device).expand(shape)
+                k._fp4attn_placeholder = True
+            else:  # another attention implementation: dense (dequantized) K and V
+                k, v = self.kv.dequantize(torch.float32)
+                k, v = k.to(key_states.dtype), v.to(value_states.dtype)
+            self.keys, self.values = k, v
             k._fp4attn_kvcache = self.kv   # lets the fp4attn attention function decode from the pages
             return k, v
 
