@@ -412,6 +412,13 @@ def _smooth_q_corr_kernel(X, sx_b, sx_h, sx_n, sx_d, SUB, QBAR, CORR, H, N, D, N
             tl.store(CORR + (qh * NQBC + ci[:, None]) * NKP + rows[None, :], c, mask=ci[:, None] < NQBC)
 
 
+# The table kernel's tiles: 64 keys x 16 query blocks per dot, 4 warps. H200 sweep at (16,16,4096,128)
+# (keys 32/64/128 x query blocks 8/16/32 x warps 2/4/8, BENCHMARKS.md, issue 4): causal 359 -> 321 us
+# (16-block dots let the key tiles of the second half skip the query blocks that cannot see them), non-causal
+# within 3% of 32 blocks.
+_CORR_CFG = dict(block_t=64, cqb=16, num_warps=4)
+
+
 def smooth_q_corr(pk: "PackedQKV", i0: int, nqbc: int, out: torch.Tensor | None = None,
                   causal: bool = False) -> torch.Tensor:
     """The smooth_q correction table for query blocks [i0, i0 + nqbc): (B, Hq, nqbc, NKP) float32.
@@ -424,12 +431,12 @@ def smooth_q_corr(pk: "PackedQKV", i0: int, nqbc: int, out: torch.Tensor | None 
         out = torch.empty((B, Hq, nqbc, NKP), device=k.device, dtype=torch.float32)
     ksub = (torch.nn.functional.pad(pk.kbar, (0, DP - pk.d)).contiguous() if pk.kbar is not None
             else pk.qbar)  # unused pointer without smooth_k
-    # 64 keys x 32 query blocks per dot, 4 warps: the fastest of an H200 sweep (BENCHMARKS.md, issue 4)
-    bt = 64 if DP <= 128 else 32
+    bt, cqb, nw = _CORR_CFG["block_t"], _CORR_CFG["cqb"], _CORR_CFG["num_warps"]
+    bt = bt if DP <= 128 else bt // 2
     _smooth_q_corr_kernel[(NKP // bt, B * Hkv)](k, *k.stride(), ksub, pk.qbar, out, Hkv, pk.nk, pk.d, NKP, NQB,
                                                 Hq // Hkv, i0, nqbc, pk.nq, SUB_MODE=1 if pk.kbar is not None else 0,
-                                                CAUSAL=causal, CQB=32, BLOCK_T=bt,
-                                                DP=DP, num_warps=4)
+                                                CAUSAL=causal, CQB=cqb, BLOCK_T=bt,
+                                                DP=DP, num_warps=nw)
     return out
 
 
