@@ -14,6 +14,7 @@ import os
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import math  # noqa: E402
+import zlib  # noqa: E402
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
@@ -139,12 +140,18 @@ INTERP_CASES = [
 @pytest.mark.parametrize("case", INTERP_CASES, ids=lambda c: f"{c[0]}-c{int(c[1])}-{c[2:8]}-{c[8]}")
 def test_interpreter_vs_reference(case):
     recipe, causal, B, hq, hkv, nq, nk, D, flags = case
-    q, k, v = make_qkv(B, hq, hkv, nq, nk, D, seed=hash(case[:8]) % 1000)
+    # a fixed seed per case (Python's hash() of a tuple of strings changes with PYTHONHASHSEED, so CI drew
+    # new inputs on every run)
+    q, k, v = make_qkv(B, hq, hkv, nq, nk, D, seed=zlib.crc32(repr(case[:8]).encode()) % 1000)
     fmt, _, sq, sk, tlp = reference.recipe_flags(recipe, **flags)
     out, lse = A.attention_fwd(q, k, v, causal=causal, fmt=fmt, smooth_q=sq, smooth_k=sk, two_level_p=tlp,
                                path=A.PATH_INTERP)
     # with the exact row max (one-shot P̃, two passes) or two-level P (max-invariant), the kernel makes
-    # the reference's quantization decisions: only FP32-vs-float64 rounding remains
+    # the reference's quantization decisions: only FP32-vs-float64 rounding remains. That rounding can
+    # still flip a decision where a value sits within ~1e-7 of an FP4 rounding boundary (one flipped P̂
+    # element moves these tiny outputs by ~3e-3): seen for 1 of ~120 input seeds of the 64x64 sage3 case,
+    # whose smooth_q correction (~7e-7 off float64) changed with the table kernel's tile shape. The seeds
+    # are fixed, so the check is deterministic; a real error in the quantization path is far above 1e-3.
     spec_check(out, q, k, v, causal=causal, recipe=recipe, flags=flags, tight=1e-3)
     _, ref_lse = reference.attention(q.double(), k.double(), v.double(), causal=causal, recipe=recipe,
                                      return_lse=True, **flags)
