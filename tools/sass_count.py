@@ -1,7 +1,9 @@
 """Static SASS instruction counts of fp4attn kernels for sm_90, without a GPU.
 
-Attn-QAT inner loops (``fwd``, ``dkdv``), the decode split kernel's key-tile loop (``decode``) and the
-Quartet quantizers (``quest``, ``sr``, ``fp8conv``: straight-line kernels, reported per value).
+Attn-QAT inner loops (``fwd``, ``dkdv``), the decode split kernel's key-tile loop (``decode``), the
+Quartet quantizers (``quest``, ``sr``, ``fp8conv``) and the FP4 attention pre-pass kernels (``prepq``,
+``prepk``, ``prepv``: Q, K, V of ``quantize_qkv`` at D=128 with ``--fmt``, the sage3 smoothing with
+``--smooth``); straight-line kernels are reported per value (static counts: both sides of a branch count).
 
 Compiles ``_fwd_kernel`` and ``_bwd_dkdv_kernel`` of ``fp4attn.kernels.attn_qat`` the way a real launch
 at (B, H, N, D) = (16, 16, 4096, 128) bf16 would (Triton's own argument specialization: pointer and
@@ -10,8 +12,8 @@ with the default GPU configs, down to a cubin with the ptxas bundled with Triton
 the bundled ``cuobjdump -sass`` and reports, for every loop (a backward ``BRA``), the number of
 instructions between the branch target and the branch, by opcode class, plus registers and spills.
 
-    PYTHONPATH=src python tools/sass_count.py [fwd|dkdv|decode|quest|sr|fp8conv ...] [--fmt nvfp4|mxfp4]
-                                              [--dump DIR]
+    PYTHONPATH=src python tools/sass_count.py [fwd|dkdv|decode|quest|sr|fp8conv|prepq|prepk|prepv ...]
+                                              [--fmt nvfp4|mxfp4] [--smooth] [--dump DIR]
 
 The first loop with the most HGMMA/HMMA instructions is the main (unmasked) key-tile loop of the
 forward (the MXFP4 forward's row-max pre-pass loop has fewer) / the query-tile loop of dK/dV; it is the

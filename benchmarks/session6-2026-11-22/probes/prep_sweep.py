@@ -14,6 +14,14 @@ for D in (128, 64):
         ka._PREP_CFG = copy.deepcopy(base)
         t0 = do_bench(f, warmup=10, rep=40)
         print(f"D={D} {name} default total {t0*1e3:.1f} us", flush=True)
+        if sm:
+            res = []
+            for w in (2, 4, 8, 16):
+                ka._PREP_CFG = copy.deepcopy(base)
+                ka._PREP_CFG[is_mx]["q_smooth_warps"] = w
+                t = do_bench(f, warmup=10, rep=40)
+                res.append(f"{w}:{(t - t0)*1e3:+.0f}")
+            print("   q_smooth_warps: " + "  ".join(res), flush=True)
         for key, cands in (("q", QK), ("k", QK), ("v", V)):
             if key == "q" and sm:
                 continue

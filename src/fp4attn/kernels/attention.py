@@ -548,8 +548,10 @@ def smooth_q_table_max_bytes() -> int:
 # smooth_q's 128-row Q tiles. H200 sweep (BENCHMARKS.md, issue 4, sixth session): the NVFP4 kernels are
 # ALU-bound (~40 SASS per value for the exact E2M1 codes against E4M3 scales) and ran with 255 registers
 # per thread at 64 x 128 tiles (V spilled); the smaller tiles cut the NVFP4 pre-pass 0.99 -> 0.87 ms at
-# (16,16,4096,128), sage3's 1.29 -> 1.08.
-_PREP_CFG = {False: dict(q=(32, 4), k=(16, 4), v=(32, 4), q_smooth_warps=4),
+# (16,16,4096,128), sage3's 1.29 -> 1.08. A second sweep after the finite-tile fast path
+# (benchmarks/session6-2026-11-22/prep_sweep2.txt): K 16 tokens on 2 warps and V 16 channels, 2-35 us
+# faster at D = 64 and 128 for nvfp4 and sage3.
+_PREP_CFG = {False: dict(q=(32, 4), k=(16, 2), v=(16, 4), q_smooth_warps=4),
              True: dict(q=(64, 4), k=(64, 4), v=(32, 8), q_smooth_warps=8)}
 
 

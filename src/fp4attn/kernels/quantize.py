@@ -50,6 +50,7 @@ from ..formats.triton_helpers import (
     e2m1_decision_points,
     e2m1_decode,
     e4m3_round,
+    e4m3_to_bits,
     exp2i,
     mx_exponent,
 )
@@ -70,16 +71,6 @@ _DT_BF16 = 2
 # ------------------------------------------------------------------------------------------------
 # Device helpers (bit plumbing only; all rounding comes from fp4attn.formats.triton_helpers)
 # ------------------------------------------------------------------------------------------------
-@triton.jit
-def _e4m3_bits(s):
-    """An E4M3-representable float32 s >= 0 -> its float8_e4m3fn byte (as int32). No rounding."""
-    b = s.to(tl.int32, bitcast=True)
-    e = (b >> 23) & 0xFF
-    normal = ((e - 120) << 3) | ((b >> 20) & 7)
-    sub = (s * 512.0).to(tl.int32)  # s = j * 2**-9, j in 0..7
-    return tl.where(e >= 121, normal, sub)
-
-
 @triton.jit
 def _e4m3_value(b):
     """float8_e4m3fn byte (int32) -> float32 value (0x7F / 0xFF -> NaN)."""
@@ -123,7 +114,7 @@ def _block_scale(amax, senc, IS_MX: tl.constexpr, FLOOR: tl.constexpr, GLOBAL: t
         if GLOBAL:
             sd = sd * senc
         s = e4m3_round(sd)
-        return s, _e4m3_bits(s), s
+        return s, e4m3_to_bits(s), s
 
 
 @triton.jit
