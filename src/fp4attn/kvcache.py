@@ -236,9 +236,8 @@ class KVCache:
             kk.append_one(self, k, v)
             if self.keep_16bit:
                 done = [self._pages[b][(L + 1) // ps - 1] for b, L in enumerate(self._lens) if (L + 1) % ps == 0]
-                if done:  # the K means of the pages this step completes, as _commit computes them
-                    idx = torch.tensor(done, dtype=torch.long, device=self.device)
-                    self.k_page_mean[idx] = self.k16[idx].float().sum(dim=2) / ps
+                if done:
+                    self._update_page_means(torch.tensor(done, dtype=torch.long, device=self.device))
         self._lens = [L + 1 for L in self._lens]
         self.seq_lens += 1
 
@@ -296,9 +295,13 @@ class KVCache:
             self.k16[pg, :, off] = k.transpose(0, 1)
             self.v16[pg, :, off] = v.transpose(0, 1)
             # the K mean of every page this commit completes (from the stored copy: deterministic)
-            done = pages[start // ps:(start + n) // ps]
-            if done.numel():
-                self.k_page_mean[done] = self.k16[done].float().sum(dim=2) / ps
+            self._update_page_means(pages[start // ps:(start + n) // ps])
+
+    def _update_page_means(self, done: torch.Tensor) -> None:
+        """The FP32 K means of the completed pages ``done`` (pool indices), from their 16-bit copy
+        (deterministic: the same for any append chunking)."""
+        if done.numel():
+            self.k_page_mean[done] = self.k16[done].float().sum(dim=2) / self.page_size
 
     # ------------------------------------------------------------------------------------------
     # queries

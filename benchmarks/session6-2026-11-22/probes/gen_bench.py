@@ -1,6 +1,5 @@
 import os, time, torch
 from transformers import LlamaConfig, LlamaForCausalLM, DynamicCache
-import fp4attn
 import fp4attn.integrations.transformers as fh
 from fp4attn.kvcache import KVCache
 torch.manual_seed(0)

@@ -2,20 +2,16 @@ import torch, copy
 from triton.testing import do_bench
 import fp4attn
 from fp4attn.kernels import attention as ka
-from torch.nn.attention import sdpa_kernel, SDPBackend
+from _util import RECIPES as R, SHAPES, sdpa_ms
 torch.manual_seed(0)
 new = copy.deepcopy(ka._PREP_CFG)
 old = {False: dict(q=(64, 4), k=(64, 4), v=(64, 8), q_smooth_warps=8), True: dict(q=(64, 4), k=(64, 4), v=(64, 8), q_smooth_warps=8)}
 sw16 = copy.deepcopy(new); sw16[False]["q_smooth_warps"] = 16
 sw4 = copy.deepcopy(new); sw4[False]["q_smooth_warps"] = 4
-R = dict(nvfp4=("nvfp4", False), mxfp4=("mxfp4", False), sage3=("nvfp4", True))
-for (B, H, N, D, causal) in ((16, 16, 4096, 128, False), (16, 16, 4096, 128, True), (4, 16, 16384, 128, False), (16, 16, 4096, 64, False)):
+for (B, H, N, D, causal) in SHAPES:
     q, k, v = (torch.randn(B, H, N, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     fl = 4 * B * H * N * N * D / (2 if causal else 1)
-    with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
-        tc = do_bench(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal), warmup=25, rep=100)
-    with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
-        tf = do_bench(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal), warmup=25, rep=100)
+    tc, tf = sdpa_ms(q, k, v, causal)
     print(f"({B},{H},{N},{D}) causal={causal}: cudnn {tc:.3f} ms ({fl/tc/1e9:.0f} TF/s), flash {tf:.3f} ({fl/tf/1e9:.0f})", flush=True)
     for cname, cfg in (("old", old), ("new", new), ("new+smoothq16w", sw16), ("new+smoothq4w", sw4)):
         ka._PREP_CFG = cfg

@@ -1,7 +1,7 @@
-import torch, collections
-from torch.profiler import profile, ProfilerActivity
+import torch
 from triton.testing import do_bench
 from fp4attn.kernels import attention as ka
+from _util import kernel_times_us
 torch.manual_seed(0)
 for D in (128, 64):
     B, H, N = 16, 16, 4096
@@ -12,17 +12,6 @@ for D in (128, 64):
     for fmt, sq, sk in (("nvfp4", False, False), ("mxfp4", False, False), ("nvfp4", True, True)):
         f = lambda: ka.quantize_qkv(q, k, v, fmt=fmt, smooth_q=sq, smooth_k=sk)
         ms = do_bench(f, warmup=25, rep=100)
-        for _ in range(3):
-            f()
-        torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            for _ in range(10):
-                f()
-            torch.cuda.synchronize()
-        agg = collections.defaultdict(float)
-        for e in prof.events():
-            if e.device_type == torch.autograd.DeviceType.CUDA:
-                agg[e.name[:60]] += e.device_time / 10
         print(f"D={D} {fmt} smooth={sq} prepass {ms*1e3:.1f} us; per kernel (us):", flush=True)
-        for n, t in sorted(agg.items(), key=lambda x: -x[1]):
+        for n, t in kernel_times_us(f).items():
             print(f"    {t:8.1f}  {n}")

@@ -31,7 +31,7 @@ for D in (128, 64):
                 ka._PREP_CFG[is_mx][key] = c
                 try:
                     t = do_bench(f, warmup=10, rep=40)
-                except Exception as e:
+                except Exception:
                     res.append(f"{c}:ERR")
                     continue
                 res.append(f"{c}:{(t - t0)*1e3:+.0f}")

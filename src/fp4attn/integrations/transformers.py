@@ -243,8 +243,7 @@ def _cache_classes():
                 v = torch.zeros((), dtype=value_states.dtype, device=value_states.device).expand(shape)
                 k._fp4attn_placeholder = True
             else:  # another attention implementation: dense (dequantized) K and V
-                k, v = self.kv.dequantize(torch.float32)
-                k, v = k.to(key_states.dtype), v.to(value_states.dtype)
+                k, v = _dense_kv(self.kv, key_states.dtype)
             self.keys, self.values = k, v
             k._fp4attn_kvcache = self.kv   # lets the fp4attn attention function decode from the pages
             return k, v

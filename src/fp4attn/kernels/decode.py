@@ -297,6 +297,18 @@ def default_splits(B: int, hkv: int, max_committed: int, block_n: int, device=No
     return max(1, -(-tiles // max_tiles) if max_tiles else 1, fill)
 
 
+def _selection_int8(selection: torch.Tensor, B: int, Hq: int, maxp: int) -> torch.Tensor:
+    """A (B, Hq, n) page selection as the split kernel's SEL: int8 (B, Hq, max(maxp, 1)), zeros past the
+    page table's maxp columns. ``select_pages``' output (already that) is used as is."""
+    width = max(maxp, 1)
+    if selection.dtype == torch.int8 and selection.shape == (B, Hq, width) and selection.is_contiguous():
+        return selection
+    sel = torch.zeros(B, Hq, width, dtype=torch.int8, device=selection.device)
+    n = min(selection.shape[-1], maxp)
+    sel[:, :, :n] = selection[:, :, :n].to(torch.int8)
+    return sel
+
+
 def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor | None = None,
                num_splits: int | None = None, block_n: int | None = None, num_warps: int | None = None,
                num_stages: int | None = None):
@@ -338,13 +350,7 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
     LP = torch.empty_like(MP)
     maxp = cache.page_table.shape[1]
     if thrift:
-        if (selection.dtype == torch.int8 and selection.shape == (B, Hq, max(maxp, 1))
-                and selection.is_contiguous()):
-            sel = selection  # select_pages' layout: used as is
-        else:
-            sel = torch.zeros(B, Hq, max(maxp, 1), dtype=torch.int8, device=dev)
-            npg = min(selection.shape[-1], maxp)
-            sel[:, :, :npg] = selection[:, :, :npg].to(torch.int8)
+        sel = _selection_int8(selection, B, Hq, maxp)
         k16, v16 = cache.k16, cache.v16
     else:
         sel = MP  # unused
@@ -524,11 +530,7 @@ def select_pages(q: torch.Tensor, cache, budget: float) -> torch.Tensor:
     if max(16, triton.next_power_of_2(npg)) > MAX_SELECT_PAGES or D & (D - 1):
         from ..ops.decode import thrift_select
 
-        ts = thrift_select(q, cache, budget)
-        sel = torch.zeros(B, Hq, width, dtype=torch.int8, device=q.device)
-        n = min(ts.shape[-1], width)
-        sel[:, :, :n] = ts[:, :, :n].to(torch.int8)
-        return sel
+        return _selection_int8(thrift_select(q, cache, budget), B, Hq, maxp)
     scores = page_scores(q.contiguous(), cache)
     return page_topk(scores, cache.seq_lens, cache.page_size, budget, width)
 
