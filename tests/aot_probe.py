@@ -123,6 +123,13 @@ def fam_quartet():
     Kq.sr_fp8(a, sign_seed=1, noise_seed=2)
     Kq.sr_fp8(q8.t(), sign_seed=1, noise_seed=2, scale=rs)
     Kq.mask_ihadamard(a, mask, torch.bfloat16)
+    # the forward's operands: E5M2 activation (+ its fix-up kernel), weight at its tensor offset, and the
+    # GEMM's rescale kernel; the backward's SR quantizer of the saved E5M2 operand
+    x5, m5, r5 = Kq.quest_e5m2(a)
+    Kq.quest_e5m2(a, with_mask=False)
+    w8, mw, rw, sw = Kq.quest_fp8(a, tensor_offset=True)
+    Kq.fp8_gemm_e5m2(x5, r5, w8, rw, sw, torch.bfloat16)
+    Kq.sr_fp8(x5.t(), sign_seed=1, noise_seed=2, scale=r5, a_fmt="e5m2")
 
 
 FAMILIES = {name[4:]: fn for name, fn in dict(globals()).items() if name.startswith("fam_")}

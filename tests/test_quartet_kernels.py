@@ -536,24 +536,26 @@ def test_gpu_module_dispatches_to_kernels():
 
 
 @triton.jit
-def _quest_exp_kernel(Y, E, INV, BAD, HDOT: tl.constexpr, BR: tl.constexpr, NG: tl.constexpr):
+def _quest_exp_kernel(Y, E, INV, BAD, ZERO, HDOT: tl.constexpr, BR: tl.constexpr, NG: tl.constexpr):
     r = tl.arange(0, BR)[:, None, None]
     g = tl.arange(0, NG)[None, :, None]
     c = tl.arange(0, 32)[None, None, :]
     y = tl.load(Y + (r * NG + g) * 32 + c)
     xh = y * 0.17677669529663687 if HDOT != 0 else y
-    e, inv, bad = kq._quest_exp(xh, y, HDOT)
+    e, inv, bad, zero = kq._quest_exp(xh, y, HDOT)
     o = tl.arange(0, BR)[:, None] * NG + tl.arange(0, NG)[None, :]
     tl.store(E + o, e)
     tl.store(INV + o, inv)
     tl.store(BAD + o, bad)
+    tl.store(ZERO + o, zero.to(tl.int32))
 
 
 @cpu_only
 def test_quest_statistics_written_out_agree_with_plain_sums():
     """_quest_exp's spelled-out statistics (HDOT 1/2, the form compiled for tensor-core dots) run in the
-    interpreter here: same exponents, scales and NaN/Inf flags as the plain sums on 16-bit-like data
-    (their roundings differ, the binades practically never), NaN/Inf/zero/huge groups included."""
+    interpreter here: same exponents, scales, NaN/Inf and zero-group flags as the plain sums on
+    16-bit-like data (their roundings differ, the binades practically never), NaN/Inf/zero/constant/huge
+    groups included."""
     g = torch.Generator().manual_seed(4)
     y = (torch.randn(32, 4, 32, generator=g) * torch.exp2(torch.randint(-30, 30, (32, 4, 1), generator=g).float()))
     y = y.to(torch.bfloat16).float() * 32 ** 0.5
@@ -561,13 +563,16 @@ def test_quest_statistics_written_out_agree_with_plain_sums():
     y[1, 1, 3] = float("nan")
     y[2, 2, 5] = float("inf")
     y[3, 3] = 3e38
+    y[4, 0] = 0.5  # constant, not zero: std 0, e = -27, codes saturate
     outs = []
     for hdot in (0, 1):
-        e, inv, bad = torch.empty(32, 4, dtype=torch.int32), torch.empty(32, 4), torch.empty(32, 4, dtype=torch.int32)
+        e, inv, bad, zero = (torch.empty(32, 4, dtype=torch.int32), torch.empty(32, 4),
+                             torch.empty(32, 4, dtype=torch.int32), torch.empty(32, 4, dtype=torch.int32))
         yy = y * 0.17677669529663687 if hdot == 0 else y  # HDOT 0 gets the scaled values (its y is xh)
-        _quest_exp_kernel[(1,)](yy.contiguous(), e, inv, bad, HDOT=hdot, BR=32, NG=4)
-        outs.append((e, inv, bad))
-    (e0, i0, b0), (e1, i1, b1) = outs
+        _quest_exp_kernel[(1,)](yy.contiguous(), e, inv, bad, zero, HDOT=hdot, BR=32, NG=4)
+        outs.append((e, inv, bad, zero))
+    (e0, i0, b0, z0), (e1, i1, b1, z1) = outs
+    assert torch.equal(z0, z1) and z1[0, 0] == 1 and z1.sum() == 1 and e1[4, 0] == -27
     assert torch.equal(b0, b1) and b1[1, 1] == 1 and b1[2, 2] == 1 and b1.sum() == 2
     ok = b0 == 0
     assert torch.equal(e0[ok], e1[ok]) and torch.equal(i0[ok], i1[ok])
@@ -770,3 +775,201 @@ def test_gpu_table_fp8_conversion_equals_value_wise():
     ok = (e >= 100 - kq.FP8_EXACT_RANGE).repeat_interleave(32, dim=1) & (sc != 255).repeat_interleave(32, dim=1)
     assert torch.equal(got[ok], v[ok])
     assert got[~(sc != 255).repeat_interleave(32, dim=1)].isnan().all()
+
+
+# ----------------------------------------------------------------------------------------------
+# The forward's operands: activation as E5M2 in one pass, weight at its tensor offset, tensor-wise GEMM
+# ----------------------------------------------------------------------------------------------
+@triton.jit
+def _e5m2_byte_kernel(X, K, E, BYTE, VAL, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    x = tl.load(X + offs, mask=m, other=0.0)
+    s = exp2i(tl.load(K + offs, mask=m, other=0))
+    e = tl.load(E + offs, mask=m, other=0)
+    tl.store(BYTE + offs, kq.e2m1_e5m2_byte(x, s, e), mask=m)
+    tl.store(VAL + offs, kq.e2m1_decode(e2m1_code_raw(x, s)) * exp2i(e), mask=m)
+
+
+def _check_e5m2_byte(device):
+    """``e2m1_e5m2_byte(x, 2**k, e)`` is the E5M2 byte of the E2M1 value of ``x * 2**k`` (the code
+    ``e2m1_code_raw`` gives) times 2**e, for every e in [-13, 13]: values around every decision point,
+    ties, +-0, tiny and huge products, inf."""
+    g = torch.Generator().manual_seed(9)
+    pts = torch.tensor([0.0, 0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 6.0, 7.0, 12.0])
+    ulp = torch.arange(-3, 4, dtype=torch.float32)
+    base = torch.cat([(pts[:, None] * (1 + ulp[None, :] * 2.0 ** -23)).flatten(), torch.rand(200, generator=g) * 8,
+                      torch.tensor([1e-45, 3e38, float("inf")])])
+    base = torch.cat([base, -base])
+    ks = torch.tensor([-127, -27, -1, 0, 3, 125], dtype=torch.int32)
+    es = torch.arange(-13, 14, dtype=torch.int32)
+    grid = torch.cartesian_prod(torch.arange(base.numel()), torch.arange(ks.numel()), torch.arange(es.numel()))
+    k = ks[grid[:, 1]]
+    x = (base[grid[:, 0]] * torch.exp2(-k.float())).contiguous()
+    e = es[grid[:, 2]].contiguous()
+    x, k, e = x.to(device), k.contiguous().to(device), e.to(device)
+    n = x.numel()
+    byte = torch.empty(n, dtype=torch.int32, device=device)
+    val = torch.empty(n, dtype=torch.float32, device=device)
+    _e5m2_byte_kernel[(triton.cdiv(n, 1024),)](x, k, e, byte, val, n, BLOCK=1024)
+    ref = val.cpu().to(torch.float8_e5m2).view(torch.uint8).to(torch.int32)
+    assert torch.equal(byte.cpu(), ref)
+
+
+@cpu_only
+def test_e2m1_e5m2_byte_matches_the_float_path():
+    _check_e5m2_byte("cpu")
+
+
+@gpu
+@needs_cuda
+def test_gpu_e2m1_e5m2_byte_matches_the_float_path():
+    _check_e5m2_byte("cuda")
+
+
+def _window_inputs(dtype):
+    x = _inputs(70, 160, torch.float32, 2)
+    x[5, 40] = float("nan")
+    x[7] *= 2.0 ** 20  # every group above the E5M2 window (e > 13): rewritten at its own offset
+    x[9, 64:96] *= 2.0 ** -20  # one group below it (e < -13), 21 binades under the row's largest: exact
+    # one group more than 28 binades under its row's largest (QuEST's 1e-8 floors a group's scale at
+    # 2**-27, so the row is raised): E5M2 subnormals
+    x[11] *= 2.0 ** 8
+    x[11, 0:32] *= 2.0 ** -33
+    return x.to(dtype)
+
+
+def _check_quest_e5m2(x, exact_ok):
+    """quest_e5m2 of x vs the reference QuEST: equal values where ``exact_ok`` (rows), the rows in the
+    window at rs = 1, the others at 2**(E_r - 13), row 11's tiny group rounded as E5M2 rounds it."""
+    q8, m, rs = kq.quest_e5m2(x)
+    rv, rm, re = quest_quantize(hadamard_groups(x.float().cpu(), 32), return_exponents=True)
+    v = kq.e5m2_dequant(q8, rs).cpu()
+    same = (v == rv) | (v.isnan() & rv.isnan())
+    assert same[exact_ok].all()
+    assert torch.equal(kq.unpack_mask(m).cpu(), rm)
+    emax = torch.where(rv.reshape(70, 5, 32).isnan().any(-1), -127, re).amax(1)
+    rewritten = torch.zeros(70, dtype=torch.bool)
+    rewritten[[7, 9, 11]] = True
+    assert torch.equal(rs.cpu()[~rewritten], torch.ones(67))
+    assert torch.equal(rs.cpu()[rewritten], torch.exp2(emax[rewritten].float() - 13))
+    er = emax[11].item()
+    assert torch.equal(v[11], (rv[11] * 2.0 ** (13 - er)).to(torch.float8_e5m2).float() * 2.0 ** (er - 13))
+    assert not torch.equal(v[11, :32], rv[11, :32])  # the test reaches the rounding
+    assert v[5, 32:64].isnan().all() and v[5, 64:].isfinite().all()
+    # without the trust mask: the same bytes and scales
+    q8b, mb, rsb = kq.quest_e5m2(x, with_mask=False)
+    assert mb is None and torch.equal(q8b, q8) and torch.equal(rsb, rs)
+    return q8, rs
+
+
+@cpu_only
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_quest_e5m2_kernel_matches_reference(dtype):
+    """The interpreter's float32 Hadamard dot reproduces the reference: every value exact except the
+    group of row 11 that lies over 28 binades under its row (the documented E5M2 condition: e >= E_r - 28)."""
+    x = _window_inputs(dtype)
+    ok = torch.ones(70, 160, dtype=torch.bool)
+    ok[11, :32] = False
+    _check_quest_e5m2(x, ok)
+
+
+@gpu
+@needs_cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])  # (float16 overflows the 2**20 row)
+def test_gpu_quest_e5m2_matches_quest_fp8(dtype):
+    """Compiled: the E5M2 operand holds the values of the E4M3 one (``quest_fp8``, same bf16/fp16
+    Hadamard dot) wherever both are exact, with the hardware E5M2 conversion in the rewrite kernel."""
+    x = _window_inputs(dtype).cuda()
+    q8, rs = kq.quest_e5m2(x)[0::2]
+    x8, _, rsx = kq.quest_fp8(x)
+    v, v4 = kq.e5m2_dequant(q8, rs), kq.e4m3_dequant(x8, rsx)
+    rows = torch.ones(70, dtype=torch.bool)
+    rows[[5, 9, 11]] = False  # NaN group; groups > 14 binades under the row (E4M3 rounds them)
+    assert torch.equal(v[rows], v4[rows])
+    assert torch.equal(v[9, :64], v4[9, :64]) and torch.equal(v[11, 32:], v4[11, 32:])
+    # and the reference, up to the bf16/fp16 Hadamard dot's decision-boundary differences
+    rv = quest_quantize(hadamard_groups(x.float().cpu(), 32))[0]
+    fin = rv.isfinite()
+    ok = torch.ones(70, 160, dtype=torch.bool)
+    ok[11, :32] = False
+    assert ((v.cpu() != rv) & fin & ok).float().mean() < 1e-3
+
+
+@cpu_only
+def test_quest_fp8_tensor_offset():
+    """quest_fp8(tensor_offset=True): the reference values; rows within 14 binades of the tensor's
+    largest group at its offset (rs = the GEMM scale 2**(G - 6)), the others at their own."""
+    g = torch.Generator().manual_seed(4)
+    w = torch.randn(64, 160, generator=g) * 0.02
+    w[3] *= 2.0 ** -20  # the whole row far below: own offset
+    w[4, :32] *= 2.0 ** -30  # one group far below its row and the tensor: the row keeps its own offset
+    w[6] = 0.0  # all-zero row: at the tensor offset
+    q8, m, rs, sb = kq.quest_fp8(w, tensor_offset=True)
+    rv, rm, re = quest_quantize(hadamard_groups(w, 32), return_exponents=True)
+    assert torch.equal(kq.e4m3_dequant(q8, rs), rv) and torch.equal(kq.unpack_mask(m), rm)
+    G = re.max().item()
+    assert sb.shape == (1,) and sb.item() == 2.0 ** (G - 6)
+    own = torch.zeros(64, dtype=torch.bool)
+    own[[3, 4]] = True
+    assert (rs[~own] == sb).all()
+    assert torch.equal(rs[own], torch.exp2(re[own].amax(1).float() - 6)) and rs[3] < sb
+    # the same values as the per-row embedding
+    x8, _, rsx = kq.quest_fp8(w)
+    assert torch.equal(kq.e4m3_dequant(x8, rsx), rv)
+
+
+@cpu_only
+def test_fp8_gemm_e5m2_rescales_rows_and_columns():
+    """Tensor-wise GEMM + rescale of the rows (rx != 1) and columns (rw != sw) at their own offsets:
+    equal to the float64 product of the dequantized operands up to float32 accumulation."""
+    x = _window_inputs(torch.float32)
+    x[5, 40] = 1.0
+    w = torch.randn(96, 160, generator=torch.Generator().manual_seed(3)) * 0.02
+    w[10] *= 2.0 ** -20
+    q8, _, rs = kq.quest_e5m2(x, with_mask=False)
+    w8, _, rw, sw = kq.quest_fp8(w, tensor_offset=True)
+    assert (rs != 1).sum() == 3 and (rw != sw).sum() == 1
+    bias = torch.randn(96)
+    y = kq.fp8_gemm_e5m2(q8, rs, w8, rw, sw, torch.float32, bias)
+    ref = kq.e5m2_dequant(q8, rs).double() @ kq.e4m3_dequant(w8, rw).double().t() + bias.double()
+    err = (y.double() - ref).abs() / ref.abs().amax(1, keepdim=True)
+    assert err.max() < 1e-6
+    assert ref[7].abs().max() > 1e3 and (ref[:7, 10] - bias[10]).abs().max() < 1e-3  # rescaled row / column
+
+
+@cpu_only
+def test_sr_fp8_of_a_saved_e5m2_operand():
+    """The backward's SR quantizer reads the saved E5M2 activation (bytes times row scales) exactly.
+    (Row 9 is rewritten at its own offset; rows 7 and 11 of ``_window_inputs`` are left out: 2**20 apart
+    within one reduction group, the SR operand's own E4M3 embedding would round its small groups.)"""
+    x = _inputs(70, 160, torch.float32, 2)
+    x[9, 64:96] *= 2.0 ** -20
+    q8, _, rs = kq.quest_e5m2(x, with_mask=False)
+    assert (rs != 1).nonzero().flatten().tolist() == [9]
+    src = kq.e5m2_dequant(q8, rs)
+    out, ors = kq.sr_fp8(q8.t(), sign_seed=5, noise_seed=6, scale=rs, a_fmt="e5m2")
+    expect = sr_expected(src.t(), kq.random_signs(5, 96, "cpu"), philox_uniforms(6, 160, 96))
+    assert torch.equal(kq.e4m3_dequant(out, ors), expect)
+    with pytest.raises(ValueError, match="a_fmt"):
+        kq.sr_fp8(q8.t(), sign_seed=5, noise_seed=6, scale=rs, a_fmt="e3m4")
+
+
+@gpu
+@needs_cuda
+def test_gpu_fp8_gemm_e5m2_equals_the_rowwise_gemm():
+    """The forward GEMM (tensor-wise cuBLAS + rescale) against the row-wise scaled GEMM of the same
+    values: equal up to float32 accumulation order, rescaled rows and columns included."""
+    x = _window_inputs(torch.bfloat16).cuda()
+    x[5, 40] = 1.0
+    w = (torch.randn(96, 160, device="cuda") * 0.02).to(torch.bfloat16)
+    w[10] *= 2.0 ** -20
+    q8, _, rs = kq.quest_e5m2(x, with_mask=False)
+    w8, _, rw, sw = kq.quest_fp8(w, tensor_offset=True)
+    x8, _, rsx = kq.quest_fp8(x)
+    y = kq.fp8_gemm_e5m2(q8, rs, w8, rw, sw, torch.float32)
+    y4 = kq.fp8_gemm(x8, rsx, w8, rw, torch.float32)
+    ok = torch.ones(70, dtype=torch.bool, device="cuda")
+    ok[[9, 11]] = False  # E4M3 rounds their far groups
+    err = (y - y4).abs() / y4.abs().amax(1, keepdim=True).clamp_min(1e-30)  # (row 1 is all zero)
+    assert err[ok].max() < 1e-5 and torch.equal(y[1], y4[1])

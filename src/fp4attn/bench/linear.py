@@ -4,7 +4,8 @@ For each shape (M, K, N) — x (M, K), W (N, K), bf16 — times, in one run on o
 * ``bf16``: ``F.linear`` forward; forward+backward (dX and dW, autograd);
 * ``fp8``: the speed-of-light reference, ``torch._scaled_mm`` on already-quantized E4M3 operands
   (forward: one GEMM; forward+backward: the three GEMMs of a linear layer, operands pre-transposed);
-* ``quartet``: ``QuartetLinearCUDA`` forward (Hadamard+QuEST quantizers + FP8 GEMM) and
+* ``quartet``: ``QuartetLinearCUDA`` forward (Hadamard+QuEST quantizers + FP8 GEMM: the activation as
+  E5M2 in one pass, the weight as E4M3 at its tensor offset, one tensor-wise scaled GEMM) and
   forward+backward (plus the SR quantizers, two GEMMs, mask + inverse Hadamard); also the forward
   with the weight quantized once ("cached W": ``QuartetLinear.cache_weight``, i.e. evaluation or
   gradient-accumulation micro-batches after the first);
@@ -85,9 +86,19 @@ def bench_shape(M, K, N, rep_ms=200.0, dev="cuda"):
 
     put("quartet fwd cached W", q_fwd_cached)
     put("quartet fwd+bwd", lambda: kq.QuartetLinearCUDA.apply(x, w, None, rng, 32).backward(dy), [x, w])
-    put("quartet fwd quant", lambda: (kq.quest_fp8(x.detach()), kq.quest_fp8(w.detach())))
+    # the forward's two quantizer calls (without grad: no trust mask for x)
+    if kq.e5m2_gemm_supported(x.device):
+        put("quartet fwd quant", lambda: (kq.quest_e5m2(x.detach(), with_mask=False),
+                                          kq.quest_fp8(w.detach(), tensor_offset=True)))
+        x5, _, rs5 = kq.quest_e5m2(x.detach(), with_mask=False)
+        w8t, _, rsw_t, sw = kq.quest_fp8(w.detach(), tensor_offset=True)
+        put("quartet fwd gemm", lambda: kq.fp8_gemm_e5m2(x5, rs5, w8t, rsw_t, sw, torch.bfloat16))
+    else:
+        put("quartet fwd quant", lambda: (kq.quest_fp8(x.detach()), kq.quest_fp8(w.detach())))
     x8, mx, rsx = kq.quest_fp8(x.detach())
     w8, mw, rsw = kq.quest_fp8(w.detach())
+    if not kq.e5m2_gemm_supported(x.device):
+        put("quartet fwd gemm", lambda: kq.fp8_gemm(x8, rsx, w8, rsw, torch.bfloat16))
     dxq = torch.empty(M, K, device=dev, dtype=torch.bfloat16)
     dwq = torch.empty(N, K, device=dev, dtype=torch.bfloat16)
 
@@ -100,7 +111,6 @@ def bench_shape(M, K, N, rep_ms=200.0, dev="cuda"):
         kq.mask_ihadamard(dwq, mw, torch.bfloat16)
 
     put("quartet bwd quant", bwd_quant)
-    put("quartet fwd gemm", lambda: kq.fp8_gemm(x8, rsx, w8, rsw, torch.bfloat16))
     return res, notes
 
 
@@ -114,7 +124,12 @@ def kernel_breakdown(M: int, K: int, rep_ms: float = 100.0, dev: str = "cuda"):
     p, sc, _, emax = kq._quest_mx(x, None, None, True)
     d = torch.randn(M, K, device=dev, dtype=torch.bfloat16)
     cases = [("copy of the bf16 operand", lambda: x.clone()),
+             ("QuEST to E5M2 in one pass, no mask (quest_e5m2: the forward's activation)",
+              lambda: kq.quest_e5m2(x, with_mask=False)),
+             ("QuEST to E5M2 in one pass, with the trust mask", lambda: kq.quest_e5m2(x)),
              ("QuEST quantizer (quest_fp8)", lambda: kq.quest_fp8(x)),
+             ("QuEST quantizer, tensor offset (quest_fp8: the forward's weight)",
+              lambda: kq.quest_fp8(x, tensor_offset=True)),
              ("  packed MXFP4 kernel + row max", lambda: kq._quest_mx(x, None, None, True)),
              ("  conversion to the FP8 embedding", lambda: kq._mx_to_fp8(p, sc, emax)),
              ("SR quantizer of a bf16 operand (sr_fp8)", lambda: kq.sr_fp8(x, sign_seed=1, noise_seed=2)),

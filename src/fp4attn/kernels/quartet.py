@@ -59,6 +59,7 @@ from ..formats.triton_helpers import (
     block_bad,
     e2m1_code_raw,
     e2m1_decode,
+    e2m1_e5m2_byte,
     e2m1_words_e4m3,
     e4m3_decode_f16,
     e4m3_round,
@@ -73,9 +74,11 @@ from ..reference.quartet import QUEST_EPS, QUEST_STD_FACTOR, SR_RESCALE, _splitm
 
 __all__ = ["supported", "QuartetLinearCUDA", "quest_fp8", "sr_fp8", "mask_ihadamard", "fp8_gemm",
            "fp8_embed", "fp8_embedding_exact", "FP8_EXACT_RANGE", "quest_mxfp4", "sr_mxfp4", "mxfp4_gemm",
-           "mxfp4_dequant", "gemm_path", "quantize_weight"]
+           "mxfp4_dequant", "gemm_path", "quantize_weight", "quest_e5m2", "fp8_gemm_e5m2", "e5m2_dequant",
+           "e5m2_gemm_supported"]
 
 FP8_EXACT_RANGE = 14  # groups with e >= rowmax(e) - 14 embed exactly in E4M3
+_EXACT_RANGE = tl.constexpr(FP8_EXACT_RANGE)
 _OFFSET = 6  # stored magnitudes <= 6 * 2**6 = 384
 _INV_SQRT32 = 0.17677669529663687
 _HDOT_F32, _HDOT_BF16, _HDOT_F16 = 0, 1, 2
@@ -132,6 +135,26 @@ def _to_e4m3(v, HW: tl.constexpr):
         return v.to(tl.float8e4nv).to(tl.uint8, bitcast=True)
     else:
         return _e4m3_bits(v)
+
+
+@triton.jit
+def _to_e5m2(v, HW: tl.constexpr):
+    """float32 -> E5M2 bits (uint8), round to nearest even; finite |v| < 57344 (the fix-up kernel's
+    values, at most 6 * 2**13). HW: the hardware conversion (``cvt.rn.satfinite.e5m2x2.f32``);
+    otherwise through float16 (exact there for these values down to 2**-23, below which both give 0)
+    and a round-to-nearest-even of its low byte."""
+    if HW:
+        return v.to(tl.float8e5).to(tl.uint8, bitcast=True)
+    h = v.to(tl.float16).to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF
+    m = h & 0x7FFF
+    r = (m + 0x7F + ((m >> 8) & 1)) >> 8
+    return (r | ((h >> 8) & 0x80)).to(tl.uint8)
+
+
+@triton.jit
+def _e5m2_value(bits):
+    """E5M2 bits (uint8) -> float32: the byte is the top half of a float16 (exact)."""
+    return (bits.to(tl.int16) << 8).to(tl.float16, bitcast=True).to(tl.float32)
 
 
 @triton.jit
@@ -208,8 +231,9 @@ def _thread_sum(u, w):
 @triton.jit
 def _quest_exp(xh, y, HDOT: tl.constexpr):
     """QuEST exponent e = floor(log2(c * std + 1e-8)) per group (last axis of a (.., 32) float32 tile),
-    clamped to E8M0's [-127, 127], the group's inverse scale 2**-e (float32) and its NaN/Inf flag.
-    Returns (e, 2**-e, bad).
+    clamped to E8M0's [-127, 127], the group's inverse scale 2**-e (float32), its NaN/Inf flag and its
+    zero flag (sum and variance both 0: every element 0, or all so small (|xh| < 2**-75) that their
+    codes are 0 at any scale the group can get). Returns (e, 2**-e, bad, zero).
 
     HDOT 1/2 (tensor-core dot, xh = y * 2**-2.5 with y the +-1 dot): the statistics are spelled out
     operation by operation as the compiler emitted them from the former plain sums (``tl.sum`` of xh,
@@ -235,6 +259,7 @@ def _quest_exp(xh, y, HDOT: tl.constexpr):
         var = tl.sum(d * d, axis=2) * 0.03125
         a = tl.sqrt_rn(var) * _QUEST_C + _QUEST_EPS
         bad = block_bad(xh)
+        zero = (var == 0) & (mean == 0)
     else:
         BR: tl.constexpr = xh.shape[0]
         NG: tl.constexpr = xh.shape[1]
@@ -249,9 +274,10 @@ def _quest_exp(xh, y, HDOT: tl.constexpr):
         a = tl.fma(tl.sqrt_rn(var), _QUEST_C, _QUEST_EPS)
         z = tl.sum(_thread_sum(x4, tl.zeros(x4.shape, tl.float32)), axis=1)
         bad = tl.reshape((z != z).to(tl.int32), (BR, NG))
+        zero = tl.reshape((var == 0) & (S == 0), (BR, NG))
         a = tl.reshape(a, (BR, NG))
     e = tl.where(a > 0, tl.minimum((a.to(tl.int32, bitcast=True) >> 23) - 127, 127), -125)
-    return e, tl.maximum((127 - e) << 23, 0x400000).to(tl.float32, bitcast=True), bad
+    return e, tl.maximum((127 - e) << 23, 0x400000).to(tl.float32, bitcast=True), bad, zero
 
 
 @triton.jit
@@ -303,12 +329,18 @@ def _mask_ihadamard_kernel(D, MASK, OUT, R, K, scale, H, HDOT: tl.constexpr,
 # Native MXFP4 (Blackwell): packed quantizers (one pass, no row offset needed) and tl.dot_scaled
 # ----------------------------------------------------------------------------------------------
 @triton.jit
+def _fold_row_max(EMAX, rows64, R, e, ok):
+    """Fold the tile's largest exponent over its groups with ``ok`` into ``EMAX[row]`` (an atomic max:
+    order-independent, so deterministic): the FP8 embedding's row offset."""
+    tl.atomic_max(EMAX + rows64, tl.max(tl.where(ok, e, -127), axis=1), mask=rows64 < R, sem="relaxed")
+
+
+@triton.jit
 def _pack_store(P, S, EMAX, rows64, k0, R, KH, KG, codes, e, bad, ROW_MAX: tl.constexpr,
                 BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
     """Store E2M1 codes (BR, NG, 32) as packed bytes (element 2i low nibble) and E8M0 scale bytes. Bits
     above 7 of the codes are ignored (``e2m1_code_raw``'s); bits 4-7 must be zero.
-    ROW_MAX: also fold the tile's largest exponent over its non-NaN groups into ``EMAX[row]`` (an
-    atomic max: order-independent, so deterministic) for the FP8 embedding's row offset."""
+    ROW_MAX: also fold the exponents of the non-NaN groups into ``EMAX[row]`` (``_fold_row_max``)."""
     NG: tl.constexpr = BLOCK_K // 32
     byte = pack_nibbles(tl.reshape(codes.to(tl.int32), (BLOCK_R, BLOCK_K))).to(tl.uint8)
     bcols = k0 // 2 + tl.arange(0, BLOCK_K // 2)
@@ -319,13 +351,36 @@ def _pack_store(P, S, EMAX, rows64, k0, R, KH, KG, codes, e, bad, ROW_MAX: tl.co
     sb = tl.where(bad != 0, 255, e + 127).to(tl.uint8)
     tl.store(S + rows64[:, None] * KG + gcols[None, :], sb, mask=gm)
     if ROW_MAX:
-        tile_max = tl.max(tl.where(gm & (bad == 0), e, -127), axis=1)
-        tl.atomic_max(EMAX + rows64, tile_max, mask=rows64 < R, sem="relaxed")
+        _fold_row_max(EMAX, rows64, R, e, gm & (bad == 0))
+
+
+@triton.jit
+def _quest_tile(X, sxr, sxk, Hm, rows, rows64, cols, R, K, HDOT: tl.constexpr):
+    """Load a (BR, BK) tile of X (zeros outside R x K), Hadamard per 32-group, QuEST statistics.
+    Returns (xh (BR, BK/32, 32) float32, e, 2**-e, bad, zero) as ``_quest_exp``."""
+    m2 = (rows < R)[:, None] & (cols < K)[None, :]
+    x = tl.load(X + rows64[:, None] * sxr + cols[None, :] * sxk, mask=m2, other=0.0)
+    y = _hadamard_pm1(x, Hm, HDOT)
+    xh = y * _RSQRT32 if HDOT != 0 else y
+    e, inv, bad, zero = _quest_exp(xh, y, HDOT)
+    return xh, e, inv, bad, zero
 
 
 @triton.jit
 def _quest_mxfp4_kernel(X, sxr, sxk, H, P, S, MASK, EMAX, R, K,
-                        ROW_MAX: tl.constexpr, HDOT: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
+                        ROW_MAX: tl.constexpr, OUT: tl.constexpr, WITH_MASK: tl.constexpr, HDOT: tl.constexpr,
+                        BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Hadamard + QuEST of one (BLOCK_R, BLOCK_K) tile; the trust mask words into MASK (WITH_MASK).
+
+    OUT 0: packed MXFP4 (E2M1 codes into P (R, K/2), E8M0 bytes into S (R, K/32)). ROW_MAX 1: the row
+    maxima of the group exponents into EMAX[0:R]; 2: also, for the tensor offset of ``quest_fp8``,
+    EMAX[R + r] = -(smallest exponent of row r's non-zero groups) (``_tensor_max_kernel`` then writes
+    the tensor's largest into EMAX[2R]: one atomic per program on one address cost ~20 us).
+    OUT 1 (``quest_e5m2``): the E5M2 bytes of the values at offset 0 into P (R, K), 1.0 into S[r] (the
+    row scales) and the int8 flag EMAX[r, tile] = 1 if row r has a non-zero group outside [-13, 13] in
+    this K tile (those rows are rewritten by ``_quest_e5m2_fix_kernel``); no atomics, no buffer to
+    initialize. NaN/Inf groups: E8M0 byte 255 / E5M2 0x7F,
+    left out of every maximum and minimum."""
     rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     rows64 = rows.to(tl.int64)
     k0 = tl.program_id(1) * BLOCK_K
@@ -334,21 +389,85 @@ def _quest_mxfp4_kernel(X, sxr, sxk, H, P, S, MASK, EMAX, R, K,
     KG = K // 32
     hr = tl.arange(0, 32)
     Hm = tl.load(H + hr[:, None] * 32 + hr[None, :])
-    m2 = (rows < R)[:, None] & (cols < K)[None, :]
-    x = tl.load(X + rows64[:, None] * sxr + cols[None, :] * sxk, mask=m2, other=0.0)
-    y = _hadamard_pm1(x, Hm, HDOT)
-    xh = y * _RSQRT32 if HDOT != 0 else y
-    e, inv, bad = _quest_exp(xh, y, HDOT)
-    codes = e2m1_code_raw(xh, tl.expand_dims(inv, 2))  # the codes of xh * 2**-e
-    _pack_store(P, S, EMAX, rows64, k0, R, K // 2, KG, codes, e, bad, ROW_MAX, BLOCK_R, BLOCK_K)
-    # trusted: |xh * 2**-e| < 6, i.e. |xh| < 6 * 2**e (exact, 6 * 2**127 = inf included: tools/exactness_checks.py)
-    lim = tl.expand_dims(((e + 127) << 23).to(tl.float32, bitcast=True) * 6.0, 2)
-    lane = tl.arange(0, 32)
-    word = tl.sum(tl.where(tl.abs(xh) < lim, 1 << lane[None, None, :], 0), axis=2)
-    word = tl.where(bad == 0, word, 0)  # no element of a NaN/Inf group is trusted
+    xh, e, inv, bad, zero = _quest_tile(X, sxr, sxk, Hm, rows, rows64, cols, R, K, HDOT)
     gcols = k0 // 32 + tl.arange(0, NG)
-    tl.store(MASK + rows64[:, None] * KG + gcols[None, :], word,
-             mask=(rows < R)[:, None] & (gcols < KG)[None, :])
+    gm = (rows < R)[:, None] & (gcols < KG)[None, :]
+    if OUT == 0:
+        codes = e2m1_code_raw(xh, tl.expand_dims(inv, 2))  # the codes of xh * 2**-e
+        _pack_store(P, S, EMAX, rows64, k0, R, K // 2, KG, codes, e, bad, ROW_MAX != 0, BLOCK_R, BLOCK_K)
+        if ROW_MAX == 2:
+            live = gm & (bad == 0) & (zero == 0)
+            tl.atomic_max(EMAX + R + rows64, tl.max(tl.where(live, -e, -127), axis=1), mask=rows < R,
+                          sem="relaxed")
+    else:
+        b = e2m1_e5m2_byte(xh, tl.expand_dims(inv, 2), tl.expand_dims(e, 2))
+        b = tl.where(tl.expand_dims(bad, 2) != 0, 0x7F, b)
+        tl.store(P + rows64[:, None] * K + cols[None, :], tl.reshape(b, (BLOCK_R, BLOCK_K)).to(tl.uint8),
+                 mask=(rows < R)[:, None] & (cols < K)[None, :])
+        out = gm & (bad == 0) & (zero == 0) & ((e < -13) | (e > 13))
+        flag = tl.max(out.to(tl.int32), axis=1)
+        tl.store(EMAX + rows64 * tl.num_programs(1) + tl.program_id(1), flag.to(tl.int8), mask=rows < R)
+        if tl.program_id(1) == 0:
+            tl.store(S + rows, tl.full((BLOCK_R,), 1.0, tl.float32), mask=rows < R)
+    if WITH_MASK:
+        # trusted: |xh * 2**-e| < 6, i.e. |xh| < 6 * 2**e (exact, 6 * 2**127 = inf included:
+        # tools/exactness_checks.py)
+        lim = tl.expand_dims(((e + 127) << 23).to(tl.float32, bitcast=True) * 6.0, 2)
+        lane = tl.arange(0, 32)
+        word = tl.sum(tl.where(tl.abs(xh) < lim, 1 << lane[None, None, :], 0), axis=2)
+        word = tl.where(bad == 0, word, 0)  # no element of a NaN/Inf group is trusted
+        tl.store(MASK + rows64[:, None] * KG + gcols[None, :], word, mask=gm)
+
+
+@triton.jit
+def _quest_e5m2_fix_kernel(X, sxr, sxk, H, Q8, RS, FLAG, R, K, HW: tl.constexpr, HDOT: tl.constexpr,
+                           BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
+    """The rows ``_quest_mxfp4_kernel`` (OUT 1) flagged, at their own offset: E5M2 bytes of
+    ``value * 2**(13 - E_r)`` (round to nearest even: groups more than 28 binades below E_r lose bits in
+    E5M2's subnormals or flush to 0) and RS[r] = 2**(E_r - 13). One program per row block (the same
+    tiles as that launch, so the same float32 sums and exponents): a first pass over K for the row
+    maxima E_r of the non-NaN groups, a second one rewrites; a block without flagged rows reads its
+    flags and stops."""
+    rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    rows64 = rows.to(tl.int64)
+    NKT = tl.cdiv(K, BLOCK_K)
+    flagged = tl.zeros((BLOCK_R,), tl.int32)
+    for t0 in range(0, NKT, 64):  # the row block's flags of every K tile
+        t = t0 + tl.arange(0, 64)
+        f = tl.load(FLAG + rows64[:, None] * NKT + t[None, :], mask=(rows < R)[:, None] & (t < NKT)[None, :], other=0)
+        flagged = tl.maximum(flagged, tl.max(f.to(tl.int32), axis=1))
+    flagged = flagged > 0
+    if tl.max(flagged.to(tl.int32), axis=0) > 0:
+        NG: tl.constexpr = BLOCK_K // 32
+        KG = K // 32
+        hr = tl.arange(0, 32)
+        Hm = tl.load(H + hr[:, None] * 32 + hr[None, :])
+        er = tl.full((BLOCK_R,), -127, tl.int32)
+        for k0 in range(0, K, BLOCK_K):
+            cols = k0 + tl.arange(0, BLOCK_K)
+            xh, e, inv, bad, zero = _quest_tile(X, sxr, sxk, Hm, rows, rows64, cols, R, K, HDOT)
+            gok = ((k0 // 32 + tl.arange(0, NG)) < KG)[None, :] & (bad == 0)
+            er = tl.maximum(er, tl.max(tl.where(gok, e, -127), axis=1))
+        for k0 in range(0, K, BLOCK_K):
+            cols = k0 + tl.arange(0, BLOCK_K)
+            xh, e, inv, bad, zero = _quest_tile(X, sxr, sxk, Hm, rows, rows64, cols, R, K, HDOT)
+            codes = e2m1_code_raw(xh, tl.expand_dims(inv, 2))
+            shift = tl.maximum(e - er[:, None] + 13, -149)
+            b = _to_e5m2(e2m1_decode(codes) * tl.expand_dims(exp2i(shift), 2), HW)
+            b = tl.where(tl.expand_dims(bad, 2) != 0, 0x7F, b.to(tl.int32))
+            tl.store(Q8 + rows64[:, None] * K + cols[None, :], tl.reshape(b, (BLOCK_R, BLOCK_K)).to(tl.uint8),
+                     mask=flagged[:, None] & (cols < K)[None, :])
+        tl.store(RS + rows64, exp2i(er - 13), mask=flagged)
+
+
+@triton.jit
+def _tensor_max_kernel(EMAX, R, BLOCK: tl.constexpr):
+    """EMAX[2R] = max(EMAX[0:R]) (one program)."""
+    m = tl.full((BLOCK,), -127, tl.int32)
+    for r0 in range(0, R, BLOCK):
+        r = r0 + tl.arange(0, BLOCK)
+        m = tl.maximum(m, tl.load(EMAX + r, mask=r < R, other=-127))
+    tl.store(EMAX + 2 * R, tl.max(m, axis=0))
 
 
 @triton.jit
@@ -365,8 +484,10 @@ def _sr_mxfp4_kernel(A, sar, sal, ASCALE, H, NOISE, SIGNS, noise_seed, P, S, EMA
     m2 = (rows < R)[:, None] & (cols < L)[None, :]
     a = tl.load(A + rows64[:, None] * sar + cols[None, :] * sal, mask=m2, other=0)
     signs = tl.load(SIGNS + cols, mask=cols < L, other=0.0)  # random_signs(sign_seed, L), shared by both operands
-    if A_FP8:  # the saved forward operand: E4M3 bytes times its per-(original-)row scale, signs folded in
-        a = _e4m3_value(a, HW) * (tl.load(ASCALE + cols, mask=cols < L, other=0.0) * signs)[None, :]
+    if A_FP8 != 0:  # a saved forward operand: E4M3 (1) / E5M2 (2) bytes times its per-(original-)row scale,
+        # signs folded in
+        a = _e4m3_value(a, HW) if A_FP8 == 1 else _e5m2_value(a)
+        a = a * (tl.load(ASCALE + cols, mask=cols < L, other=0.0) * signs)[None, :]
     elif HDOT == 0:
         a = a.to(tl.float32) * signs[None, :]
     else:  # 16-bit input: the sign flip is an XOR of the sign bit (exact, as the multiply by -1)
@@ -400,20 +521,30 @@ def _e4m3_mag_table(s, HW: tl.constexpr):
 
 
 @triton.jit
-def _mx_to_fp8_kernel(P, S, EMAX, Q8, RS, R, L, HW: tl.constexpr, TABLE: tl.constexpr, BLOCK_R: tl.constexpr,
-                      BLOCK_L: tl.constexpr):
+def _mx_to_fp8_kernel(P, S, EMAX, Q8, RS, SB, R, L, HW: tl.constexpr, TABLE: tl.constexpr, TENSOR: tl.constexpr,
+                      BLOCK_R: tl.constexpr, BLOCK_L: tl.constexpr):
     """Packed MXFP4 rows (codes (R, L/2), E8M0 bytes (R, L/32), 255 = NaN group) and the row maxima
     E_r of the non-NaN group exponents (from the quantizer's ROW_MAX) -> the FP8 embedding: E4M3
     bytes of ``value * 2**(6 - E_r)`` (R, L) and row scales ``2**(E_r - 6)``. Every tile in parallel.
 
     TABLE (GPU): per group, the eight E4M3 magnitude bytes are converted once and every 32-bit word of
     codes becomes eight bytes by byte permutes (``e2m1_words_e4m3``, ~1.4 instructions per value, 16-byte
-    loads and stores); otherwise each value is decoded, scaled and converted (~20 per value)."""
+    loads and stores); otherwise each value is decoded, scaled and converted (~20 per value).
+
+    TENSOR (``quest_fp8(tensor_offset=True)``, EMAX as ``_quest_mxfp4_kernel``'s ROW_MAX 2): rows whose
+    non-zero groups all lie within 14 binades of the tensor's largest exponent G use G as their offset
+    (so one tensor-wide GEMM scale, SB = 2**(G - 6), serves them all); the others keep their own E_r."""
     rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     rmask = rows < R
     rows64 = rows.to(tl.int64)
     LG = L // 32
     emax = tl.load(EMAX + rows, mask=rmask, other=0)
+    if TENSOR:
+        g = tl.load(EMAX + 2 * R)
+        emin = -tl.load(EMAX + R + rows, mask=rmask, other=-127)  # 127: no non-zero group
+        emax = tl.where(emin >= g - _EXACT_RANGE, g, emax)
+        if (tl.program_id(0) == 0) & (tl.program_id(1) == 0):
+            tl.store(SB, exp2i(g - 6))
     NG: tl.constexpr = BLOCK_L // 32
     l0 = tl.program_id(1) * BLOCK_L
     gcols = l0 // 32 + tl.arange(0, NG)
@@ -480,6 +611,30 @@ def _mxfp4_gemm_kernel(A, SA, B, SB, C, BIAS, M, N, K,
              mask=(rm < M)[:, None] & (rn < N)[None, :])
 
 
+@triton.jit
+def _fp8_rescale_kernel(Y, RA, RB, SB, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Y (M, N) *= RA[m] * (RB[n] / SB[0]) in place, for row blocks where a factor is not 1; the others
+    read their row factors and the column factors and stop. The factors are powers of two, so the
+    rescaled output equals the one a GEMM with those row/column scales would round (unless a value
+    leaves the output dtype's normal range: a factor of 2**k on an output below 2**(k - 126) or above
+    2**(k + 127))."""
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    sb = tl.load(SB)
+    fa = tl.load(RA + rows, mask=rows < M, other=1.0)
+    need = tl.max(tl.abs(fa - 1.0), axis=0)
+    for n0 in range(0, N, BLOCK_N):
+        cols = n0 + tl.arange(0, BLOCK_N)
+        need += tl.max(tl.abs(tl.load(RB + cols, mask=cols < N, other=sb) - sb), axis=0)
+    if need > 0:
+        for n0 in range(0, N, BLOCK_N):
+            cols = n0 + tl.arange(0, BLOCK_N)
+            fb = tl.math.div_rn(tl.load(RB + cols, mask=cols < N, other=sb), sb)  # exact: powers of two
+            ptr = Y + rows.to(tl.int64)[:, None] * N + cols[None, :]
+            m2 = (rows < M)[:, None] & (cols < N)[None, :]
+            y = tl.load(ptr, mask=m2, other=0.0).to(tl.float32)
+            tl.store(ptr, (y * fa[:, None] * fb[None, :]).to(Y.dtype.element_ty), mask=m2)
+
+
 # ----------------------------------------------------------------------------------------------
 # Python wrappers
 # ----------------------------------------------------------------------------------------------
@@ -515,39 +670,83 @@ _QUEST_BLOCK_K = 128
 
 
 def _mx_to_fp8(p: torch.Tensor, sc: torch.Tensor, emax: torch.Tensor, block_r: int = 16, block_l: int = 1024,
-               table: bool | None = None):
-    """Packed MXFP4 rows + their row maxima -> (E4M3 uint8 (R, L), float32 row scales (R,)).
+               table: bool | None = None, tensor: bool = False):
+    """Packed MXFP4 rows + their row maxima -> (E4M3 uint8 (R, L), float32 row scales (R,)), and with
+    ``tensor`` (``emax`` from ROW_MAX 2) the tensor offset's GEMM scale (float32 (1,)) as a third item.
     ``table``: the byte-permute conversion (default on GPU; the value-wise one otherwise)."""
     R, L = p.shape[0], p.shape[1] * 2
     q8 = torch.empty(R, L, dtype=torch.uint8, device=p.device)
     rs = torch.empty(R, dtype=torch.float32, device=p.device)
+    sb = torch.empty(1, dtype=torch.float32, device=p.device) if tensor else rs
     grid = (triton.cdiv(R, block_r), triton.cdiv(L, block_l))
     table = not _INTERPRET if table is None else table
-    _mx_to_fp8_kernel[grid](p, sc, emax, q8, rs, R, L, HW=not _INTERPRET, TABLE=table, BLOCK_R=block_r,
-                            BLOCK_L=block_l, num_warps=4)
-    return q8, rs
+    _mx_to_fp8_kernel[grid](p, sc, emax, q8, rs, sb, R, L, HW=not _INTERPRET, TABLE=table, TENSOR=tensor,
+                            BLOCK_R=block_r, BLOCK_L=block_l, num_warps=4)
+    return (q8, rs, sb) if tensor else (q8, rs)
 
 
-def quest_fp8(a: torch.Tensor, block_r: int | None = None, block_k: int | None = None):
+def quest_fp8(a: torch.Tensor, block_r: int | None = None, block_k: int | None = None, tensor_offset: bool = False):
     """Hadamard + QuEST of a 2-D (R, K) tensor -> (E4M3 uint8 (R, K), mask words int32 (R, K/32),
     row scales float32 (R,)). Dequantized value = e4m3(q8) * rs[:, None].
 
     Two kernels, each one pass in parallel over (row, column) tiles: the packed quantization (as
-    ``quest_mxfp4``, plus the row maxima) and the conversion to the FP8 embedding."""
-    p, sc, mask, emax = _quest_mx(a, block_r, block_k, row_max=True)
+    ``quest_mxfp4``, plus the row maxima) and the conversion to the FP8 embedding.
+
+    ``tensor_offset`` (the forward's weight): rows whose non-zero groups all lie within 14 binades of
+    the tensor's largest group exponent G are embedded at G instead of their own maximum (the same
+    values, exact either way), so that one tensor-wide GEMM scale serves them; a fourth item is that
+    scale, ``2**(G - 6)`` (float32 (1,)). ``rs`` stays per row (``2**(G - 6)`` for those rows)."""
+    p, sc, mask, emax = _quest_mx(a, block_r, block_k, row_max=2 if tensor_offset else 1)
+    if tensor_offset:
+        _tensor_max_kernel[(1,)](emax, a.shape[0], BLOCK=1024, num_warps=4)
+        q8, rs, sb = _mx_to_fp8(p, sc, emax, tensor=True)
+        return q8, mask, rs, sb
     q8, rs = _mx_to_fp8(p, sc, emax)
+    return q8, mask, rs
+
+
+def quest_e5m2(a: torch.Tensor, with_mask: bool = True, block_r: int | None = None, block_k: int | None = None):
+    """Hadamard + QuEST of a 2-D (R, K) tensor as FP8 **E5M2** in one pass (the forward's activation
+    operand) -> (E5M2 uint8 (R, K), mask words int32 (R, K/32) or None without ``with_mask``, row
+    scales float32 (R,)). Dequantized value = e5m2(q8) * rs[:, None].
+
+    E5M2 holds every E2M1 value times 2**e exactly for e in [-15, 13] (29 binades, against E4M3's 15), so
+    no row offset is needed in practice: values are written as they are (rs = 1) straight from the
+    quantizer, with no packed intermediate and no conversion pass. Rows with a non-zero group outside
+    [-13, 13] (group std outside ~[2.5e-4, 1.7e4] after the Hadamard) are rewritten by a second kernel
+    at their own offset E_r - 13 (rs = 2**(E_r - 13)); that kernel's programs return at once when no
+    row of theirs is flagged. **Exactness condition:** every non-zero group with e >= E_r - 28 is exact
+    (all of them in rows that were not rewritten); groups further below their row's largest round to
+    nearest even in E5M2's subnormals. NaN/Inf groups are NaN (0x7F)."""
+    R, K = a.shape
+    block_k = block_k or _QUEST_BLOCK_K
+    block_r = block_r or _block_rows(R) * 128 // block_k
+    hd = _hdot_for(a.dtype)
+    q8 = torch.empty(R, K, dtype=torch.uint8, device=a.device)
+    rs = torch.empty(R, dtype=torch.float32, device=a.device)
+    mask = torch.empty(R, K // 32, dtype=torch.int32, device=a.device) if with_mask else None
+    grid = (triton.cdiv(R, block_r), triton.cdiv(K, block_k))
+    flag = torch.empty(R, grid[1], dtype=torch.int8, device=a.device)  # every (row, K tile) written
+    h = _hmat(str(a.device), hd)
+    _quest_mxfp4_kernel[grid](a, a.stride(0), a.stride(1), h, q8, rs, mask if with_mask else rs, flag, R, K,
+                              ROW_MAX=0, OUT=1, WITH_MASK=with_mask, HDOT=hd, BLOCK_R=block_r, BLOCK_K=block_k,
+                              num_warps=4)
+    _quest_e5m2_fix_kernel[(grid[0],)](a, a.stride(0), a.stride(1), h, q8, rs, flag, R, K, HW=not _INTERPRET,
+                                       HDOT=hd, BLOCK_R=block_r, BLOCK_K=block_k, num_warps=4)
     return q8, mask, rs
 
 
 def sr_fp8(a: torch.Tensor, *, sign_seed: int, noise_seed: int, scale: torch.Tensor | None = None,
            noise: torch.Tensor | None = None, signs: torch.Tensor | None = None, block_r: int | None = None,
-           block_l: int = 64):
+           block_l: int = 64, a_fmt: str = "e4m3"):
     """Backward operand: random-sign Hadamard along the last dim of the 2-D view ``a`` (R, L), SR of
-    3/4 x to MXFP4, FP8 embedding. ``a`` may be a strided view; uint8 ``a`` holds E4M3 bytes to be
-    multiplied by ``scale[l]``. Returns (E4M3 uint8 (R, Lp), row scales (R,)), Lp = L rounded up to 32.
-    ``noise``: optional (R, Lp) uniforms replacing the Philox draws (tests); ``signs``: optional
-    ``random_signs(sign_seed, L)`` computed once for both operands of a GEMM."""
-    p, sc, emax = _sr_mx(a, sign_seed, noise_seed, scale, noise, signs, block_r, block_l, row_max=True)
+    3/4 x to MXFP4, FP8 embedding. ``a`` may be a strided view; uint8 ``a`` holds FP8 bytes (``a_fmt``
+    "e4m3" or "e5m2": the forward's saved operands) to be multiplied by ``scale[l]``. Returns (E4M3
+    uint8 (R, Lp), row scales (R,)), Lp = L rounded up to 32. ``noise``: optional (R, Lp) uniforms
+    replacing the Philox draws (tests); ``signs``: optional ``random_signs(sign_seed, L)`` computed
+    once for both operands of a GEMM."""
+    p, sc, emax = _sr_mx(a, sign_seed, noise_seed, scale, noise, signs, block_r, block_l, row_max=True,
+                         a_fmt=a_fmt)
     return _mx_to_fp8(p, sc, emax)
 
 
@@ -601,6 +800,50 @@ def fp8_gemm(a8: torch.Tensor, ra: torch.Tensor, b8: torch.Tensor, rb: torch.Ten
     return y.to(out_dtype)
 
 
+_E5M2_OK: dict = {}
+_ONE: dict = {}
+
+
+def fp8_gemm_e5m2(x8: torch.Tensor, rx: torch.Tensor, w8: torch.Tensor, rw: torch.Tensor, sw: torch.Tensor,
+                  out_dtype: torch.dtype, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``(e5m2(x8) * rx[:, None]) @ (e4m3(w8) * rw[:, None])^T`` (+ bias): the forward GEMM of
+    ``quest_e5m2`` activations and ``quest_fp8(tensor_offset=True)`` weights (``sw`` its tensor scale).
+
+    One tensor-wise scaled FP8 GEMM (``torch._scaled_mm``, scale_a = 1, scale_b = sw: cuBLAS's
+    tensor-wise kernels ran 4-8% faster than its row-wise ones on the H200) and ``_fp8_rescale_kernel``
+    for the output tiles of rows (rx != 1) and columns (rw != sw) embedded at their own offsets, which
+    usually returns at once. Equal to the row-wise scaled GEMM up to float32 accumulation order."""
+    key = x8.device
+    one = _ONE.get(key)
+    if one is None:
+        one = _ONE[key] = torch.ones((), dtype=torch.float32, device=x8.device)
+    y = torch._scaled_mm(x8.view(torch.float8_e5m2), w8.view(torch.float8_e4m3fn).t(), scale_a=one, scale_b=sw,
+                         out_dtype=out_dtype, use_fast_accum=False)
+    M, N = y.shape
+    _fp8_rescale_kernel[(triton.cdiv(M, 64),)](y, rx, rw, sw, M, N, BLOCK_M=64, BLOCK_N=512, num_warps=4)
+    return y if bias is None else y + bias.to(out_dtype)
+
+
+def e5m2_gemm_supported(device: torch.device) -> bool:
+    """Whether ``torch._scaled_mm`` multiplies E5M2 by E4M3 here (tried once per device type)."""
+    key = device.type
+    if key not in _E5M2_OK:
+        try:
+            a = torch.zeros(16, 32, device=device, dtype=torch.float8_e5m2)
+            b = torch.zeros(16, 32, device=device, dtype=torch.float8_e4m3fn)
+            one = torch.ones((), dtype=torch.float32, device=device)
+            torch._scaled_mm(a, b.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+            _E5M2_OK[key] = True
+        except (RuntimeError, NotImplementedError, TypeError):
+            _E5M2_OK[key] = False
+    return _E5M2_OK[key]
+
+
+def e5m2_dequant(q8: torch.Tensor, rs: torch.Tensor) -> torch.Tensor:
+    """float32 values of an (R, L) E5M2 uint8 tensor with row scales."""
+    return q8.view(torch.float8_e5m2).float() * rs.reshape(-1, 1)
+
+
 def e4m3_dequant(q8: torch.Tensor, rs: torch.Tensor) -> torch.Tensor:
     """float32 values of an (R, L) E4M3 uint8 tensor with row scales."""
     return q8.view(torch.float8_e4m3fn).float() * rs.reshape(-1, 1)
@@ -612,8 +855,10 @@ def unpack_mask(words: torch.Tensor) -> torch.Tensor:
     return ((words.unsqueeze(-1) >> lane) & 1).bool().reshape(words.shape[0], -1)
 
 
-def _row_max_buffer(R: int, device, row_max: bool) -> torch.Tensor:
-    return torch.full((R if row_max else 1,), -127, dtype=torch.int32, device=device)
+def _row_max_buffer(R: int, device, row_max: int) -> torch.Tensor:
+    """int32 -127s: ROW_MAX 0: a dummy; 1: the row maxima (R); 2: also the negated row minima and the
+    tensor maximum (2R + 1)."""
+    return torch.full(((0, R, 2 * R + 1)[int(row_max)] or 1,), -127, dtype=torch.int32, device=device)
 
 
 def _quest_mx(a, block_r, block_k, row_max):
@@ -627,7 +872,8 @@ def _quest_mx(a, block_r, block_k, row_max):
     emax = _row_max_buffer(R, a.device, row_max)
     grid = (triton.cdiv(R, block_r), triton.cdiv(K, block_k))
     _quest_mxfp4_kernel[grid](a, a.stride(0), a.stride(1), _hmat(str(a.device), hd), p, sc, mask, emax, R, K,
-                              ROW_MAX=row_max, HDOT=hd, BLOCK_R=block_r, BLOCK_K=block_k, num_warps=4)
+                              ROW_MAX=int(row_max), OUT=0, WITH_MASK=True, HDOT=hd, BLOCK_R=block_r,
+                              BLOCK_K=block_k, num_warps=4)
     return p, sc, mask, emax
 
 
@@ -640,8 +886,10 @@ def quest_mxfp4(a: torch.Tensor, block_r: int | None = None, block_k: int | None
     return _quest_mx(a, block_r, block_k, row_max=False)[:3]
 
 
-def _sr_mx(a, sign_seed, noise_seed, scale, noise, signs, block_r, block_l, row_max, hw=None):
+def _sr_mx(a, sign_seed, noise_seed, scale, noise, signs, block_r, block_l, row_max, hw=None, a_fmt="e4m3"):
     """``hw``: the kernels' GPU-only forms (default: compiled, not interpreted; tests compare both)."""
+    if a_fmt not in ("e4m3", "e5m2"):
+        raise ValueError(f"a_fmt: expected 'e4m3' or 'e5m2', got {a_fmt!r}")
     R, L = a.shape
     block_r = block_r or 2 * _block_rows(R)
     if signs is None:
@@ -650,14 +898,15 @@ def _sr_mx(a, sign_seed, noise_seed, scale, noise, signs, block_r, block_l, row_
     a_fp8 = a.dtype == torch.uint8
     if a_fp8 and scale is None:
         raise ValueError("scale: required (float32, one per column) when a holds E4M3 bytes (uint8)")
-    hd = _hdot_for(torch.bfloat16 if a_fp8 else a.dtype)  # E4M3 * 2**k * (+-1) is exact in bf16
+    hd = _hdot_for(torch.bfloat16 if a_fp8 else a.dtype)  # E4M3/E5M2 * 2**k * (+-1) is exact in bf16
     p = torch.empty(R, LP // 2, dtype=torch.uint8, device=a.device)
     sc = torch.empty(R, LP // 32, dtype=torch.uint8, device=a.device)
     emax = _row_max_buffer(R, a.device, row_max)
     grid = (triton.cdiv(R, block_r), triton.cdiv(LP, block_l))
     _sr_mxfp4_kernel[grid](a, a.stride(0), a.stride(1), scale if a_fp8 else p, _hmat(str(a.device), hd),
                            noise if noise is not None else p, signs, noise_seed, p, sc, emax, R, L, LP,
-                           ROW_MAX=row_max, A_FP8=a_fp8, HAS_NOISE=noise is not None,
+                           ROW_MAX=row_max, A_FP8=(0 if not a_fp8 else 1 if a_fmt == "e4m3" else 2),
+                           HAS_NOISE=noise is not None,
                            HW=not _INTERPRET if hw is None else hw, HDOT=hd, BLOCK_R=block_r, BLOCK_L=block_l,
                            num_warps=4)
     return p, sc, emax
@@ -739,7 +988,7 @@ def _grad_gemm_dtype(dtype: torch.dtype) -> torch.dtype:
 def quantize_weight(weight: torch.Tensor, path: str | None = None):
     """The forward's weight quantization for ``path`` (``gemm_path`` by default): ``(path, tensors)``."""
     path = path or gemm_path(weight.device)
-    return path, (quest_mxfp4(weight) if path == "mxfp4" else quest_fp8(weight))
+    return path, (quest_mxfp4(weight) if path == "mxfp4" else quest_fp8(weight, tensor_offset=True))
 
 
 class QuartetLinearCUDA(torch.autograd.Function):
@@ -757,18 +1006,28 @@ class QuartetLinearCUDA(torch.autograd.Function):
         N = weight.shape[0]
         x2 = x.reshape(-1, K)
         path = gemm_path(x.device)
-        if w_quantized is None or w_quantized[0] != path:
-            w_quantized = quantize_weight(weight, path)
-        wq = w_quantized[1]
         out_dtype = x.dtype if x.dtype != torch.float16 else torch.float32
+        x_fmt = "e5m2" if path == "fp8" and e5m2_gemm_supported(x.device) else "e4m3"
         with torch.autocast(x.device.type, enabled=False):
+            # the activation first: its long kernel hides the weight quantizer's short launches
             if path == "mxfp4":
                 xq = quest_mxfp4(x2)
-                y = mxfp4_gemm(xq[0], xq[1], wq[0], wq[1], out_dtype, bias)
+            elif x_fmt == "e5m2":
+                # E5M2 straight from the quantizer (no row offsets in practice); the mask only for dX
+                xq = quest_e5m2(x2, with_mask=ctx.needs_input_grad[0])
             else:
                 xq = quest_fp8(x2)
+            if w_quantized is None or w_quantized[0] != path:
+                w_quantized = quantize_weight(weight, path)
+            wq = w_quantized[1]
+            if path == "mxfp4":
+                y = mxfp4_gemm(xq[0], xq[1], wq[0], wq[1], out_dtype, bias)
+            elif x_fmt == "e5m2":  # the weight at its tensor offset: one tensor-wise scaled GEMM
+                y = fp8_gemm_e5m2(xq[0], xq[2], wq[0], wq[2], wq[3], out_dtype, bias)
+            else:
                 y = fp8_gemm(xq[0], xq[2], wq[0], wq[2], out_dtype, bias)
         ctx.save_for_backward(*xq, *wq)
+        ctx.x_fmt = x_fmt
         ctx.path = path
         ctx.rng = rng
         ctx.dtypes = (x.dtype, weight.dtype, None if bias is None else bias.dtype)
@@ -788,23 +1047,25 @@ class QuartetLinearCUDA(torch.autograd.Function):
             xsrc = mxfp4_dequant(xp, xs).to(torch.bfloat16)
             wsrc = mxfp4_dequant(wp, ws).to(torch.bfloat16)
 
-            def operand(a, signs, noise_seed, scale=None):
+            def operand(a, signs, noise_seed, scale=None, fmt=None):
                 return sr_mxfp4(a, sign_seed=0, noise_seed=noise_seed, signs=signs)
 
             def gemm(a, b, out_dtype):
                 return mxfp4_gemm(a[0], a[1], b[0], b[1], out_dtype)
         else:
-            x8, mx, rsx, w8, mw, rsw = ctx.saved_tensors  # quest_fp8 returns (q8, mask, rs)
+            # (q8, mask, rs) of the activation (E5M2 or E4M3: ctx.x_fmt; mask None without dX), and
+            # (q8, mask, rs, tensor scale) of the weight
+            x8, mx, rsx, w8, mw, rsw = ctx.saved_tensors[:6]
             M, N = x8.shape[0], w8.shape[0]
             xsrc, wsrc = x8, w8
 
-            def operand(a, signs, noise_seed, scale=None):
-                return sr_fp8(a, sign_seed=0, noise_seed=noise_seed, scale=scale, signs=signs)
+            def operand(a, signs, noise_seed, scale=None, fmt="e4m3"):
+                return sr_fp8(a, sign_seed=0, noise_seed=noise_seed, scale=scale, signs=signs, a_fmt=fmt)
 
             def gemm(a, b, out_dtype):
                 return fp8_gemm(a[0], a[1], b[0], b[1], out_dtype)
 
-        K = mx.shape[1] * 32
+        K = mw.shape[1] * 32
         dy2 = dy.reshape(M, N)
         if not dy2.is_contiguous():
             dy2 = dy2.contiguous()
@@ -818,7 +1079,7 @@ class QuartetLinearCUDA(torch.autograd.Function):
         if needs[1]:
             signs = random_signs(s_sign_w, M, dy.device)
             gt = operand(dy2.t(), signs, s_gt)  # (N, Mp)
-            xt = operand(xsrc.t(), signs, s_x, None if ctx.path == "mxfp4" else rsx)  # (K, Mp)
+            xt = operand(xsrc.t(), signs, s_x, None if ctx.path == "mxfp4" else rsx, ctx.x_fmt)  # (K, Mp)
             dwq = gemm(gt, xt, _grad_gemm_dtype(wd))  # (N, K)
             dw = mask_ihadamard(dwq, mw, wd)
         if needs[2]:
