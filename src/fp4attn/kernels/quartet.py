@@ -342,18 +342,12 @@ def _mask_ihadamard_kernel(D, MASK, OUT, R, K, scale, H, HDOT: tl.constexpr,
 # Native MXFP4 (Blackwell): packed quantizers (one pass, no row offset needed) and tl.dot_scaled
 # ----------------------------------------------------------------------------------------------
 @triton.jit
-def _fold_row_max(EMAX, rows64, R, e, ok):
-    """Fold the tile's largest exponent over its groups with ``ok`` into ``EMAX[row]`` (an atomic max:
-    order-independent, so deterministic): the FP8 embedding's row offset."""
-    tl.atomic_max(EMAX + rows64, tl.max(tl.where(ok, e, -127), axis=1), mask=rows64 < R, sem="relaxed")
-
-
-@triton.jit
 def _pack_store(P, S, EMAX, rows64, k0, R, KH, KG, codes, e, bad, ROW_MAX: tl.constexpr,
                 BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
     """Store E2M1 codes (BR, NG, 32) as packed bytes (element 2i low nibble) and E8M0 scale bytes. Bits
     above 7 of the codes are ignored (``e2m1_code_raw``'s); bits 4-7 must be zero.
-    ROW_MAX: also fold the exponents of the non-NaN groups into ``EMAX[row]`` (``_fold_row_max``)."""
+    ROW_MAX: also fold the tile's largest exponent over its non-NaN groups into ``EMAX[row]`` (an
+    atomic max: order-independent, so deterministic) for the FP8 embedding's row offset."""
     NG: tl.constexpr = BLOCK_K // 32
     byte = pack_nibbles(tl.reshape(codes.to(tl.int32), (BLOCK_R, BLOCK_K))).to(tl.uint8)
     bcols = k0 // 2 + tl.arange(0, BLOCK_K // 2)
@@ -364,7 +358,8 @@ def _pack_store(P, S, EMAX, rows64, k0, R, KH, KG, codes, e, bad, ROW_MAX: tl.co
     sb = tl.where(bad != 0, 255, e + 127).to(tl.uint8)
     tl.store(S + rows64[:, None] * KG + gcols[None, :], sb, mask=gm)
     if ROW_MAX:
-        _fold_row_max(EMAX, rows64, R, e, gm & (bad == 0))
+        tile_max = tl.max(tl.where(gm & (bad == 0), e, -127), axis=1)
+        tl.atomic_max(EMAX + rows64, tile_max, mask=rows64 < R, sem="relaxed")
 
 
 @triton.jit
@@ -731,14 +726,10 @@ def quest_e5m2(a: torch.Tensor, with_mask: bool = True, block_r: int | None = No
     row of theirs is flagged. **Exactness condition:** every non-zero group with e >= E_r - 28 is exact
     (all of them in rows that were not rewritten); groups further below their row's largest round to
     nearest even in E5M2's subnormals. NaN/Inf groups are NaN (0x7F)."""
-    R, K = a.shape
-    block_k = block_k or _QUEST_BLOCK_K
-    block_r = block_r or _block_rows(R) * 128 // block_k
-    hd = _hdot_for(a.dtype)
+    R, K, block_r, block_k, hd, grid = _quest_tiles(a, block_r, block_k)
     q8 = torch.empty(R, K, dtype=torch.uint8, device=a.device)
     rs = torch.empty(R, dtype=torch.float32, device=a.device)
     mask = torch.empty(R, K // 32, dtype=torch.int32, device=a.device) if with_mask else None
-    grid = (triton.cdiv(R, block_r), triton.cdiv(K, block_k))
     flag = torch.empty(R, grid[1], dtype=torch.int8, device=a.device)  # every (row, K tile) written
     h = _hmat(str(a.device), hd)
     _quest_mxfp4_kernel[grid](a, a.stride(0), a.stride(1), h, q8, rs, mask if with_mask else rs, flag, R, K,
@@ -874,16 +865,20 @@ def _row_max_buffer(R: int, device, row_max: int) -> torch.Tensor:
     return torch.full(((0, R, 2 * R + 1)[int(row_max)] or 1,), -127, dtype=torch.int32, device=device)
 
 
-def _quest_mx(a, block_r, block_k, row_max):
+def _quest_tiles(a, block_r, block_k):
+    """(R, K, block_r, block_k, HDOT, grid) of a QuEST launch on the 2-D ``a`` (the default tiles above)."""
     R, K = a.shape
     block_k = block_k or _QUEST_BLOCK_K
     block_r = block_r or _block_rows(R) * 128 // block_k
-    hd = _hdot_for(a.dtype)
+    return R, K, block_r, block_k, _hdot_for(a.dtype), (triton.cdiv(R, block_r), triton.cdiv(K, block_k))
+
+
+def _quest_mx(a, block_r, block_k, row_max):
+    R, K, block_r, block_k, hd, grid = _quest_tiles(a, block_r, block_k)
     p = torch.empty(R, K // 2, dtype=torch.uint8, device=a.device)
     sc = torch.empty(R, K // 32, dtype=torch.uint8, device=a.device)
     mask = torch.empty(R, K // 32, dtype=torch.int32, device=a.device)
     emax = _row_max_buffer(R, a.device, row_max)
-    grid = (triton.cdiv(R, block_r), triton.cdiv(K, block_k))
     _quest_mxfp4_kernel[grid](a, a.stride(0), a.stride(1), _hmat(str(a.device), hd), p, sc, mask, emax, R, K,
                               ROW_MAX=int(row_max), OUT=0, WITH_MASK=True, HDOT=hd, BLOCK_R=block_r,
                               BLOCK_K=block_k, num_warps=4)
