@@ -58,7 +58,7 @@ def compile_launch(fn, args, kwargs, cap):
             sig[p.name] = "fp32"
         else:
             raise TypeError(f"{fn.__name__}: argument {p.name} of type {type(v).__name__}")
-    opts = {k: v for k, v in kwargs.items() if k in ("num_warps", "num_stages")}
+    opts = {k: v for k, v in kwargs.items() if k in ("num_warps", "num_stages", "maxnreg")}
     return triton.compile(ASTSource(fn, sig, consts), target=GPUTarget("cuda", cap, 32), options=opts)
 
 
@@ -123,6 +123,7 @@ def fam_quartet():
     Kq.sr_fp8(a, sign_seed=1, noise_seed=2)
     Kq.sr_fp8(q8.t(), sign_seed=1, noise_seed=2, scale=rs)
     Kq.mask_ihadamard(a, mask, torch.bfloat16)
+    Kq.mask_ihadamard(a, mask, torch.bfloat16, row_scale=rs, col_scale=torch.ones(256))  # the backward's
     # the forward's operands: E5M2 activation (+ its fix-up kernel), weight at its tensor offset, and the
     # GEMM's rescale kernel; the backward's SR quantizer of the saved E5M2 operand
     x5, m5, r5 = Kq.quest_e5m2(a)

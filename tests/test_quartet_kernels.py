@@ -330,6 +330,25 @@ def test_mask_ihadamard_kernel():
 
 
 @cpu_only
+def test_mask_ihadamard_applies_the_gemm_row_scales():
+    """The backward's unscaled GEMM output with both operands' power-of-two row scales applied in the
+    epilogue: the same bits as the epilogue of the pre-scaled output (float32 and the 16-bit values
+    the GPU's +-1 dot takes)."""
+    g = torch.Generator().manual_seed(8)
+    d = torch.randn(33, 96, generator=g)
+    words = torch.randint(-2 ** 31, 2 ** 31 - 1, (33, 3), generator=g, dtype=torch.int64).to(torch.int32)
+    ra = torch.exp2(torch.randint(-20, 20, (33,), generator=g).float())
+    rb = torch.exp2(torch.randint(-20, 20, (96,), generator=g).float())
+    for dt in (torch.float32, torch.bfloat16):
+        dd = d.to(dt)
+        pre = (dd.float() * ra[:, None] * rb[None, :]).to(dt)  # exact: powers of two
+        out = kq.mask_ihadamard(dd, words, torch.float32, row_scale=ra, col_scale=rb)
+        assert torch.equal(out, kq.mask_ihadamard(pre, words, torch.float32))
+    with pytest.raises(ValueError, match="row_scale"):
+        kq.mask_ihadamard(d, words, torch.float32, row_scale=ra)
+
+
+@cpu_only
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_cuda_function_end_to_end_on_cpu(dtype):
     """The autograd Function on CPU tensors: forward = reference; backward = the reference
@@ -781,13 +800,13 @@ def test_gpu_table_fp8_conversion_equals_value_wise():
 # The forward's operands: activation as E5M2 in one pass, weight at its tensor offset, tensor-wise GEMM
 # ----------------------------------------------------------------------------------------------
 @triton.jit
-def _e5m2_byte_kernel(X, K, E, BYTE, VAL, n, BLOCK: tl.constexpr):
+def _e5m2_byte_kernel(X, K, E, NAN, BYTE, VAL, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     m = offs < n
     x = tl.load(X + offs, mask=m, other=0.0)
     s = exp2i(tl.load(K + offs, mask=m, other=0))
     e = tl.load(E + offs, mask=m, other=0)
-    tl.store(BYTE + offs, kq.e2m1_e5m2_byte(x, s, e), mask=m)
+    tl.store(BYTE + offs, kq.e2m1_e5m2_byte(x, s, e, tl.load(NAN + offs, mask=m, other=0)), mask=m)
     tl.store(VAL + offs, kq.e2m1_decode(e2m1_code_raw(x, s)) * exp2i(e), mask=m)
 
 
@@ -811,9 +830,12 @@ def _check_e5m2_byte(device):
     n = x.numel()
     byte = torch.empty(n, dtype=torch.int32, device=device)
     val = torch.empty(n, dtype=torch.float32, device=device)
-    _e5m2_byte_kernel[(triton.cdiv(n, 1024),)](x, k, e, byte, val, n, BLOCK=1024)
+    nan = (torch.rand(n, generator=g) < 0.1).to(torch.int32)  # the NaN-group flag: 0x7F, either sign
+    _e5m2_byte_kernel[(triton.cdiv(n, 1024),)](x, k, e, nan.to(device), byte, val, n, BLOCK=1024)
     ref = val.cpu().to(torch.float8_e5m2).view(torch.uint8).to(torch.int32)
-    assert torch.equal(byte.cpu(), ref)
+    got = byte.cpu()
+    assert torch.equal(got[nan == 0], ref[nan == 0])  # bits 8-31 zero
+    assert torch.equal(got[nan != 0] & 0xFF, torch.full_like(got[nan != 0], 0x7F))  # the low byte NaN
 
 
 @cpu_only

@@ -102,18 +102,21 @@ def bench_shape(M, K, N, rep_ms=200.0, dev="cuda"):
     put("quartet fwd quant", fwd_quant)
     fq = fwd_quant()
     put("quartet fwd gemm", lambda: fwd_gemm(*fq))
-    x8, mx, rsx = kq.quest_fp8(x.detach())
+    # the backward's quantizers on the operands the forward saves (E5M2 activation where supported)
+    x_fmt = "e5m2" if kq.e5m2_gemm_supported(x.device) else "e4m3"
+    x8, mx, rsx = kq.quest_e5m2(x.detach()) if x_fmt == "e5m2" else kq.quest_fp8(x.detach())
     w8, mw, rsw = kq.quest_fp8(w.detach())
     dxq = torch.empty(M, K, device=dev, dtype=torch.bfloat16)
     dwq = torch.empty(N, K, device=dev, dtype=torch.bfloat16)
+    ones = torch.ones(max(M, N, K), device=dev)  # the GEMMs' operand row scales (fp8_gemm_raw)
 
     def bwd_quant():
         kq.sr_fp8(dy, sign_seed=1, noise_seed=2)
         kq.sr_fp8(w8.t(), sign_seed=1, noise_seed=3, scale=rsw)
         kq.sr_fp8(dy.t(), sign_seed=4, noise_seed=5)
-        kq.sr_fp8(x8.t(), sign_seed=4, noise_seed=6, scale=rsx)
-        kq.mask_ihadamard(dxq, mx, torch.bfloat16)
-        kq.mask_ihadamard(dwq, mw, torch.bfloat16)
+        kq.sr_fp8(x8.t(), sign_seed=4, noise_seed=6, scale=rsx, a_fmt=x_fmt)
+        kq.mask_ihadamard(dxq, mx, torch.bfloat16, row_scale=ones[:M], col_scale=ones[:K])
+        kq.mask_ihadamard(dwq, mw, torch.bfloat16, row_scale=ones[:N], col_scale=ones[:K])
 
     put("quartet bwd quant", bwd_quant)
     return res, notes
@@ -126,7 +129,7 @@ def kernel_breakdown(M: int, K: int, rep_ms: float = 100.0, dev: str = "cuda"):
     torch.manual_seed(0)
     x = torch.randn(M, K, device=dev, dtype=torch.bfloat16)
     x8, mx, rsx = kq.quest_fp8(x)
-    p, sc, _, emax = kq._quest_mx(x, None, None, True)
+    p, sc, _, emax, _ = kq._quest_mx(x, None, None, True)
     d = torch.randn(M, K, device=dev, dtype=torch.bfloat16)
     cases = [("copy of the bf16 operand", lambda: x.clone()),
              ("QuEST to E5M2 in one pass, no mask (quest_e5m2: the forward's activation)",

@@ -554,31 +554,36 @@ def e2m1_code_raw(x, s):
 
 
 @triton.jit
-def e2m1_e5m2_byte(x, s, e):
-    """The FP8 E5M2 byte (int32, bits 0-7; bits 8-31 zero) of ``E2M1(x * s) * 2**e``: the E2M1 code of
+def e2m1_e5m2_byte(x, s, e, nan):
+    """The FP8 E5M2 byte (int32, bits 0-7; bits 8-31 zero, except in NaN groups on the GPU, whose
+    bits 8-31 are 0x7F7F7F: callers keep the low byte) of ``E2M1(x * s) * 2**e``: the E2M1 code of
     ``e2m1_code_raw`` (power-of-two s, same rounding) and the group exponent e (int32, broadcast against
     x) in [-13, 13], where every E2M1 magnitude times 2**e is a normal E5M2 value (0.5 * 2**-13 =
-    2**-14 is E5M2's smallest normal, 6 * 2**13 = 49152 <= 57344 its largest) and so exact.
+    2**-14 is E5M2's smallest normal, 6 * 2**13 = 49152 <= 57344 its largest) and so exact. Where
+    ``nan`` (a per-group flag broadcast against x, as e) is non-zero: 0x7F (NaN) for every element.
 
     E5M2 bytes of the magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6 are 0x00 0x38 0x3C 0x3E 0x40 0x42 0x44 0x46;
     times 2**e adds e to the 5-bit exponent field (4e to each non-zero byte: no byte carries for e in
     [-13, 13]). GPU: one byte permute selects the magnitude byte of the code from the two table words,
     and one 3-input logic op adds x's sign bit (3 instructions per value after the rounding, as
-    ``e2m1_code_raw`` + packing); interpreter: the same table by shifts. Codes of x with |x * s| in
+    ``e2m1_code_raw`` + packing); a NaN group's tables hold 0x7F in every byte and its sign mask is 0, so
+    the flag costs nothing per value. Interpreter: the same table by shifts. Codes of x with |x * s| in
     every E2M1 interval, s = 2**k and e over [-13, 13] against the float path: tests (``test_e2m1_e5m2_byte``)."""
     r = _e2m1_ramp(tl.abs(x), s * 2.0, s, s * 0.5)  # 0x4B400000 + magnitude code: low 16 bits = code
     e4 = e * 4
-    t_lo = 0x3E3C3800 + e4 * 0x01010100
-    t_hi = 0x46444240 + e4 * 0x01010101
+    t_lo = tl.where(nan != 0, 0x7F7F7F7F, 0x3E3C3800 + e4 * 0x01010100)
+    t_hi = tl.where(nan != 0, 0x7F7F7F7F, 0x46444240 + e4 * 0x01010101)
+    sm = tl.where(nan != 0, 0, 0x80)
     if _GPU_ASM:
         return tl.inline_asm_elementwise(
-            "{.reg .b32 t, s; prmt.b32 t, $1, $2, $3; shr.b32 s, $4, 24; lop3.b32 $0, t, s, 0x80, 0xF8;}",
-            "=r,r,r,r,r", [t_lo, t_hi, r, x.to(tl.int32, bitcast=True)], dtype=tl.int32, is_pure=True, pack=1)
+            "{.reg .b32 t, s; prmt.b32 t, $1, $2, $3; shr.b32 s, $4, 24; lop3.b32 $0, t, s, $5, 0xF8;}",
+            "=r,r,r,r,r,r", [t_lo, t_hi, r, x.to(tl.int32, bitcast=True), sm], dtype=tl.int32, is_pure=True,
+            pack=1)
     else:
         c = r & 7
         word = tl.where(c < 4, t_lo, t_hi)
         mag = (word >> ((c & 3) * 8)) & 0xFF
-        return mag | ((x.to(tl.int32, bitcast=True) >> 24) & 0x80)
+        return mag | ((x.to(tl.int32, bitcast=True) >> 24) & sm)
 
 
 @triton.jit

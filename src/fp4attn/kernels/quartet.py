@@ -29,6 +29,9 @@ ones on the H200) and the activation needs no second pass:
   * ``fp8_gemm_e5m2``: ``_scaled_mm(E5M2, E4M3, scale_a=1, scale_b=2**(G - 6))`` and a rescale of the
     output rows / columns of operands at their own offsets (powers of two: exact in the output dtype's
     normal range); it returns at once when there are none.
+The backward's two GEMMs (E4M3 operands with row offsets) run unscaled and tensor-wise
+(``fp8_gemm_raw``); ``_mask_ihadamard_kernel``, which reads every output element anyway, applies both
+operands' power-of-two row scales (the same values as scaling inside the GEMM).
 
 Kernels (all read and write uint8 for the E4M3 bytes; the GPU converts with the hardware E4M3
 instructions, the interpreter with the bit-exact software forms). Each quantizer is two one-pass
@@ -44,7 +47,8 @@ the first one only for E_r).
     ``tl.randint(sign_seed, l)``, drawn once per GEMM by ``random_signs``), Hadamard, SR of 3/4 x with
     "floor" scales (16-bit uniforms, eight per Philox call: ``triton_stochastic.sr_uniform_bits``);
     L zero-padded to 32.
-  * ``_mask_ihadamard_kernel``: ``16/9 *``, trust mask, inverse Hadamard, cast to the gradient dtype.
+  * ``_mask_ihadamard_kernel``: the GEMM operands' row scales, ``16/9 *``, trust mask, inverse Hadamard,
+    cast to the gradient dtype.
 RNG: the per-backward seed of :class:`~fp4attn.reference.quartet.QuartetRNG` is split into six
 sub-seeds (SplitMix64). Deterministic given the seed; a different stream from the CPU reference.
 
@@ -285,8 +289,10 @@ def _quest_exp(xh, y, HDOT: tl.constexpr):
         d = tl.where((k >= 2) & (k % 2 == 1), tl.fma(y4, _RSQRT32, Se * -0.03125), tl.fma(Se, -0.03125, x4))
         var = tl.sum(_thread_sum(d, d), axis=1) * 0.03125
         a = tl.fma(tl.sqrt_rn(var), _QUEST_C, _QUEST_EPS)
-        z = tl.sum(_thread_sum(x4, tl.zeros(x4.shape, tl.float32)), axis=1)
-        bad = tl.reshape((z != z).to(tl.int32), (BR, NG))
+        # NaN/Inf flag: var is NaN iff an element is NaN or +-Inf (then S is NaN or +-Inf, and that
+        # element's deviation Inf - Inf); finite elements give a finite or +Inf var, never NaN (S may
+        # overflow to +-Inf: deviations -+Inf, squares +Inf)
+        bad = tl.reshape((var != var).to(tl.int32), (BR, NG))
         zero = tl.reshape((var == 0) & (S == 0), (BR, NG))
         a = tl.reshape(a, (BR, NG))
     e = tl.where(a > 0, tl.minimum((a.to(tl.int32, bitcast=True) >> 23) - 127, 127), -125)
@@ -306,11 +312,13 @@ def _signs_kernel(OUT, seed, L, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _mask_ihadamard_kernel(D, MASK, OUT, R, K, scale, H, HDOT: tl.constexpr,
+def _mask_ihadamard_kernel(D, MASK, OUT, RA, RB, R, K, scale, H, HDOT: tl.constexpr, SCALED: tl.constexpr,
                            BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
     """OUT = ((scale * D) * mask) H^T per 32-group. HDOT 1/2 (bf16/fp16 D): the masked 16-bit D goes
     into the +-1 dot unchanged (exact products, float32 sums; ``_hadamard`` applies 1/sqrt(32)) and
-    ``scale`` multiplies the float32 result; HDOT 0 (float32 D): float32 dot with the normalized H."""
+    ``scale`` multiplies the float32 result; HDOT 0 (float32 D): float32 dot with the normalized H.
+    SCALED: D is a GEMM output without its power-of-two operand scales, applied here: RB[k] per
+    column before the Hadamard (exact, in D's dtype), RA[r] per row with ``scale`` after it."""
     pid_r = tl.program_id(0)
     pid_k = tl.program_id(1)
     rows = pid_r * BLOCK_R + tl.arange(0, BLOCK_R)
@@ -322,6 +330,9 @@ def _mask_ihadamard_kernel(D, MASK, OUT, R, K, scale, H, HDOT: tl.constexpr,
     d = tl.load(D + rows64[:, None] * K + cols[None, :], mask=m2, other=0.0)
     if HDOT == 0:
         d = d.to(tl.float32)
+    if SCALED:
+        rb = tl.load(RB + cols, mask=cols < K, other=1.0)
+        d = (d.to(tl.float32) * rb[None, :]).to(d.dtype)
     gcols = pid_k * NG + tl.arange(0, NG)
     gm = (rows < R)[:, None] & (gcols < KG)[None, :]
     word = tl.load(MASK + rows64[:, None] * KG + gcols[None, :], mask=gm, other=0)
@@ -334,6 +345,8 @@ def _mask_ihadamard_kernel(D, MASK, OUT, R, K, scale, H, HDOT: tl.constexpr,
         out = _hadamard(tl.reshape(d3, (BLOCK_R, BLOCK_K)) * scale, Hm, 0)
     else:
         out = _hadamard(tl.reshape(d3, (BLOCK_R, BLOCK_K)), Hm, HDOT) * scale
+    if SCALED:
+        out = out * tl.load(RA + rows64, mask=rows < R, other=1.0)[:, None, None]
     tl.store(OUT + rows64[:, None] * K + cols[None, :],
              tl.reshape(out, (BLOCK_R, BLOCK_K)).to(OUT.dtype.element_ty), mask=m2)
 
@@ -375,15 +388,17 @@ def _quest_tile(X, sxr, sxk, Hm, rows, rows64, cols, R, K, HDOT: tl.constexpr):
 
 
 @triton.jit
-def _quest_mxfp4_kernel(X, sxr, sxk, H, P, S, MASK, EMAX, R, K,
+def _quest_mxfp4_kernel(X, sxr, sxk, H, P, S, MASK, EMAX, TAB, R, K,
                         ROW_MAX: tl.constexpr, OUT: tl.constexpr, WITH_MASK: tl.constexpr, HDOT: tl.constexpr,
                         BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
     """Hadamard + QuEST of one (BLOCK_R, BLOCK_K) tile; the trust mask words into MASK (WITH_MASK).
 
     OUT 0: packed MXFP4 (E2M1 codes into P (R, K/2), E8M0 bytes into S (R, K/32)). ROW_MAX 1: the row
     maxima of the group exponents into EMAX[0:R]; 2: also, for the tensor offset of ``quest_fp8``,
-    EMAX[R + r] = -(smallest exponent of row r's non-zero groups) (``_tensor_max_kernel`` then writes
-    the tensor's largest into EMAX[2R]: one atomic per program on one address cost ~20 us).
+    TAB[r, tile] (int8) = -(smallest exponent of row r's non-zero groups in this K tile), a plain store
+    (a second atomic per row, for the row minimum, cost 0.164 vs 0.127 ms per 8192 x 8192 operand);
+    ``_tensor_max_kernel`` then writes the tensor's largest into EMAX[R] (one atomic per program on one
+    address cost ~20 us).
     OUT 1 (``quest_e5m2``): the E5M2 bytes of the values at offset 0 into P (R, K), 1.0 into S[r] (the
     row scales) and the int8 flag EMAX[r, tile] = 1 if row r has a non-zero group outside [-13, 13] in
     this K tile (those rows are rewritten by ``_quest_e5m2_fix_kernel``); no atomics, no buffer to
@@ -405,11 +420,10 @@ def _quest_mxfp4_kernel(X, sxr, sxk, H, P, S, MASK, EMAX, R, K,
         _pack_store(P, S, EMAX, rows64, k0, R, K // 2, KG, codes, e, bad, ROW_MAX != 0, BLOCK_R, BLOCK_K)
         if ROW_MAX == 2:
             live = gm & (bad == 0) & (zero == 0)
-            tl.atomic_max(EMAX + R + rows64, tl.max(tl.where(live, -e, -127), axis=1), mask=rows < R,
-                          sem="relaxed")
+            tl.store(TAB + rows64 * tl.num_programs(1) + tl.program_id(1),
+                     tl.max(tl.where(live, -e, -127), axis=1).to(tl.int8), mask=rows < R)
     else:
-        b = e2m1_e5m2_byte(xh, tl.expand_dims(inv, 2), tl.expand_dims(e, 2))
-        b = tl.where(tl.expand_dims(bad, 2) != 0, 0x7F, b)
+        b = e2m1_e5m2_byte(xh, tl.expand_dims(inv, 2), tl.expand_dims(e, 2), tl.expand_dims(bad, 2))
         tl.store(P + rows64[:, None] * K + cols[None, :], tl.reshape(b, (BLOCK_R, BLOCK_K)).to(tl.uint8),
                  mask=(rows < R)[:, None] & (cols < K)[None, :])
         out = gm & (bad == 0) & (zero == 0) & ((e < -13) | (e > 13))
@@ -470,12 +484,12 @@ def _quest_e5m2_fix_kernel(X, sxr, sxk, H, Q8, RS, FLAG, R, K, HW: tl.constexpr,
 
 @triton.jit
 def _tensor_max_kernel(EMAX, R, BLOCK: tl.constexpr):
-    """EMAX[2R] = max(EMAX[0:R]) (one program)."""
+    """EMAX[R] = max(EMAX[0:R]) (one program)."""
     m = tl.full((BLOCK,), -127, tl.int32)
     for r0 in range(0, R, BLOCK):
         r = r0 + tl.arange(0, BLOCK)
         m = tl.maximum(m, tl.load(EMAX + r, mask=r < R, other=-127))
-    tl.store(EMAX + 2 * R, tl.max(m, axis=0))
+    tl.store(EMAX + R, tl.max(m, axis=0))
 
 
 @triton.jit
@@ -529,8 +543,8 @@ def _e4m3_mag_table(s, HW: tl.constexpr):
 
 
 @triton.jit
-def _mx_to_fp8_kernel(P, S, EMAX, Q8, RS, SB, R, L, HW: tl.constexpr, TABLE: tl.constexpr, TENSOR: tl.constexpr,
-                      BLOCK_R: tl.constexpr, BLOCK_L: tl.constexpr):
+def _mx_to_fp8_kernel(P, S, EMAX, TAB, NT, Q8, RS, SB, R, L, HW: tl.constexpr, TABLE: tl.constexpr,
+                      TENSOR: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_L: tl.constexpr):
     """Packed MXFP4 rows (codes (R, L/2), E8M0 bytes (R, L/32), 255 = NaN group) and the row maxima
     E_r of the non-NaN group exponents (from the quantizer's ROW_MAX) -> the FP8 embedding: E4M3
     bytes of ``value * 2**(6 - E_r)`` (R, L) and row scales ``2**(E_r - 6)``. Every tile in parallel.
@@ -539,17 +553,23 @@ def _mx_to_fp8_kernel(P, S, EMAX, Q8, RS, SB, R, L, HW: tl.constexpr, TABLE: tl.
     codes becomes eight bytes by byte permutes (``e2m1_words_e4m3``, ~1.4 instructions per value, 16-byte
     loads and stores); otherwise each value is decoded, scaled and converted (~20 per value).
 
-    TENSOR (``quest_fp8(tensor_offset=True)``, EMAX as ``_quest_mxfp4_kernel``'s ROW_MAX 2): rows whose
-    non-zero groups all lie within 14 binades of the tensor's largest exponent G use G as their offset
-    (so one tensor-wide GEMM scale, SB = 2**(G - 6), serves them all); the others keep their own E_r."""
+    TENSOR (``quest_fp8(tensor_offset=True)``, EMAX and TAB (R, NT) as ``_quest_mxfp4_kernel``'s ROW_MAX
+    2): rows whose non-zero groups all lie within 14 binades of the tensor's largest exponent G use G as
+    their offset (so one tensor-wide GEMM scale, SB = 2**(G - 6), serves them all); the others keep
+    their own E_r. Each program reduces its rows' NT table entries to the row minimum."""
     rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     rmask = rows < R
     rows64 = rows.to(tl.int64)
     LG = L // 32
     emax = tl.load(EMAX + rows, mask=rmask, other=0)
     if TENSOR:
-        g = tl.load(EMAX + 2 * R)
-        emin = -tl.load(EMAX + R + rows, mask=rmask, other=-127)  # 127: no non-zero group
+        g = tl.load(EMAX + R)
+        nmin = tl.full((BLOCK_R,), -127, tl.int32)
+        for t0 in range(0, NT, 32):
+            t = t0 + tl.arange(0, 32)
+            f = tl.load(TAB + rows64[:, None] * NT + t[None, :], mask=rmask[:, None] & (t < NT)[None, :], other=-127)
+            nmin = tl.maximum(nmin, tl.max(f.to(tl.int32), axis=1))
+        emin = -nmin  # 127: no non-zero group
         emax = tl.where(emin >= g - _EXACT_RANGE, g, emax)
         if (tl.program_id(0) == 0) & (tl.program_id(1) == 0):
             tl.store(SB, exp2i(g - 6))
@@ -675,21 +695,28 @@ def _block_rows(R: int) -> int:
 # an option only. Float32 inputs must keep 32 x 128: their float32 FMA dot's output layout, and with it the
 # order of the QuEST sums, depends on the tile shape.
 _QUEST_BLOCK_K = 128
+# Register cap of the QuEST launches (ptxas .maxnreg): 80 instead of the 92-108 ptxas picks lets six
+# 4-warp programs share an SM instead of four or five, with no spills; the E5M2 activation quantizer ran
+# 0.1075 -> 0.1028 ms per (16384, 4096) bf16 operand and 0.357 -> 0.339 at (16384, 14336) on the H200.
+_QUEST_MAXNREG = 80
 
 
 def _mx_to_fp8(p: torch.Tensor, sc: torch.Tensor, emax: torch.Tensor, block_r: int = 16, block_l: int = 1024,
-               table: bool | None = None, tensor: bool = False):
+               table: bool | None = None, tab: torch.Tensor | None = None):
     """Packed MXFP4 rows + their row maxima -> (E4M3 uint8 (R, L), float32 row scales (R,)), and with
-    ``tensor`` (``emax`` from ROW_MAX 2) the tensor offset's GEMM scale (float32 (1,)) as a third item.
+    ``tab`` (the tensor offset: ``emax`` and ``tab`` from ROW_MAX 2) the tensor offset's GEMM scale
+    (float32 (1,)) as a third item.
     ``table``: the byte-permute conversion (default on GPU; the value-wise one otherwise)."""
     R, L = p.shape[0], p.shape[1] * 2
     q8 = torch.empty(R, L, dtype=torch.uint8, device=p.device)
     rs = torch.empty(R, dtype=torch.float32, device=p.device)
+    tensor = tab is not None
     sb = torch.empty(1, dtype=torch.float32, device=p.device) if tensor else rs
     grid = (triton.cdiv(R, block_r), triton.cdiv(L, block_l))
     table = not _INTERPRET if table is None else table
-    _mx_to_fp8_kernel[grid](p, sc, emax, q8, rs, sb, R, L, HW=not _INTERPRET, TABLE=table, TENSOR=tensor,
-                            BLOCK_R=block_r, BLOCK_L=block_l, num_warps=4)
+    _mx_to_fp8_kernel[grid](p, sc, emax, tab if tensor else emax, tab.shape[1] if tensor else 0, q8, rs, sb, R, L,
+                            HW=not _INTERPRET, TABLE=table, TENSOR=tensor, BLOCK_R=block_r, BLOCK_L=block_l,
+                            num_warps=4)
     return (q8, rs, sb) if tensor else (q8, rs)
 
 
@@ -704,10 +731,10 @@ def quest_fp8(a: torch.Tensor, block_r: int | None = None, block_k: int | None =
     the tensor's largest group exponent G are embedded at G instead of their own maximum (the same
     values, exact either way), so that one tensor-wide GEMM scale serves them; a fourth item is that
     scale, ``2**(G - 6)`` (float32 (1,)). ``rs`` stays per row (``2**(G - 6)`` for those rows)."""
-    p, sc, mask, emax = _quest_mx(a, block_r, block_k, row_max=2 if tensor_offset else 1)
+    p, sc, mask, emax, tab = _quest_mx(a, block_r, block_k, row_max=2 if tensor_offset else 1)
     if tensor_offset:
         _tensor_max_kernel[(1,)](emax, a.shape[0], BLOCK=1024, num_warps=4)
-        q8, rs, sb = _mx_to_fp8(p, sc, emax, tensor=True)
+        q8, rs, sb = _mx_to_fp8(p, sc, emax, tab=tab)
         return q8, mask, rs, sb
     q8, rs = _mx_to_fp8(p, sc, emax)
     return q8, mask, rs
@@ -732,9 +759,9 @@ def quest_e5m2(a: torch.Tensor, with_mask: bool = True, block_r: int | None = No
     mask = torch.empty(R, K // 32, dtype=torch.int32, device=a.device) if with_mask else None
     flag = torch.empty(R, grid[1], dtype=torch.int8, device=a.device)  # every (row, K tile) written
     h = _hmat(str(a.device), hd)
-    _quest_mxfp4_kernel[grid](a, a.stride(0), a.stride(1), h, q8, rs, mask if with_mask else rs, flag, R, K,
+    _quest_mxfp4_kernel[grid](a, a.stride(0), a.stride(1), h, q8, rs, mask if with_mask else rs, flag, flag, R, K,
                               ROW_MAX=0, OUT=1, WITH_MASK=with_mask, HDOT=hd, BLOCK_R=block_r, BLOCK_K=block_k,
-                              num_warps=4)
+                              num_warps=4, maxnreg=_QUEST_MAXNREG)
     _quest_e5m2_fix_kernel[(grid[0],)](a, a.stride(0), a.stride(1), h, q8, rs, flag, R, K, HW=not _INTERPRET,
                                        HDOT=hd, BLOCK_R=block_r, BLOCK_K=block_k, num_warps=4)
     return q8, mask, rs
@@ -764,13 +791,20 @@ def random_signs(seed: int, n: int, device) -> torch.Tensor:
 
 
 def mask_ihadamard(d: torch.Tensor, mask: torch.Tensor, out_dtype: torch.dtype, scale: float = SR_RESCALE,
-                   block_r: int = 32, block_k: int = 128) -> torch.Tensor:
-    """``((scale * d) ⊙ mask) H^T`` per 32-group along the last dim of a contiguous (R, K) tensor."""
+                   block_r: int = 32, block_k: int = 128, row_scale: torch.Tensor | None = None,
+                   col_scale: torch.Tensor | None = None) -> torch.Tensor:
+    """``((scale * d') ⊙ mask) H^T`` per 32-group along the last dim of a contiguous (R, K) tensor, with
+    ``d' = row_scale[:, None] * d * col_scale[None, :]`` (power-of-two float32 scales: the operand
+    scales of an unscaled ``fp8_gemm_raw``, exact to apply here) or ``d`` without them."""
     R, K = d.shape
     out = torch.empty(R, K, dtype=out_dtype, device=d.device)
     hd = _hdot_for(d.dtype)
     grid = (triton.cdiv(R, block_r), triton.cdiv(K, block_k))
-    _mask_ihadamard_kernel[grid](d, mask, out, R, K, scale, _hmat(str(d.device), hd), HDOT=hd,
+    scaled = row_scale is not None
+    if scaled != (col_scale is not None):
+        raise ValueError("mask_ihadamard: give both row_scale and col_scale, or neither")
+    _mask_ihadamard_kernel[grid](d, mask, out, row_scale if scaled else d, col_scale if scaled else d, R, K, scale,
+                                 _hmat(str(d.device), hd), HDOT=hd, SCALED=scaled,
                                  BLOCK_R=block_r, BLOCK_K=block_k, num_warps=4)
     return out
 
@@ -805,7 +839,36 @@ def fp8_gemm(a8: torch.Tensor, ra: torch.Tensor, b8: torch.Tensor, rb: torch.Ten
 
 
 _E5M2_OK: dict = {}
+_RAW_OK: dict = {}
 _ONE: dict = {}
+
+
+def _one(device) -> torch.Tensor:
+    one = _ONE.get(device)
+    if one is None:
+        one = _ONE[device] = torch.ones((), dtype=torch.float32, device=device)
+    return one
+
+
+def fp8_gemm_raw(a8: torch.Tensor, b8: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
+    """``e4m3(a8) @ e4m3(b8)^T`` without the operands' row scales (unit tensor-wise scales: cuBLAS's
+    tensor-wise kernel, which ran 15% faster than its row-wise one at (16384, 4096, 4096) on the H200).
+    The backward's GEMMs: ``mask_ihadamard`` applies the power-of-two row scales of both operands, which
+    gives the same values as scaling inside the GEMM (a power-of-two factor commutes with the rounding
+    to ``out_dtype``; unscaled outputs stay within its range: at most 448**2 * K)."""
+    one = _one(a8.device)
+    A = a8.view(torch.float8_e4m3fn)
+    B = b8.view(torch.float8_e4m3fn).t()
+    key = (a8.device.type, out_dtype)
+    if _RAW_OK.get(key, True):  # builds without a 16-bit output: float32, then rounded (the same values)
+        try:
+            y = torch._scaled_mm(A, B, scale_a=one, scale_b=one, out_dtype=out_dtype, use_fast_accum=False)
+            _RAW_OK[key] = True
+            return y
+        except (RuntimeError, NotImplementedError):
+            _RAW_OK[key] = False
+    return torch._scaled_mm(A, B, scale_a=one, scale_b=one, out_dtype=torch.float32,
+                            use_fast_accum=False).to(out_dtype)
 
 
 def fp8_gemm_e5m2(x8: torch.Tensor, rx: torch.Tensor, w8: torch.Tensor, rw: torch.Tensor, sw: torch.Tensor,
@@ -817,10 +880,7 @@ def fp8_gemm_e5m2(x8: torch.Tensor, rx: torch.Tensor, w8: torch.Tensor, rw: torc
     tensor-wise kernels ran 4-8% faster than its row-wise ones on the H200) and ``_fp8_rescale_kernel``
     for the output tiles of rows (rx != 1) and columns (rw != sw) embedded at their own offsets, which
     usually returns at once. Equal to the row-wise scaled GEMM up to float32 accumulation order."""
-    key = x8.device
-    one = _ONE.get(key)
-    if one is None:
-        one = _ONE[key] = torch.ones((), dtype=torch.float32, device=x8.device)
+    one = _one(x8.device)
     y = torch._scaled_mm(x8.view(torch.float8_e5m2), w8.view(torch.float8_e4m3fn).t(), scale_a=one, scale_b=sw,
                          out_dtype=out_dtype, use_fast_accum=False)
     M, N = y.shape
@@ -860,17 +920,22 @@ def unpack_mask(words: torch.Tensor) -> torch.Tensor:
 
 
 def _row_max_buffer(R: int, device, row_max: int) -> torch.Tensor:
-    """int32 -127s: ROW_MAX 0: a dummy; 1: the row maxima (R); 2: also the negated row minima and the
-    tensor maximum (2R + 1)."""
-    return torch.full(((0, R, 2 * R + 1)[int(row_max)] or 1,), -127, dtype=torch.int32, device=device)
+    """int32 -127s: ROW_MAX 0: a dummy; 1: the row maxima (R); 2: also the tensor maximum (R + 1)."""
+    return torch.full(((0, R, R + 1)[int(row_max)] or 1,), -127, dtype=torch.int32, device=device)
 
 
 def _quest_tiles(a, block_r, block_k):
     """(R, K, block_r, block_k, HDOT, grid) of a QuEST launch on the 2-D ``a`` (the default tiles above)."""
     R, K = a.shape
+    hd = _hdot_for(a.dtype)
     block_k = block_k or _QUEST_BLOCK_K
-    block_r = block_r or _block_rows(R) * 128 // block_k
-    return R, K, block_r, block_k, _hdot_for(a.dtype), (triton.cdiv(R, block_r), triton.cdiv(K, block_k))
+    rows = _block_rows(R)
+    if hd != _HDOT_F32 and triton.cdiv(R, 32) * triton.cdiv(K, block_k) >= 8192:
+        # short but wide 16-bit operands (a (4096, 14336) weight) have programs enough for 32 rows too:
+        # 0.1345 -> 0.1176 ms there (H200); 16-bit sums do not depend on the tile shape
+        rows = 32
+    block_r = block_r or rows * 128 // block_k
+    return R, K, block_r, block_k, hd, (triton.cdiv(R, block_r), triton.cdiv(K, block_k))
 
 
 def _quest_mx(a, block_r, block_k, row_max):
@@ -879,10 +944,12 @@ def _quest_mx(a, block_r, block_k, row_max):
     sc = torch.empty(R, K // 32, dtype=torch.uint8, device=a.device)
     mask = torch.empty(R, K // 32, dtype=torch.int32, device=a.device)
     emax = _row_max_buffer(R, a.device, row_max)
-    _quest_mxfp4_kernel[grid](a, a.stride(0), a.stride(1), _hmat(str(a.device), hd), p, sc, mask, emax, R, K,
-                              ROW_MAX=int(row_max), OUT=0, WITH_MASK=True, HDOT=hd, BLOCK_R=block_r,
-                              BLOCK_K=block_k, num_warps=4)
-    return p, sc, mask, emax
+    # ROW_MAX 2: every (row, K tile) entry of the row-minimum table is written
+    tab = torch.empty(R, grid[1], dtype=torch.int8, device=a.device) if row_max == 2 else None
+    _quest_mxfp4_kernel[grid](a, a.stride(0), a.stride(1), _hmat(str(a.device), hd), p, sc, mask, emax,
+                              emax if tab is None else tab, R, K, ROW_MAX=int(row_max), OUT=0, WITH_MASK=True,
+                              HDOT=hd, BLOCK_R=block_r, BLOCK_K=block_k, num_warps=4, maxnreg=_QUEST_MAXNREG)
+    return p, sc, mask, emax, tab
 
 
 def quest_mxfp4(a: torch.Tensor, block_r: int | None = None, block_k: int | None = None):
@@ -1059,7 +1126,7 @@ class QuartetLinearCUDA(torch.autograd.Function):
                 return sr_mxfp4(a, sign_seed=0, noise_seed=noise_seed, signs=signs)
 
             def gemm(a, b, out_dtype):
-                return mxfp4_gemm(a[0], a[1], b[0], b[1], out_dtype)
+                return mxfp4_gemm(a[0], a[1], b[0], b[1], out_dtype), None, None
         else:
             # (q8, mask, rs) of the activation (E5M2 or E4M3: ctx.x_fmt; mask None without dX), and
             # (q8, mask, rs, tensor scale) of the weight
@@ -1070,8 +1137,8 @@ class QuartetLinearCUDA(torch.autograd.Function):
             def operand(a, signs, noise_seed, scale=None, fmt="e4m3"):
                 return sr_fp8(a, sign_seed=0, noise_seed=noise_seed, scale=scale, signs=signs, a_fmt=fmt)
 
-            def gemm(a, b, out_dtype):
-                return fp8_gemm(a[0], a[1], b[0], b[1], out_dtype)
+            def gemm(a, b, out_dtype):  # unscaled; mask_ihadamard applies both operands' row scales
+                return fp8_gemm_raw(a[0], b[0], out_dtype), a[1], b[1]
 
         K = mw.shape[1] * 32
         dy2 = dy.reshape(M, N)
@@ -1082,14 +1149,14 @@ class QuartetLinearCUDA(torch.autograd.Function):
             signs = random_signs(s_sign_x, N, dy.device)  # the same for both operands of the GEMM
             g = operand(dy2, signs, s_g)  # (M, N)
             wt = operand(wsrc.t(), signs, s_w, None if ctx.path == "mxfp4" else rsw)  # (K, N)
-            dxq = gemm(g, wt, _grad_gemm_dtype(xd))  # (M, K)
-            dx = mask_ihadamard(dxq, mx, xd).reshape(*dy.shape[:-1], K)
+            dxq, ra, rb = gemm(g, wt, _grad_gemm_dtype(xd))  # (M, K)
+            dx = mask_ihadamard(dxq, mx, xd, row_scale=ra, col_scale=rb).reshape(*dy.shape[:-1], K)
         if needs[1]:
             signs = random_signs(s_sign_w, M, dy.device)
             gt = operand(dy2.t(), signs, s_gt)  # (N, Mp)
             xt = operand(xsrc.t(), signs, s_x, None if ctx.path == "mxfp4" else rsx, ctx.x_fmt)  # (K, Mp)
-            dwq = gemm(gt, xt, _grad_gemm_dtype(wd))  # (N, K)
-            dw = mask_ihadamard(dwq, mw, wd)
+            dwq, ra, rb = gemm(gt, xt, _grad_gemm_dtype(wd))  # (N, K)
+            dw = mask_ihadamard(dwq, mw, wd, row_scale=ra, col_scale=rb)
         if needs[2]:
             db = dy2.float().sum(0).to(bd)
         return dx, dw, db, None, None, None
