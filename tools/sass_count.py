@@ -1,7 +1,7 @@
 """Static SASS instruction counts of fp4attn kernels for sm_90, without a GPU.
 
 Attn-QAT inner loops (``fwd``, ``dkdv``), the decode split kernel's key-tile loop (``decode``), the
-Quartet quantizers (``quest``, ``sr``, ``fp8conv``) and the FP4 attention pre-pass kernels (``prepq``,
+Quartet quantizers (``quest``, ``queste5``, ``sr``, ``fp8conv``) and the FP4 attention pre-pass kernels (``prepq``,
 ``prepk``, ``prepv``: Q, K, V of ``quantize_qkv`` at D=128 with ``--fmt``, the sage3 smoothing with
 ``--smooth``); straight-line kernels are reported per value (static counts: both sides of a branch count).
 
@@ -12,7 +12,7 @@ with the default GPU configs, down to a cubin with the ptxas bundled with Triton
 the bundled ``cuobjdump -sass`` and reports, for every loop (a backward ``BRA``), the number of
 instructions between the branch target and the branch, by opcode class, plus registers and spills.
 
-    PYTHONPATH=src python tools/sass_count.py [fwd|dkdv|decode|quest|sr|fp8conv|prepq|prepk|prepv ...]
+    PYTHONPATH=src python tools/sass_count.py [fwd|dkdv|decode|quest|queste5|sr|fp8conv|prepq|prepk|prepv ...]
                                               [--fmt nvfp4|mxfp4] [--smooth] [--dump DIR]
 
 The first loop with the most HGMMA/HMMA instructions is the main (unmasked) key-tile loop of the
@@ -54,7 +54,7 @@ def compile_like_launch(fn, args, kwargs):
     sig = {n: s[0] for n, s in zip(names, spec)}
     consts = {(i,): v for i, (s, v) in enumerate(zip(sig.values(), bound.values())) if s == "constexpr"}
     attrs = {(i,): backend.parse_attr(s[1]) for i, s in enumerate(spec) if isinstance(s[1], str)}
-    opts = {k: v for k, v in kwargs.items() if k in ("num_warps", "num_stages")}
+    opts = {k: v for k, v in kwargs.items() if k in ("num_warps", "num_stages", "maxnreg")}
     return triton.compile(ASTSource(fn, sig, consts, attrs), target=TARGET, options=opts)
 
 
@@ -147,6 +147,8 @@ def recorded_cases(which, fmt="nvfp4", smooth=False):
         x = torch.randn(8192, 1024, dtype=torch.bfloat16)
         if "quest" in which or "fp8conv" in which:
             Kq.quest_fp8(x)
+        if "queste5" in which:
+            Kq.quest_e5m2(x)
         if "sr" in which:
             Kq.sr_fp8(x, sign_seed=1, noise_seed=2)
         if any(w.startswith("prep") for w in which):
@@ -157,13 +159,16 @@ def recorded_cases(which, fmt="nvfp4", smooth=False):
         rec = list(aot_probe._RECORDED)
     finally:
         JITFunction.run = run
-    names = {"decode": "_decode_split_kernel", "quest": "_quest_mxfp4_kernel", "sr": "_sr_mxfp4_kernel",
+    names = {"decode": "_decode_split_kernel", "quest": "_quest_mxfp4_kernel",
+             "queste5": "_quest_mxfp4_kernel", "sr": "_sr_mxfp4_kernel",
              "fp8conv": "_mx_to_fp8_kernel", "prepq": "_prep_qk_kernel", "prepk": "_prep_qk_kernel",
              "prepv": "_prep_v_kernel"}
     for w in which:
         hits = [(fn, args, kwargs) for fn, args, kwargs in rec if fn.__name__ == names.get(w)]
         if w == "prepk":  # the K launch comes after Q's
             hits = hits[1:]
+        if w in ("quest", "queste5"):  # packed MXFP4 (OUT 0) / E5M2 (OUT 1) output
+            hits = [h for h in hits if h[2].get("OUT") == (w == "queste5")]
         for fn, args, kwargs in hits:
             if w.startswith("prep"):
                 rows = kwargs["BLOCK_T"]
@@ -185,7 +190,7 @@ def main():
     ap.add_argument("--smooth", action="store_true", help="prep*: the sage3 pre-pass (smooth_q, smooth_k)")
     a = ap.parse_args()
     cases = [(*c, None) for c in kernel_cases(a.fmt, a.which)]
-    ap_rec = ("decode", "quest", "sr", "fp8conv", "prepq", "prepk", "prepv")
+    ap_rec = ("decode", "quest", "queste5", "sr", "fp8conv", "prepq", "prepk", "prepv")
     cases += list(recorded_cases([w for w in a.which if w in ap_rec], a.fmt, a.smooth))
     for name, fn, args, meta, per_thread in cases:
         ck = compile_like_launch(fn, args, meta)
