@@ -831,9 +831,7 @@ def fp8_gemm(a8: torch.Tensor, ra: torch.Tensor, b8: torch.Tensor, rb: torch.Ten
             return y if bias is None else y + bias.to(out_dtype)
         except (RuntimeError, NotImplementedError):
             _ROWWISE_OK[key] = False
-    one = torch.ones((), dtype=torch.float32, device=a8.device)
-    y = torch._scaled_mm(A, B, scale_a=one, scale_b=one, out_dtype=torch.float32, use_fast_accum=False)
-    y = y * ra.reshape(-1, 1) * rb.reshape(1, -1)
+    y = fp8_gemm_raw(a8, b8, torch.float32) * ra.reshape(-1, 1) * rb.reshape(1, -1)
     if bias is not None:
         y = y + bias.float()
     return y.to(out_dtype)
