@@ -20,7 +20,7 @@ EXPECTED = {
     "decode": {"_decode_split_kernel", "_decode_reduce_kernel", "_page_scores_kernel", "_page_topk_kernel",
                "_append_one_kernel"},
     "quartet": {"_quest_mxfp4_kernel", "_sr_mxfp4_kernel", "_mx_to_fp8_kernel", "_mask_ihadamard_kernel",
-                "_quest_e5m2_fix_kernel", "_fp8_rescale_kernel", "_tensor_max_kernel"},
+                "_quest_e5m2_fix_kernel", "_fp8_rescale_kernel"},
 }
 
 

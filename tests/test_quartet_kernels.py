@@ -390,6 +390,72 @@ def test_cuda_function_end_to_end_on_cpu(dtype):
     assert cos > 0.9
 
 
+@cpu_only
+def test_forward_without_gradient_skips_masks_and_autograd():
+    """``quartet_linear_cuda``: without a gradient to follow (no_grad, or no input requiring one) the
+    forward runs alone (no autograd node, no trust masks) with the same output bits; a frozen weight
+    gets no mask (nothing computes dW) and the same dX as a trained one."""
+    M, K, N = 40, 64, 96
+    x = _inputs(M, K, torch.float32, 6).requires_grad_()
+    w = (torch.randn(N, K, generator=torch.Generator().manual_seed(7)) * 0.1).requires_grad_()
+    y = kq.QuartetLinearCUDA.apply(x, w, None, QuartetRNG(5), 32)
+    with torch.no_grad():
+        y0 = kq.quartet_linear_cuda(x, w, None, QuartetRNG(5), 32)
+    assert y0.grad_fn is None and torch.equal(y0, y)
+    y1 = kq.quartet_linear_cuda(x.detach(), w.detach(), None, QuartetRNG(5), 32)
+    assert y1.grad_fn is None and torch.equal(y1, y)
+    saved = y.grad_fn.saved_tensors
+    assert saved[1] is not None and saved[4] is not None  # x's and W's mask words
+    dy = torch.randn(M, N, generator=torch.Generator().manual_seed(8))
+    y.backward(dy)
+    xf = x.detach().clone().requires_grad_()
+    yf = kq.quartet_linear_cuda(xf, w.detach(), None, QuartetRNG(5), 32)
+    assert yf.grad_fn.saved_tensors[4] is None and torch.equal(yf, y)
+    yf.backward(dy)
+    assert torch.equal(xf.grad, x.grad)
+    # quest_fp8 without the mask: the same bytes and scales
+    q8, m, rs, sb = kq.quest_fp8(w.detach(), tensor_offset=True)
+    q8n, mn, rsn, sbn = kq.quest_fp8(w.detach(), tensor_offset=True, with_mask=False)
+    assert mn is None and torch.equal(q8n, q8) and torch.equal(rsn, rs) and torch.equal(sbn, sb)
+
+
+@cpu_only
+def test_quest_fp8_tensor_maximum_over_many_programs():
+    """The weight's tensor maximum G is reduced through slots shared by the quantizer's programs
+    (program index mod the slot count): with more programs than slots, a largest group in a late
+    program still sets G (sb = 2**(G - 6)) and every row within 14 binades takes it."""
+    R, K = 16 * 34, 256  # 34 x 2 programs of 16 x 128 > 64 slots
+    g = torch.Generator().manual_seed(11)
+    w = torch.randn(R, K, generator=g) * 0.02
+    w[R - 1, 160:192] *= 2.0 ** 6  # the largest group, in the last program (index 67: slot 3)
+    q8, _, rs, sb = kq.quest_fp8(w, tensor_offset=True, with_mask=False)
+    rv, _, re = quest_quantize(hadamard_groups(w, 32), return_exponents=True)
+    G = re.max().item()
+    assert re[R - 1, 5].item() == G and (re[:R - 1] < G).all()
+    assert sb.item() == 2.0 ** (G - 6) and (rs == sb).all()
+    assert torch.equal(kq.e4m3_dequant(q8, rs), rv)
+
+
+@cpu_only
+def test_fp8_rescale_kernel_over_many_tiles():
+    """The GEMM's rescale pass over a grid of (128, 1024) tiles: rows (rx != 1) and columns (rw != sw)
+    at their own offsets in different tiles, rescaled exactly (powers of two); other tiles untouched."""
+    M, K, N = 300, 32, 2100
+    g = torch.Generator().manual_seed(12)
+    x8 = torch.randn(M, K, generator=g).to(torch.float8_e5m2).view(torch.uint8)
+    w8 = torch.randn(N, K, generator=g).to(torch.float8_e4m3fn).view(torch.uint8)
+    rx = torch.ones(M)
+    rx[[5, 260]] = torch.tensor([2.0 ** 9, 2.0 ** -7])
+    sw = torch.tensor([2.0 ** -3])
+    rw = sw.repeat(N)
+    rw[[40, 2099]] = torch.tensor([2.0 ** -20, 2.0 ** 4])
+    y = kq.fp8_gemm_e5m2(x8, rx, w8, rw, sw, torch.float32)
+    ref = kq.e5m2_dequant(x8, rx).double() @ kq.e4m3_dequant(w8, rw).double().t()
+    err = (y.double() - ref).abs() / ref.abs().amax(1, keepdim=True)
+    assert err.max() < 1e-6
+    assert ref[5].abs().max() > 1e2 and ref[:, 40].abs().max() < 1e-3 and ref[:, 2099].abs().max() > 1.0
+
+
 # ----------------------------------------------------------------------------------------------
 # Native MXFP4 path (Blackwell): packed quantizers, tl.dot_scaled GEMM, dispatch
 # ----------------------------------------------------------------------------------------------

@@ -4,11 +4,12 @@ For each shape (M, K, N) — x (M, K), W (N, K), bf16 — times, in one run on o
 * ``bf16``: ``F.linear`` forward; forward+backward (dX and dW, autograd);
 * ``fp8``: the speed-of-light reference, ``torch._scaled_mm`` on already-quantized E4M3 operands
   (forward: one GEMM; forward+backward: the three GEMMs of a linear layer, operands pre-transposed);
-* ``quartet``: ``QuartetLinearCUDA`` forward (Hadamard+QuEST quantizers + FP8 GEMM: the activation as
-  E5M2 in one pass, the weight as E4M3 at its tensor offset, one tensor-wise scaled GEMM) and
-  forward+backward (plus the SR quantizers, two GEMMs, mask + inverse Hadamard); also the forward
-  with the weight quantized once ("cached W": ``QuartetLinear.cache_weight``, i.e. evaluation or
-  gradient-accumulation micro-batches after the first);
+* ``quartet``: forward without grad (``quartet_linear_cuda`` under ``no_grad``: inference, no trust masks;
+  Hadamard+QuEST quantizers + FP8 GEMM: the activation as E5M2 in one pass, the weight as E4M3 at its
+  tensor offset, one tensor-wise scaled GEMM), the training forward (``QuartetLinearCUDA``: the masks
+  of x and W computed, operands saved) and forward+backward (plus the SR quantizers, two GEMMs, mask +
+  inverse Hadamard); also the forward with the weight quantized once ("cached W":
+  ``QuartetLinear.cache_weight``, i.e. evaluation or gradient-accumulation micro-batches after the first);
 * the quantization overhead apart: the forward's two quantizer calls, and the backward's four SR
   quantizers + two epilogues.
 Prints a markdown table (ms, TFLOP/s with 2·M·K·N per GEMM, speedups vs bf16 and vs fp8) and writes
@@ -73,16 +74,18 @@ def bench_shape(M, K, N, rep_ms=200.0, dev="cuda"):
 
     rng = QuartetRNG(0)
 
-    def q_fwd():
+    def q_fwd():  # inference: no gradient follows, so no trust masks and no autograd node
         with torch.no_grad():
-            return kq.QuartetLinearCUDA.apply(x, w, None, rng, 32)
+            return kq.quartet_linear_cuda(x, w, None, rng, 32)
 
     put("quartet fwd", q_fwd)
+    # the training forward: the trust masks of x and W computed, the operands saved for the backward
+    put("quartet fwd train", lambda: kq.QuartetLinearCUDA.apply(x, w, None, rng, 32))
     wq = kq.quantize_weight(w.detach())
 
     def q_fwd_cached():  # the weight quantized once (QuartetLinear.cache_weight: evaluation, grad accumulation)
         with torch.no_grad():
-            return kq.QuartetLinearCUDA.apply(x, w, None, rng, 32, wq)
+            return kq.quartet_linear_cuda(x, w, None, rng, 32, wq)
 
     put("quartet fwd cached W", q_fwd_cached)
     put("quartet fwd+bwd", lambda: kq.QuartetLinearCUDA.apply(x, w, None, rng, 32).backward(dy), [x, w])
@@ -162,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
 
     shapes = parse_shapes(args.shapes)
     headers = ["shape (M,K,N)", "bf16 fwd ms", "fp8 fwd ms", "quartet fwd ms", "fwd x bf16", "fwd x fp8",
-               "quartet fwd cached W ms", "fwd cached W x bf16",
+               "quartet fwd train ms", "fwd train x bf16", "quartet fwd cached W ms", "fwd cached W x bf16",
                "bf16 f+b ms", "fp8 f+b ms", "quartet f+b ms", "f+b x bf16", "f+b x fp8",
                "fwd quant ms", "bwd quant ms", "quartet fwd GEMM ms", "fwd TF/s", "f+b TF/s"]
     rows, all_notes = [], {}
@@ -177,6 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         fl = 2.0 * M * K * N
         rows.append([f"({M},{K},{N})", r["bf16 fwd"], r["fp8 fwd"], r["quartet fwd"],
                      ratio("bf16 fwd", "quartet fwd"), ratio("fp8 fwd", "quartet fwd"),
+                     r["quartet fwd train"], ratio("bf16 fwd", "quartet fwd train"),
                      r["quartet fwd cached W"], ratio("bf16 fwd", "quartet fwd cached W"),
                      r["bf16 fwd+bwd"], r["fp8 fwd+bwd"], r["quartet fwd+bwd"],
                      ratio("bf16 fwd+bwd", "quartet fwd+bwd"), ratio("fp8 fwd+bwd", "quartet fwd+bwd"),

@@ -92,7 +92,7 @@ from ..reference.quartet import QUEST_EPS, QUEST_STD_FACTOR, SR_RESCALE, _splitm
 __all__ = ["supported", "QuartetLinearCUDA", "quest_fp8", "sr_fp8", "mask_ihadamard", "fp8_gemm",
            "fp8_embed", "fp8_embedding_exact", "FP8_EXACT_RANGE", "quest_mxfp4", "sr_mxfp4", "mxfp4_gemm",
            "mxfp4_dequant", "gemm_path", "quantize_weight", "quest_e5m2", "fp8_gemm_e5m2", "e5m2_dequant",
-           "e5m2_gemm_supported"]
+           "e5m2_gemm_supported", "quartet_linear_cuda"]
 
 FP8_EXACT_RANGE = 14  # groups with e >= rowmax(e) - 14 embed exactly in E4M3
 _EXACT_RANGE = tl.constexpr(FP8_EXACT_RANGE)
@@ -104,6 +104,8 @@ _INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 _QUEST_C = tl.constexpr(QUEST_STD_FACTOR)
 _QUEST_EPS = tl.constexpr(QUEST_EPS)
 _RSQRT32 = tl.constexpr(_INV_SQRT32)
+# slots of the weight's tensor maximum (``_quest_mxfp4_kernel`` ROW_MAX 2): atomics spread over 64 lines
+_TMAX_SLOTS = tl.constexpr(64)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -396,9 +398,10 @@ def _quest_mxfp4_kernel(X, sxr, sxk, H, P, S, MASK, EMAX, TAB, R, K,
     OUT 0: packed MXFP4 (E2M1 codes into P (R, K/2), E8M0 bytes into S (R, K/32)). ROW_MAX 1: the row
     maxima of the group exponents into EMAX[0:R]; 2: also, for the tensor offset of ``quest_fp8``,
     TAB[r, tile] (int8) = -(smallest exponent of row r's non-zero groups in this K tile), a plain store
-    (a second atomic per row, for the row minimum, cost 0.164 vs 0.127 ms per 8192 x 8192 operand);
-    ``_tensor_max_kernel`` then writes the tensor's largest into EMAX[R] (one atomic per program on one
-    address cost ~20 us).
+    (a second atomic per row, for the row minimum, cost 0.164 vs 0.127 ms per 8192 x 8192 operand),
+    and the tile's largest exponent into one of ``_TMAX_SLOTS`` slots after the row maxima (EMAX[R +
+    32 j], a line each, j = program index mod the slot count), which ``_mx_to_fp8_kernel`` reduces:
+    one atomic per program on a single address cost ~20 us, and a separate reduction kernel a launch.
     OUT 1 (``quest_e5m2``): the E5M2 bytes of the values at offset 0 into P (R, K), 1.0 into S[r] (the
     row scales) and the int8 flag EMAX[r, tile] = 1 if row r has a non-zero group outside [-13, 13] in
     this K tile (those rows are rewritten by ``_quest_e5m2_fix_kernel``); no atomics, no buffer to
@@ -422,6 +425,9 @@ def _quest_mxfp4_kernel(X, sxr, sxk, H, P, S, MASK, EMAX, TAB, R, K,
             live = gm & (bad == 0) & (zero == 0)
             tl.store(TAB + rows64 * tl.num_programs(1) + tl.program_id(1),
                      tl.max(tl.where(live, -e, -127), axis=1).to(tl.int8), mask=rows < R)
+            slot = (tl.program_id(0) * tl.num_programs(1) + tl.program_id(1)) % _TMAX_SLOTS
+            tl.atomic_max(EMAX + R + slot * 32, tl.max(tl.max(tl.where(gm & (bad == 0), e, -127), axis=1), axis=0),
+                          sem="relaxed")
     else:
         b = e2m1_e5m2_byte(xh, tl.expand_dims(inv, 2), tl.expand_dims(e, 2), tl.expand_dims(bad, 2))
         tl.store(P + rows64[:, None] * K + cols[None, :], tl.reshape(b, (BLOCK_R, BLOCK_K)).to(tl.uint8),
@@ -480,16 +486,6 @@ def _quest_e5m2_fix_kernel(X, sxr, sxk, H, Q8, RS, FLAG, R, K, HW: tl.constexpr,
             tl.store(Q8 + rows64[:, None] * K + cols[None, :], tl.reshape(b, (BLOCK_R, BLOCK_K)).to(tl.uint8),
                      mask=flagged[:, None] & (cols < K)[None, :])
         tl.store(RS + rows64, exp2i(er - 13), mask=flagged)
-
-
-@triton.jit
-def _tensor_max_kernel(EMAX, R, BLOCK: tl.constexpr):
-    """EMAX[R] = max(EMAX[0:R]) (one program)."""
-    m = tl.full((BLOCK,), -127, tl.int32)
-    for r0 in range(0, R, BLOCK):
-        r = r0 + tl.arange(0, BLOCK)
-        m = tl.maximum(m, tl.load(EMAX + r, mask=r < R, other=-127))
-    tl.store(EMAX + R, tl.max(m, axis=0))
 
 
 @triton.jit
@@ -553,17 +549,18 @@ def _mx_to_fp8_kernel(P, S, EMAX, TAB, NT, Q8, RS, SB, R, L, HW: tl.constexpr, T
     codes becomes eight bytes by byte permutes (``e2m1_words_e4m3``, ~1.4 instructions per value, 16-byte
     loads and stores); otherwise each value is decoded, scaled and converted (~20 per value).
 
-    TENSOR (``quest_fp8(tensor_offset=True)``, EMAX and TAB (R, NT) as ``_quest_mxfp4_kernel``'s ROW_MAX
-    2): rows whose non-zero groups all lie within 14 binades of the tensor's largest exponent G use G as
-    their offset (so one tensor-wide GEMM scale, SB = 2**(G - 6), serves them all); the others keep
-    their own E_r. Each program reduces its rows' NT table entries to the row minimum."""
+    TENSOR (``quest_fp8(tensor_offset=True)``, EMAX (with the tensor maximum's slots) and TAB (R, NT)
+    as ``_quest_mxfp4_kernel``'s ROW_MAX 2): rows whose non-zero groups all lie within 14 binades of
+    the tensor's largest exponent G use G as their offset (so one tensor-wide GEMM scale, SB =
+    2**(G - 6), serves them all); the others keep their own E_r. Each program reduces the slots to G
+    and its rows' NT table entries to the row minimum."""
     rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     rmask = rows < R
     rows64 = rows.to(tl.int64)
     LG = L // 32
     emax = tl.load(EMAX + rows, mask=rmask, other=0)
     if TENSOR:
-        g = tl.load(EMAX + R)
+        g = tl.max(tl.load(EMAX + R + tl.arange(0, _TMAX_SLOTS) * 32), axis=0)
         nmin = tl.full((BLOCK_R,), -127, tl.int32)
         for t0 in range(0, NT, 32):
             t = t0 + tl.arange(0, 32)
@@ -640,23 +637,24 @@ def _mxfp4_gemm_kernel(A, SA, B, SB, C, BIAS, M, N, K,
 
 
 @triton.jit
-def _fp8_rescale_kernel(Y, RA, RB, SB, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """Y (M, N) *= RA[m] * (RB[n] / SB[0]) in place, for row blocks where a factor is not 1; the others
-    read their row factors and the column factors and stop. The factors are powers of two, so the
-    rescaled output equals the one a GEMM with those row/column scales would round (unless a value
-    leaves the output dtype's normal range: a factor of 2**k on an output below 2**(k - 126) or above
-    2**(k + 127))."""
-    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+def _fp8_rescale_kernel(Y, RA, RB, SB, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SUB_M: tl.constexpr):
+    """Y (M, N) *= RA[m] * (RB[n] / SB[0]) in place, per (BLOCK_M, BLOCK_N) tile where a factor is not 1
+    (in SUB_M-row steps); the other programs read their tile's row and column factors and stop (one wave
+    of short programs: one program per row block reading every column factor in a loop took 6-20 us).
+    The factors are powers of two, so the rescaled output equals the one a GEMM with those row/column
+    scales would round (unless a value leaves the output dtype's normal range: a factor of 2**k on an
+    output below 2**(k - 126) or above 2**(k + 127))."""
+    r0 = tl.program_id(0) * BLOCK_M
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     sb = tl.load(SB)
-    fa = tl.load(RA + rows, mask=rows < M, other=1.0)
-    need = tl.max(tl.abs(fa - 1.0), axis=0)
-    for n0 in range(0, N, BLOCK_N):
-        cols = n0 + tl.arange(0, BLOCK_N)
-        need += tl.max(tl.abs(tl.load(RB + cols, mask=cols < N, other=sb) - sb), axis=0)
+    rb = tl.load(RB + cols, mask=cols < N, other=sb)
+    rt = r0 + tl.arange(0, BLOCK_M)
+    need = tl.max(tl.abs(tl.load(RA + rt, mask=rt < M, other=1.0) - 1.0), axis=0) + tl.max(tl.abs(rb - sb), axis=0)
     if need > 0:
-        for n0 in range(0, N, BLOCK_N):
-            cols = n0 + tl.arange(0, BLOCK_N)
-            fb = tl.math.div_rn(tl.load(RB + cols, mask=cols < N, other=sb), sb)  # exact: powers of two
+        fb = tl.math.div_rn(rb, sb)  # exact: powers of two
+        for m0 in range(0, BLOCK_M, SUB_M):
+            rows = r0 + m0 + tl.arange(0, SUB_M)
+            fa = tl.load(RA + rows, mask=rows < M, other=1.0)
             ptr = Y + rows.to(tl.int64)[:, None] * N + cols[None, :]
             m2 = (rows < M)[:, None] & (cols < N)[None, :]
             y = tl.load(ptr, mask=m2, other=0.0).to(tl.float32)
@@ -721,9 +719,10 @@ def _mx_to_fp8(p: torch.Tensor, sc: torch.Tensor, emax: torch.Tensor, block_r: i
     return (q8, rs, sb) if tensor else (q8, rs)
 
 
-def quest_fp8(a: torch.Tensor, block_r: int | None = None, block_k: int | None = None, tensor_offset: bool = False):
-    """Hadamard + QuEST of a 2-D (R, K) tensor -> (E4M3 uint8 (R, K), mask words int32 (R, K/32),
-    row scales float32 (R,)). Dequantized value = e4m3(q8) * rs[:, None].
+def quest_fp8(a: torch.Tensor, block_r: int | None = None, block_k: int | None = None, tensor_offset: bool = False,
+              with_mask: bool = True):
+    """Hadamard + QuEST of a 2-D (R, K) tensor -> (E4M3 uint8 (R, K), mask words int32 (R, K/32) or None
+    without ``with_mask``, row scales float32 (R,)). Dequantized value = e4m3(q8) * rs[:, None].
 
     Two kernels, each one pass in parallel over (row, column) tiles: the packed quantization (as
     ``quest_mxfp4``, plus the row maxima) and the conversion to the FP8 embedding.
@@ -732,9 +731,8 @@ def quest_fp8(a: torch.Tensor, block_r: int | None = None, block_k: int | None =
     the tensor's largest group exponent G are embedded at G instead of their own maximum (the same
     values, exact either way), so that one tensor-wide GEMM scale serves them; a fourth item is that
     scale, ``2**(G - 6)`` (float32 (1,)). ``rs`` stays per row (``2**(G - 6)`` for those rows)."""
-    p, sc, mask, emax, tab = _quest_mx(a, block_r, block_k, row_max=2 if tensor_offset else 1)
+    p, sc, mask, emax, tab = _quest_mx(a, block_r, block_k, row_max=2 if tensor_offset else 1, with_mask=with_mask)
     if tensor_offset:
-        _tensor_max_kernel[(1,)](emax, a.shape[0], BLOCK=1024, num_warps=4)
         q8, rs, sb = _mx_to_fp8(p, sc, emax, tab=tab)
         return q8, mask, rs, sb
     q8, rs = _mx_to_fp8(p, sc, emax)
@@ -884,7 +882,8 @@ def fp8_gemm_e5m2(x8: torch.Tensor, rx: torch.Tensor, w8: torch.Tensor, rw: torc
     y = torch._scaled_mm(x8.view(torch.float8_e5m2), w8.view(torch.float8_e4m3fn).t(), scale_a=one, scale_b=sw,
                          out_dtype=out_dtype, use_fast_accum=False)
     M, N = y.shape
-    _fp8_rescale_kernel[(triton.cdiv(M, 64),)](y, rx, rw, sw, M, N, BLOCK_M=64, BLOCK_N=512, num_warps=4)
+    grid = (triton.cdiv(M, 128), triton.cdiv(N, 1024))
+    _fp8_rescale_kernel[grid](y, rx, rw, sw, M, N, BLOCK_M=128, BLOCK_N=1024, SUB_M=8, num_warps=4)
     return y if bias is None else y + bias.to(out_dtype)
 
 
@@ -920,8 +919,10 @@ def unpack_mask(words: torch.Tensor) -> torch.Tensor:
 
 
 def _row_max_buffer(R: int, device, row_max: int) -> torch.Tensor:
-    """int32 -127s: ROW_MAX 0: a dummy; 1: the row maxima (R); 2: also the tensor maximum (R + 1)."""
-    return torch.full(((0, R, R + 1)[int(row_max)] or 1,), -127, dtype=torch.int32, device=device)
+    """int32 -127s: ROW_MAX 0: a dummy; 1: the row maxima (R); 2: also the tensor maximum's slots
+    (R + 32 * _TMAX_SLOTS)."""
+    n = (0, R, R + 32 * _TMAX_SLOTS)[int(row_max)] or 1
+    return torch.full((n,), -127, dtype=torch.int32, device=device)
 
 
 def _quest_tiles(a, block_r, block_k):
@@ -938,17 +939,18 @@ def _quest_tiles(a, block_r, block_k):
     return R, K, block_r, block_k, hd, (triton.cdiv(R, block_r), triton.cdiv(K, block_k))
 
 
-def _quest_mx(a, block_r, block_k, row_max):
+def _quest_mx(a, block_r, block_k, row_max, with_mask=True):
     R, K, block_r, block_k, hd, grid = _quest_tiles(a, block_r, block_k)
     p = torch.empty(R, K // 2, dtype=torch.uint8, device=a.device)
     sc = torch.empty(R, K // 32, dtype=torch.uint8, device=a.device)
-    mask = torch.empty(R, K // 32, dtype=torch.int32, device=a.device)
+    mask = torch.empty(R, K // 32, dtype=torch.int32, device=a.device) if with_mask else None
     emax = _row_max_buffer(R, a.device, row_max)
     # ROW_MAX 2: every (row, K tile) entry of the row-minimum table is written
     tab = torch.empty(R, grid[1], dtype=torch.int8, device=a.device) if row_max == 2 else None
-    _quest_mxfp4_kernel[grid](a, a.stride(0), a.stride(1), _hmat(str(a.device), hd), p, sc, mask, emax,
-                              emax if tab is None else tab, R, K, ROW_MAX=int(row_max), OUT=0, WITH_MASK=True,
-                              HDOT=hd, BLOCK_R=block_r, BLOCK_K=block_k, num_warps=4, maxnreg=_QUEST_MAXNREG)
+    _quest_mxfp4_kernel[grid](a, a.stride(0), a.stride(1), _hmat(str(a.device), hd), p, sc,
+                              sc if mask is None else mask, emax, emax if tab is None else tab, R, K,
+                              ROW_MAX=int(row_max), OUT=0, WITH_MASK=with_mask, HDOT=hd, BLOCK_R=block_r,
+                              BLOCK_K=block_k, num_warps=4, maxnreg=_QUEST_MAXNREG)
     return p, sc, mask, emax, tab
 
 
@@ -1060,10 +1062,56 @@ def _grad_gemm_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float32 if dtype == torch.float32 else torch.bfloat16
 
 
-def quantize_weight(weight: torch.Tensor, path: str | None = None):
-    """The forward's weight quantization for ``path`` (``gemm_path`` by default): ``(path, tensors)``."""
+def quantize_weight(weight: torch.Tensor, path: str | None = None, with_mask: bool = True):
+    """The forward's weight quantization for ``path`` (``gemm_path`` by default): ``(path, tensors)``.
+    ``with_mask=False``: no trust mask (the "fp8" path's tensors[1] is then None), for forwards that no
+    gradient of the weight follows."""
     path = path or gemm_path(weight.device)
-    return path, (quest_mxfp4(weight) if path == "mxfp4" else quest_fp8(weight, tensor_offset=True))
+    return path, (quest_mxfp4(weight) if path == "mxfp4"
+                  else quest_fp8(weight, tensor_offset=True, with_mask=with_mask))
+
+
+def _forward(x, weight, bias, w_quantized, mask_x: bool, mask_w: bool):
+    """The forward's quantizers and GEMM -> (y, xq, wq, x_fmt, path): the output (x's shape, last dim
+    N, x's dtype), the quantized operands as the backward reads them, the activation's FP8 format and
+    the GEMM path. The trust masks (the "fp8" path) only where a gradient follows: ``mask_x`` for dX,
+    ``mask_w`` for dW (each costs ~15% of its quantizer)."""
+    K = x.shape[-1]
+    N = weight.shape[0]
+    x2 = x.reshape(-1, K)
+    path = gemm_path(x.device)
+    out_dtype = x.dtype if x.dtype != torch.float16 else torch.float32
+    x_fmt = "e5m2" if path == "fp8" and e5m2_gemm_supported(x.device) else "e4m3"
+    with torch.autocast(x.device.type, enabled=False):
+        # the activation first: its long kernel hides the weight quantizer's short launches
+        if path == "mxfp4":
+            xq = quest_mxfp4(x2)
+        elif x_fmt == "e5m2":
+            # E5M2 straight from the quantizer (no row offsets in practice)
+            xq = quest_e5m2(x2, with_mask=mask_x)
+        else:
+            xq = quest_fp8(x2, with_mask=mask_x)
+        if (w_quantized is None or w_quantized[0] != path
+                or (path == "fp8" and mask_w and w_quantized[1][1] is None)):
+            w_quantized = quantize_weight(weight, path, with_mask=mask_w)
+        wq = w_quantized[1]
+        if path == "mxfp4":
+            y = mxfp4_gemm(xq[0], xq[1], wq[0], wq[1], out_dtype, bias)
+        elif x_fmt == "e5m2":  # the weight at its tensor offset: one tensor-wise scaled GEMM
+            y = fp8_gemm_e5m2(xq[0], xq[2], wq[0], wq[2], wq[3], out_dtype, bias)
+        else:
+            y = fp8_gemm(xq[0], xq[2], wq[0], wq[2], out_dtype, bias)
+    return y.to(x.dtype).reshape(*x.shape[:-1], N), xq, wq, x_fmt, path
+
+
+def quartet_linear_cuda(x, weight, bias, rng, hadamard_group: int = 32, w_quantized=None):
+    """``QuartetLinearCUDA.apply`` where a gradient can flow (grad mode on and an input that requires
+    it); otherwise the forward alone: no trust masks, nothing saved, no autograd node (inference:
+    ~10% less quantizer time and less host time per call)."""
+    if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad
+                                    or (bias is not None and bias.requires_grad)):
+        return QuartetLinearCUDA.apply(x, weight, bias, rng, hadamard_group, w_quantized)
+    return _forward(x, weight, bias, w_quantized, False, False)[0]
 
 
 class QuartetLinearCUDA(torch.autograd.Function):
@@ -1077,36 +1125,13 @@ class QuartetLinearCUDA(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, weight, bias, rng, hadamard_group=32, w_quantized=None):
-        K = x.shape[-1]
-        N = weight.shape[0]
-        x2 = x.reshape(-1, K)
-        path = gemm_path(x.device)
-        out_dtype = x.dtype if x.dtype != torch.float16 else torch.float32
-        x_fmt = "e5m2" if path == "fp8" and e5m2_gemm_supported(x.device) else "e4m3"
-        with torch.autocast(x.device.type, enabled=False):
-            # the activation first: its long kernel hides the weight quantizer's short launches
-            if path == "mxfp4":
-                xq = quest_mxfp4(x2)
-            elif x_fmt == "e5m2":
-                # E5M2 straight from the quantizer (no row offsets in practice); the mask only for dX
-                xq = quest_e5m2(x2, with_mask=ctx.needs_input_grad[0])
-            else:
-                xq = quest_fp8(x2)
-            if w_quantized is None or w_quantized[0] != path:
-                w_quantized = quantize_weight(weight, path)
-            wq = w_quantized[1]
-            if path == "mxfp4":
-                y = mxfp4_gemm(xq[0], xq[1], wq[0], wq[1], out_dtype, bias)
-            elif x_fmt == "e5m2":  # the weight at its tensor offset: one tensor-wise scaled GEMM
-                y = fp8_gemm_e5m2(xq[0], xq[2], wq[0], wq[2], wq[3], out_dtype, bias)
-            else:
-                y = fp8_gemm(xq[0], xq[2], wq[0], wq[2], out_dtype, bias)
+        y, xq, wq, ctx.x_fmt, ctx.path = _forward(x, weight, bias, w_quantized, ctx.needs_input_grad[0],
+                                                  ctx.needs_input_grad[1])
         ctx.save_for_backward(*xq, *wq)
-        ctx.x_fmt = x_fmt
-        ctx.path = path
+        ctx.K = x.shape[-1]
         ctx.rng = rng
         ctx.dtypes = (x.dtype, weight.dtype, None if bias is None else bias.dtype)
-        return y.to(x.dtype).reshape(*x.shape[:-1], N)
+        return y
 
     @staticmethod
     def backward(ctx, dy):
@@ -1129,7 +1154,7 @@ class QuartetLinearCUDA(torch.autograd.Function):
                 return mxfp4_gemm(a[0], a[1], b[0], b[1], out_dtype), None, None
         else:
             # (q8, mask, rs) of the activation (E5M2 or E4M3: ctx.x_fmt; mask None without dX), and
-            # (q8, mask, rs, tensor scale) of the weight
+            # (q8, mask, rs, tensor scale) of the weight (mask None without dW)
             x8, mx, rsx, w8, mw, rsw = ctx.saved_tensors[:6]
             M, N = x8.shape[0], w8.shape[0]
             xsrc, wsrc = x8, w8
@@ -1140,7 +1165,7 @@ class QuartetLinearCUDA(torch.autograd.Function):
             def gemm(a, b, out_dtype):  # unscaled; mask_ihadamard applies both operands' row scales
                 return fp8_gemm_raw(a[0], b[0], out_dtype), a[1], b[1]
 
-        K = mw.shape[1] * 32
+        K = ctx.K
         dy2 = dy.reshape(M, N)
         if not dy2.is_contiguous():
             dy2 = dy2.contiguous()

@@ -97,7 +97,7 @@ def _apply(x, weight, bias, rng, hadamard_group, module=None):
     kq = _kernels() if x.is_cuda else None
     if kq is not None and kq.supported(x, weight, hadamard_group):
         wq = module._cached_weight("cuda", weight) if module is not None else None
-        return kq.QuartetLinearCUDA.apply(x, weight, bias, rng, hadamard_group, wq)
+        return kq.quartet_linear_cuda(x, weight, bias, rng, hadamard_group, wq)
     wq = module._cached_weight("reference", weight) if module is not None else None
     return QuartetLinearFunction.apply(x, weight, bias, rng, hadamard_group, wq)
 
