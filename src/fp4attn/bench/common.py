@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import datetime as _dt
 import os
+import sys
 from collections.abc import Callable, Sequence
 
 import torch
@@ -27,6 +28,25 @@ def time_ms(fn: Callable[[], object], *, warmup_ms: float = 100.0, rep_ms: float
 
     return float(triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, grad_to_none=grad_to_none,
                                          return_mode="median"))
+
+
+def graph_time_ms(fn: Callable[[], object], rep_ms: float) -> float | None:
+    """Median time of ``fn`` replayed from a CUDA graph: the GPU's time without the host's launch work
+    (None if capture fails, with the reason on stderr)."""
+    try:
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for _ in range(3):
+                fn()
+        torch.cuda.current_stream().wait_stream(s)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            fn()
+        return time_ms(g.replay, warmup_ms=rep_ms / 4, rep_ms=rep_ms)
+    except Exception as e:  # pragma: no cover - depends on the backend
+        print(f"  (graph capture failed: {type(e).__name__}: {str(e)[:120]})", file=sys.stderr)
+        return None
 
 
 def peak_memory_mib(fn: Callable[[], object], device=None) -> float:

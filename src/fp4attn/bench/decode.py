@@ -27,7 +27,7 @@ import sys
 
 import torch
 
-from .common import device_name, markdown_table, now_utc, time_ms
+from .common import device_name, graph_time_ms, markdown_table, now_utc, time_ms
 
 DEFAULT_SHAPES = "8x32x8x32768x128,1x32x8x131072x128"
 
@@ -46,24 +46,6 @@ def copy_bandwidth(nbytes: int = 1 << 31) -> float:
     dst = torch.empty_like(src)
     t = time_ms(lambda: dst.copy_(src), warmup_ms=50, rep_ms=300)
     return 2 * nbytes / (t * 1e-3)
-
-
-def graph_time_ms(fn, rep_ms: float) -> float | None:
-    """Median time of ``fn`` replayed from a CUDA graph (None if capture fails)."""
-    try:
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            for _ in range(3):
-                fn()
-        torch.cuda.current_stream().wait_stream(s)
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            fn()
-        return time_ms(g.replay, warmup_ms=rep_ms / 4, rep_ms=rep_ms)
-    except Exception as e:  # pragma: no cover - depends on the backend
-        print(f"  (graph capture failed: {type(e).__name__}: {str(e)[:120]})", file=sys.stderr)
-        return None
 
 
 def sdpa_fn(backend, q, k, v):

@@ -9,7 +9,8 @@ For each shape (M, K, N) — x (M, K), W (N, K), bf16 — times, in one run on o
   tensor offset, one tensor-wise scaled GEMM), the training forward (``QuartetLinearCUDA``: the masks
   of x and W computed, operands saved) and forward+backward (plus the SR quantizers, two GEMMs, mask +
   inverse Hadamard); also the forward with the weight quantized once ("cached W":
-  ``QuartetLinear.cache_weight``, i.e. evaluation or gradient-accumulation micro-batches after the first);
+  ``QuartetLinear.cache_weight``, i.e. evaluation or gradient-accumulation micro-batches after the first),
+  and forward+backward of both layers replayed from CUDA graphs (the GPU's time, no host launch work);
 * the quantization overhead apart: the forward's two quantizer calls, and the backward's four SR
   quantizers + two epilogues.
 Prints a markdown table (ms, TFLOP/s with 2·M·K·N per GEMM, speedups vs bf16 and vs fp8) and writes
@@ -24,7 +25,7 @@ import sys
 import torch
 import torch.nn.functional as F
 
-from .common import device_name, markdown_table, now_utc, time_ms, write_csv
+from .common import device_name, graph_time_ms, markdown_table, now_utc, time_ms, write_csv
 
 DEFAULT_SHAPES = "8192x8192x8192,16384x4096x4096,16384x4096x14336,16384x14336x4096"
 
@@ -89,6 +90,16 @@ def bench_shape(M, K, N, rep_ms=200.0, dev="cuda"):
 
     put("quartet fwd cached W", q_fwd_cached)
     put("quartet fwd+bwd", lambda: kq.QuartetLinearCUDA.apply(x, w, None, rng, 32).backward(dy), [x, w])
+    # forward+backward replayed from CUDA graphs: the GPU's time without the host's launch work (the
+    # layer's ~17 Triton launches and ~30 allocations per step can take longer on a slow host than the
+    # GPU's work at the smaller shapes). autograd.grad: nothing accumulates between replays; the
+    # captured backward replays its capture-time seed (same work as a fresh one)
+    for key, fn in (("bf16 f+b graph", lambda: torch.autograd.grad(F.linear(x, w), (x, w), dy)),
+                    ("quartet f+b graph",
+                     lambda: torch.autograd.grad(kq.QuartetLinearCUDA.apply(x, w, None, rng, 32), (x, w), dy))):
+        res[key] = graph_time_ms(fn, rep_ms)
+        if res[key] is None:
+            notes[key] = "CUDA graph capture failed"
     # the forward's two quantizer calls (without grad: no trust mask for x) and its GEMM
     if kq.e5m2_gemm_supported(x.device):
         def fwd_quant():
@@ -167,6 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     headers = ["shape (M,K,N)", "bf16 fwd ms", "fp8 fwd ms", "quartet fwd ms", "fwd x bf16", "fwd x fp8",
                "quartet fwd train ms", "fwd train x bf16", "quartet fwd cached W ms", "fwd cached W x bf16",
                "bf16 f+b ms", "fp8 f+b ms", "quartet f+b ms", "f+b x bf16", "f+b x fp8",
+               "bf16 f+b graph ms", "quartet f+b graph ms", "f+b graph x bf16",
                "fwd quant ms", "bwd quant ms", "quartet fwd GEMM ms", "fwd TF/s", "f+b TF/s"]
     rows, all_notes = [], {}
     for M, K, N in shapes:
@@ -184,6 +196,7 @@ def main(argv: list[str] | None = None) -> int:
                      r["quartet fwd cached W"], ratio("bf16 fwd", "quartet fwd cached W"),
                      r["bf16 fwd+bwd"], r["fp8 fwd+bwd"], r["quartet fwd+bwd"],
                      ratio("bf16 fwd+bwd", "quartet fwd+bwd"), ratio("fp8 fwd+bwd", "quartet fwd+bwd"),
+                     r["bf16 f+b graph"], r["quartet f+b graph"], ratio("bf16 f+b graph", "quartet f+b graph"),
                      r["quartet fwd quant"], r["quartet bwd quant"], r["quartet fwd gemm"],
                      fl / r["quartet fwd"] / 1e9 if r["quartet fwd"] else None,
                      3 * fl / r["quartet fwd+bwd"] / 1e9 if r["quartet fwd+bwd"] else None])
