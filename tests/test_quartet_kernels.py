@@ -300,6 +300,22 @@ def test_sr_fp8_kernel_matches_reference_with_same_randomness():
 
 
 @cpu_only
+def test_sr_fp8_row_maximum_over_tiles():
+    """The SR operand's row offset is the largest group exponent over all of a row's L tiles (a per-tile
+    int8 table, reduced by the conversion kernel): rows whose largest groups lie in a later tile, 8 and
+    12 binades above the first tile's, embed exactly."""
+    g = torch.Generator().manual_seed(21)
+    R, L = 24, 200  # four 64-wide tiles (Lp = 224), the last one partial
+    a = torch.randn(R, L, generator=g)
+    a[:, 64:128] *= 2.0 ** 8
+    a[5, 192:] *= 2.0 ** 12  # row 5's largest groups in the last tile
+    out, ors = kq.sr_fp8(a, sign_seed=3, noise_seed=4)
+    expect = sr_expected(a, kq.random_signs(3, 224, "cpu"), philox_uniforms(4, R, 224))
+    assert torch.equal(kq.e4m3_dequant(out, ors), expect)
+    assert ors[5] > ors[4] and ors.min() >= 1.0  # the later tiles set the offsets (the first alone: ~2**-7)
+
+
+@cpu_only
 def test_sr_fp8_kernel_unbiased_over_rows():
     # 512 identical rows: each is an independent draw (noise depends on the row), signs are shared
     row = torch.randn(1, 128, generator=torch.Generator().manual_seed(10)) * 3

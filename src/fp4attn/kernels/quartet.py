@@ -361,8 +361,10 @@ def _pack_store(P, S, EMAX, rows64, k0, R, KH, KG, codes, e, bad, ROW_MAX: tl.co
                 BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
     """Store E2M1 codes (BR, NG, 32) as packed bytes (element 2i low nibble) and E8M0 scale bytes. Bits
     above 7 of the codes are ignored (``e2m1_code_raw``'s); bits 4-7 must be zero.
-    ROW_MAX: also fold the tile's largest exponent over its non-NaN groups into ``EMAX[row]`` (an
-    atomic max: order-independent, so deterministic) for the FP8 embedding's row offset."""
+    ROW_MAX: also the tile's largest exponent over its non-NaN groups (-127 if none), for the FP8
+    embedding's row offset: 2: stored into the int8 table EMAX[row, tile] (``tl.num_programs(1)``
+    columns; no buffer to fill, no atomics; ``_mx_to_fp8_kernel`` ROWTAB reduces it), otherwise (True/1)
+    folded into ``EMAX[row]`` by an atomic max (order-independent, so deterministic)."""
     NG: tl.constexpr = BLOCK_K // 32
     byte = pack_nibbles(tl.reshape(codes.to(tl.int32), (BLOCK_R, BLOCK_K))).to(tl.uint8)
     bcols = k0 // 2 + tl.arange(0, BLOCK_K // 2)
@@ -372,7 +374,10 @@ def _pack_store(P, S, EMAX, rows64, k0, R, KH, KG, codes, e, bad, ROW_MAX: tl.co
     gm = rm & (gcols < KG)[None, :]
     sb = tl.where(bad != 0, 255, e + 127).to(tl.uint8)
     tl.store(S + rows64[:, None] * KG + gcols[None, :], sb, mask=gm)
-    if ROW_MAX:
+    if ROW_MAX == 2:
+        tile_max = tl.max(tl.where(gm & (bad == 0), e, -127), axis=1)
+        tl.store(EMAX + rows64 * tl.num_programs(1) + tl.program_id(1), tile_max.to(tl.int8), mask=rows64 < R)
+    elif ROW_MAX:
         tile_max = tl.max(tl.where(gm & (bad == 0), e, -127), axis=1)
         tl.atomic_max(EMAX + rows64, tile_max, mask=rows64 < R, sem="relaxed")
 
@@ -540,7 +545,7 @@ def _e4m3_mag_table(s, HW: tl.constexpr):
 
 @triton.jit
 def _mx_to_fp8_kernel(P, S, EMAX, TAB, NT, Q8, RS, SB, R, L, HW: tl.constexpr, TABLE: tl.constexpr,
-                      TENSOR: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_L: tl.constexpr):
+                      TENSOR: tl.constexpr, ROWTAB: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_L: tl.constexpr):
     """Packed MXFP4 rows (codes (R, L/2), E8M0 bytes (R, L/32), 255 = NaN group) and the row maxima
     E_r of the non-NaN group exponents (from the quantizer's ROW_MAX) -> the FP8 embedding: E4M3
     bytes of ``value * 2**(6 - E_r)`` (R, L) and row scales ``2**(E_r - 6)``. Every tile in parallel.
@@ -558,7 +563,14 @@ def _mx_to_fp8_kernel(P, S, EMAX, TAB, NT, Q8, RS, SB, R, L, HW: tl.constexpr, T
     rmask = rows < R
     rows64 = rows.to(tl.int64)
     LG = L // 32
-    emax = tl.load(EMAX + rows, mask=rmask, other=0)
+    if ROWTAB:  # E_r from the quantizer's int8 table TAB (R, NT) of per-tile maxima (ROW_MAX 2)
+        emax = tl.full((BLOCK_R,), -127, tl.int32)
+        for t0 in range(0, NT, 32):
+            t = t0 + tl.arange(0, 32)
+            f = tl.load(TAB + rows64[:, None] * NT + t[None, :], mask=rmask[:, None] & (t < NT)[None, :], other=-127)
+            emax = tl.maximum(emax, tl.max(f.to(tl.int32), axis=1))
+    else:
+        emax = tl.load(EMAX + rows, mask=rmask, other=0)
     if TENSOR:
         g = tl.max(tl.load(EMAX + R + tl.arange(0, _TMAX_SLOTS) * 32), axis=0)
         nmin = tl.full((BLOCK_R,), -127, tl.int32)
@@ -704,18 +716,22 @@ def _mx_to_fp8(p: torch.Tensor, sc: torch.Tensor, emax: torch.Tensor, block_r: i
                table: bool | None = None, tab: torch.Tensor | None = None):
     """Packed MXFP4 rows + their row maxima -> (E4M3 uint8 (R, L), float32 row scales (R,)), and with
     ``tab`` (the tensor offset: ``emax`` and ``tab`` from ROW_MAX 2) the tensor offset's GEMM scale
-    (float32 (1,)) as a third item.
+    (float32 (1,)) as a third item. ``emax``: int32 (R,) row maxima, or the int8 (R, tiles) table of
+    per-tile maxima (``_pack_store`` ROW_MAX 2), reduced here.
     ``table``: the byte-permute conversion (default on GPU; the value-wise one otherwise)."""
     R, L = p.shape[0], p.shape[1] * 2
     q8 = torch.empty(R, L, dtype=torch.uint8, device=p.device)
     rs = torch.empty(R, dtype=torch.float32, device=p.device)
     tensor = tab is not None
+    rowtab = emax.dim() == 2
+    if rowtab:
+        tab = emax
     sb = torch.empty(1, dtype=torch.float32, device=p.device) if tensor else rs
     grid = (triton.cdiv(R, block_r), triton.cdiv(L, block_l))
     table = not _INTERPRET if table is None else table
-    _mx_to_fp8_kernel[grid](p, sc, emax, tab if tensor else emax, tab.shape[1] if tensor else 0, q8, rs, sb, R, L,
-                            HW=not _INTERPRET, TABLE=table, TENSOR=tensor, BLOCK_R=block_r, BLOCK_L=block_l,
-                            num_warps=4)
+    _mx_to_fp8_kernel[grid](p, sc, emax, emax if tab is None else tab, 0 if tab is None else tab.shape[1], q8, rs, sb,
+                            R, L, HW=not _INTERPRET, TABLE=table, TENSOR=tensor, ROWTAB=rowtab, BLOCK_R=block_r,
+                            BLOCK_L=block_l, num_warps=4)
     return (q8, rs, sb) if tensor else (q8, rs)
 
 
@@ -978,11 +994,12 @@ def _sr_mx(a, sign_seed, noise_seed, scale, noise, signs, block_r, block_l, row_
     hd = _hdot_for(torch.bfloat16 if a_fp8 else a.dtype)  # E4M3/E5M2 * 2**k * (+-1) is exact in bf16
     p = torch.empty(R, LP // 2, dtype=torch.uint8, device=a.device)
     sc = torch.empty(R, LP // 32, dtype=torch.uint8, device=a.device)
-    emax = _row_max_buffer(R, a.device, row_max)
     grid = (triton.cdiv(R, block_r), triton.cdiv(LP, block_l))
+    # row maxima as an int8 table of per-tile maxima (every entry written: no fill launch, no atomics)
+    emax = torch.empty(R, grid[1], dtype=torch.int8, device=a.device) if row_max else sc
     _sr_mxfp4_kernel[grid](a, a.stride(0), a.stride(1), scale if a_fp8 else p, _hmat(str(a.device), hd),
                            noise if noise is not None else p, signs, noise_seed, p, sc, emax, R, L, LP,
-                           ROW_MAX=row_max, A_FP8=(0 if not a_fp8 else 1 if a_fmt == "e4m3" else 2),
+                           ROW_MAX=2 if row_max else 0, A_FP8=(0 if not a_fp8 else 1 if a_fmt == "e4m3" else 2),
                            HAS_NOISE=noise is not None,
                            HW=not _INTERPRET if hw is None else hw, HDOT=hd, BLOCK_R=block_r, BLOCK_L=block_l,
                            num_warps=4)
