@@ -374,11 +374,11 @@ def _pack_store(P, S, EMAX, rows64, k0, R, KH, KG, codes, e, bad, ROW_MAX: tl.co
     gm = rm & (gcols < KG)[None, :]
     sb = tl.where(bad != 0, 255, e + 127).to(tl.uint8)
     tl.store(S + rows64[:, None] * KG + gcols[None, :], sb, mask=gm)
-    if ROW_MAX == 2:
+    if ROW_MAX:
         tile_max = tl.max(tl.where(gm & (bad == 0), e, -127), axis=1)
+    if ROW_MAX == 2:
         tl.store(EMAX + rows64 * tl.num_programs(1) + tl.program_id(1), tile_max.to(tl.int8), mask=rows64 < R)
     elif ROW_MAX:
-        tile_max = tl.max(tl.where(gm & (bad == 0), e, -127), axis=1)
         tl.atomic_max(EMAX + rows64, tile_max, mask=rows64 < R, sem="relaxed")
 
 
@@ -544,6 +544,17 @@ def _e4m3_mag_table(s, HW: tl.constexpr):
 
 
 @triton.jit
+def _table_row_max(TAB, rows64, rmask, NT, BLOCK_R: tl.constexpr):
+    """Per row, the largest entry of an int8 (R, NT) table of per-tile values (-127 for none)."""
+    m = tl.full((BLOCK_R,), -127, tl.int32)
+    for t0 in range(0, NT, 32):
+        t = t0 + tl.arange(0, 32)
+        f = tl.load(TAB + rows64[:, None] * NT + t[None, :], mask=rmask[:, None] & (t < NT)[None, :], other=-127)
+        m = tl.maximum(m, tl.max(f.to(tl.int32), axis=1))
+    return m
+
+
+@triton.jit
 def _mx_to_fp8_kernel(P, S, EMAX, TAB, NT, Q8, RS, SB, R, L, HW: tl.constexpr, TABLE: tl.constexpr,
                       TENSOR: tl.constexpr, ROWTAB: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_L: tl.constexpr):
     """Packed MXFP4 rows (codes (R, L/2), E8M0 bytes (R, L/32), 255 = NaN group) and the row maxima
@@ -564,21 +575,12 @@ def _mx_to_fp8_kernel(P, S, EMAX, TAB, NT, Q8, RS, SB, R, L, HW: tl.constexpr, T
     rows64 = rows.to(tl.int64)
     LG = L // 32
     if ROWTAB:  # E_r from the quantizer's int8 table TAB (R, NT) of per-tile maxima (ROW_MAX 2)
-        emax = tl.full((BLOCK_R,), -127, tl.int32)
-        for t0 in range(0, NT, 32):
-            t = t0 + tl.arange(0, 32)
-            f = tl.load(TAB + rows64[:, None] * NT + t[None, :], mask=rmask[:, None] & (t < NT)[None, :], other=-127)
-            emax = tl.maximum(emax, tl.max(f.to(tl.int32), axis=1))
+        emax = _table_row_max(TAB, rows64, rmask, NT, BLOCK_R)
     else:
         emax = tl.load(EMAX + rows, mask=rmask, other=0)
     if TENSOR:
         g = tl.max(tl.load(EMAX + R + tl.arange(0, _TMAX_SLOTS) * 32), axis=0)
-        nmin = tl.full((BLOCK_R,), -127, tl.int32)
-        for t0 in range(0, NT, 32):
-            t = t0 + tl.arange(0, 32)
-            f = tl.load(TAB + rows64[:, None] * NT + t[None, :], mask=rmask[:, None] & (t < NT)[None, :], other=-127)
-            nmin = tl.maximum(nmin, tl.max(f.to(tl.int32), axis=1))
-        emin = -nmin  # 127: no non-zero group
+        emin = -_table_row_max(TAB, rows64, rmask, NT, BLOCK_R)  # 127: no non-zero group
         emax = tl.where(emin >= g - _EXACT_RANGE, g, emax)
         if (tl.program_id(0) == 0) & (tl.program_id(1) == 0):
             tl.store(SB, exp2i(g - 6))
