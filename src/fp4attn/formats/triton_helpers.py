@@ -359,29 +359,61 @@ def unpack_nibbles_words(w):
 # register pair (code k of half-word j, code k of half-word j + 1). Per 8 codes: 8 integer ops, 4
 # conversions, 4 fp16x2 multiplies by the block scales (two hardware conversions of the E4M3 scale
 # bytes, inside the same asm), 19 instructions instead of 23 for the former shift-into-fp16 form.
-def _e2m1_halfwords_ptx() -> str:
-    """Output register k (0..3) = (code k of half-word j, code k of half-word j + 1) as fp16 values
-    code·scale·2^-6, scale pair (byte 0, byte 2) of $5 for k < 2, (1, 3) else."""
-    return "\n".join([
-        "{", ".reg .b32 w, t, u, ev, od, sa, sb;", ".reg .b16 ta, tb, e0, e1, o0, o1;",
-        "prmt.b32 t, $5, 0, 0x3120;", "mov.b32 {ta, tb}, t;",
-        "cvt.rn.f16x2.e4m3x2 sa, ta;", "cvt.rn.f16x2.e4m3x2 sb, tb;",
-        "prmt.b32 w, $4, 0, 0x3120;",  # bytes [n0n1, n4n5, n2n3, n6n7]
+def _nibbles_e4m3_lines(w: str) -> list:
+    """PTX lines turning the 8 nibbles of the 32-bit register ``w`` into E4M3 bytes (value·2^-6, exact):
+    ``ev`` = the low nibbles of its four bytes, ``od`` = the high nibbles (byte i of ev / od from byte i
+    of w). Needs the scratch registers t, u, ev, od (.b32)."""
+    return [
         # low nibbles: magnitude bits 0-2 -> 2-4, sign bit 3 -> 7
-        "shl.b32 t, w, 2;", "shl.b32 u, w, 4;", "and.b32 u, u, 0x80808080;",
+        f"shl.b32 t, {w}, 2;", f"shl.b32 u, {w}, 4;", "and.b32 u, u, 0x80808080;",
         "lop3.b32 ev, t, 0x1C1C1C1C, u, 0xEA;",
         # high nibbles: magnitude bits 4-6 -> 2-4, sign bit 7 stays
-        "shr.b32 t, w, 2;", "and.b32 u, w, 0x80808080;",
-        "lop3.b32 od, t, 0x1C1C1C1C, u, 0xEA;",
+        f"shr.b32 t, {w}, 2;", f"and.b32 u, {w}, 0x80808080;",
+        "lop3.b32 od, t, 0x1C1C1C1C, u, 0xEA;"]
+
+
+def _e2m1_halfwords_ptx(f16_scales: bool = False) -> str:
+    """Output register k (0..3) = (code k of half-word j, code k of half-word j + 1) as fp16 values
+    code·scale·2^-6. Scales: E4M3 bytes in $5, pair (byte 0, byte 2) for k < 2, (1, 3) else; with
+    ``f16_scales`` $5 is already the fp16x2 pair (one scale for all four outputs)."""
+    if f16_scales:
+        head, sa, sb = [], "$5", "$5"
+    else:
+        head, sa, sb = ["prmt.b32 t, $5, 0, 0x3120;", "mov.b32 {ta, tb}, t;",
+                        "cvt.rn.f16x2.e4m3x2 sa, ta;", "cvt.rn.f16x2.e4m3x2 sb, tb;"], "sa", "sb"
+    return "\n".join([
+        "{", ".reg .b32 w, t, u, ev, od, sa, sb;", ".reg .b16 ta, tb, e0, e1, o0, o1;", *head,
+        "prmt.b32 w, $4, 0, 0x3120;",  # bytes [n0n1, n4n5, n2n3, n6n7]
+        *_nibbles_e4m3_lines("w"),
         "mov.b32 {e0, e1}, ev;", "mov.b32 {o0, o1}, od;",
         "cvt.rn.f16x2.e4m3x2 $0, e0;", "cvt.rn.f16x2.e4m3x2 $1, o0;",
         "cvt.rn.f16x2.e4m3x2 $2, e1;", "cvt.rn.f16x2.e4m3x2 $3, o1;",
-        "mul.rn.f16x2 $0, $0, sa;", "mul.rn.f16x2 $1, $1, sa;",
-        "mul.rn.f16x2 $2, $2, sb;", "mul.rn.f16x2 $3, $3, sb;",
+        f"mul.rn.f16x2 $0, $0, {sa};", f"mul.rn.f16x2 $1, $1, {sa};",
+        f"mul.rn.f16x2 $2, $2, {sb};", f"mul.rn.f16x2 $3, $3, {sb};",
+        "}"])
+
+
+def _e2m1_byte_pairs_ptx() -> str:
+    """Four packed bytes in $4 (two codes each) and their four fp16 scales in $5 = (s0, s1), $6 = (s2, s3)
+    -> output register i (0..3) = (low code, high code) of byte i as fp16 values code·s_i·2^-6."""
+    return "\n".join([
+        "{", ".reg .b32 t, u, ev, od, p01, p23, f0, f1, f2, f3;", ".reg .b16 a0, a1, a2, a3, h0, h1, h2, h3;",
+        *_nibbles_e4m3_lines("$4"),
+        "prmt.b32 p01, ev, od, 0x5140;", "prmt.b32 p23, ev, od, 0x7362;",  # [lo0, hi0, lo1, hi1], [lo2, ...]
+        "mov.b32 {a0, a1}, p01;", "mov.b32 {a2, a3}, p23;",
+        "mov.b32 {h0, h1}, $5;", "mov.b32 {h2, h3}, $6;",
+        "mov.b32 f0, {h0, h0};", "mov.b32 f1, {h1, h1};", "mov.b32 f2, {h2, h2};", "mov.b32 f3, {h3, h3};",
+        "cvt.rn.f16x2.e4m3x2 $0, a0;", "cvt.rn.f16x2.e4m3x2 $1, a1;",
+        "cvt.rn.f16x2.e4m3x2 $2, a2;", "cvt.rn.f16x2.e4m3x2 $3, a3;",
+        "mul.rn.f16x2 $0, $0, f0;", "mul.rn.f16x2 $1, $1, f1;",
+        "mul.rn.f16x2 $2, $2, f2;", "mul.rn.f16x2 $3, $3, f3;",
         "}"])
 
 
 _E2M1_HALFWORDS_F16_PTX = tl.constexpr(_e2m1_halfwords_ptx())
+# the same with the scales given as fp16x2 (the Gluon decode kernel converts each scale once)
+E2M1_HALFWORDS_F16S_PTX = tl.constexpr(_e2m1_halfwords_ptx(f16_scales=True))
+E2M1_BYTE_PAIRS_F16_PTX = tl.constexpr(_e2m1_byte_pairs_ptx())
 
 
 @triton.jit
