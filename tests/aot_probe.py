@@ -59,6 +59,9 @@ def compile_launch(fn, args, kwargs, cap):
         else:
             raise TypeError(f"{fn.__name__}: argument {p.name} of type {type(v).__name__}")
     opts = {k: v for k, v in kwargs.items() if k in ("num_warps", "num_stages", "maxnreg")}
+    if getattr(fn, "is_gluon", lambda: False)():  # a Gluon kernel (explicit layouts)
+        from triton.experimental.gluon._runtime import GluonASTSource
+        return triton.compile(GluonASTSource(fn, sig, consts), target=GPUTarget("cuda", cap, 32), options=opts)
     return triton.compile(ASTSource(fn, sig, consts), target=GPUTarget("cuda", cap, 32), options=opts)
 
 
@@ -109,6 +112,16 @@ def fam_decode():
     c16 = fp4attn.KVCache.from_dense(k, torch.randn_like(k), lengths=[300, 100], keep_16bit=True)
     q = torch.randn(2, 8, 2, 128, dtype=torch.bfloat16)
     Dk.decode_fwd(q, c16, scale=0.1, selection=Dk.select_pages(q, c16, 0.05))
+    # the Gluon split kernel (Hopper), D 128 and 64, 8 and 16 query rows, 32- and 64-key tiles
+    if Dk.decode_gluon.HAVE_GLUON:
+        for D, rows, bn in ((128, 8, 32), (64, 16, 64)):
+            kd = torch.randn(2, 2, 300, D, dtype=torch.bfloat16)
+            cg = fp4attn.KVCache.from_dense(kd, torch.randn_like(kd))
+            qg = torch.randn(2, 4, rows // 2, D, dtype=torch.bfloat16)
+            buf = torch.empty(64, D)
+            Dk.decode_gluon.launch(qg, cg, cg.page_table, cg.k_scale.view(torch.uint8), cg.v_scale.view(torch.uint8),
+                                   buf, buf[:, 0], buf[:, 1], 0.1, rows // 2, 2, cg.page_table.shape[1], 128, 3,
+                                   max(8, rows), bn)
     # the generation step's one-token KV append (recorded, not run), with and without the 16-bit copy
     from fp4attn.kernels import kvcache as Kk
     kn = torch.randn(2, 2, 1, 128, dtype=torch.bfloat16)

@@ -757,3 +757,98 @@ def test_decode_dispatch_is_reference_on_cpu():
     ref, _ = decode_reference(q, c, scale=0.25)
     assert torch.equal(fp4attn.decode(q, c), ref.to(q.dtype))
     assert math.isclose(fp4attn.decode(q, c, scale=0.25).float().norm().item(), ref.norm().item(), rel_tol=1e-6)
+
+
+# ------------------------------------------------------------------------------------------------
+# the Gluon split kernel (Hopper) and the chunked split reduction
+# ------------------------------------------------------------------------------------------------
+def test_decode_fwd_kernel_choice_errors():
+    from fp4attn.kernels.decode import decode_fwd
+
+    c = KVCache.from_dense(*_kv(1, 2, 40, 64))
+    q = torch.randn(1, 4, 1, 64)
+    with pytest.raises(ValueError, match="kernel"):
+        decode_fwd(q, c, scale=0.1, kernel="cuda")
+    with pytest.raises(ValueError, match="kernel='gluon'"):  # a CPU tensor: no Gluon kernel there
+        decode_fwd(q, c, scale=0.1, kernel="gluon")
+
+
+@needs_interp
+def test_decode_reduce_interpreter_many_splits():
+    """72 one-tile splits, more than the reduce kernel reads at once (64): its two chunked passes must merge
+    them all. With one 32-key tile per split the kernel rounds each tile's P̃ against that tile's own
+    maximum, so the exact expectation is the reference over each tile alone (same codes and global scales),
+    merged by the tiles' LSE, plus the raw tail (reading only the first chunk fails this by 0.37)."""
+    from fp4attn.kernels.decode import decode_fwd
+
+    D, L, T = 32, 2300, 32
+    k, v = _kv(1, 1, L, D, dtype=torch.float32, seed=60)
+    c = KVCache.from_dense(k, v, dtype=torch.float32)
+    q = torch.randn(1, 2, 1, D, generator=torch.Generator().manual_seed(61))
+    out, lse = decode_fwd(q, c, scale=D ** -0.5, num_splits=72)
+    C = L - L % 16
+    parts = [(a, min(a + T, C)) for a in range(0, C, T)] + [(C, L)]
+    assert len(parts) == 73
+    outs, lses = [], []
+    for a, b in parts:
+        sub = KVCache.from_dense(k[:, :, a:b], v[:, :, a:b], dtype=torch.float32,
+                                 k_global_scale=c.k_global_scale, v_global_scale=c.v_global_scale)
+        o, ls = decode_reference(q, sub, scale=D ** -0.5)
+        outs.append(o.double())
+        lses.append(ls.double())
+    lses = torch.stack(lses)
+    tot = torch.logsumexp(lses, 0)
+    want = sum(torch.exp(ls - tot)[..., None] * o for ls, o in zip(lses, outs))
+    assert _rel(out, want) <= 1e-5, _rel(out, want)
+    assert torch.allclose(lse.double(), tot, atol=1e-5)
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("D,G,nq,lens", [(128, 4, 1, [3000, 1, 777, 2245]), (64, 4, 2, [300, 1000, 77]),
+                                         (128, 4, 4, [700, 1500]), (128, 1, 1, [513, 64]),
+                                         (64, 2, 3, [4099, 31]), (128, 8, 2, [1234, 2222])])
+@pytest.mark.parametrize("block_n", [32, 64])
+def test_decode_gluon_kernel_gpu_equals_triton_kernel(D, G, nq, lens, block_n):
+    """The Gluon kernel runs the Triton kernel's arithmetic with operands loaded straight into the MMA
+    fragments (channels summed in another order): at equal splits the outputs agree to float32 rounding,
+    except that a score differing in its last bit can flip one P̃ code at a rounding boundary. Measured on
+    H200 over 100 random q per case (benchmarks/decode-s10/probe6.txt): 0-12% of the draws differ at all,
+    the worst by relative L2 1.03e-3, LSE within 2e-6; a wrong channel order or block scale is O(1)."""
+    from fp4attn.kernels import decode as Dk
+
+    dev, Hkv = "cuda", 2
+    k, v = _kv(len(lens), Hkv, max(lens), D, seed=62)
+    k[..., :8] *= 8  # uneven channel magnitudes: the permuted channel order must keep each K block's scale
+    c = KVCache.from_dense(k.to(dev), v.to(dev), lengths=lens)
+    q = torch.randn(len(lens), Hkv * G, nq, D, generator=torch.Generator().manual_seed(64)).to(dev, torch.bfloat16)
+    for splits in (1, 3):
+        o_t, l_t = Dk.decode_fwd(q, c, scale=D ** -0.5, num_splits=splits, block_n=block_n, kernel="triton")
+        o_g, l_g = Dk.decode_fwd(q, c, scale=D ** -0.5, num_splits=splits, block_n=block_n, kernel="gluon")
+        assert _rel(o_g, o_t) <= 2e-3, (splits, _rel(o_g, o_t))
+        assert torch.allclose(l_g, l_t, atol=1e-5, rtol=0)
+    if torch.cuda.get_device_capability() == (9, 0):
+        assert Dk._use_gluon("auto", q, False, G * nq, block_n, c.page_size)  # what fp4attn.decode runs here
+
+
+@pytest.mark.gpu
+@gpu
+def test_decode_gpu_many_splits_long_context():
+    """B = 1, one kv head, 40k tokens: the default grid has hundreds of splits (the reduce kernel reads
+    them in chunks of 64; before, one register tile of all splits spilled and ran ~3x slower)."""
+    from fp4attn.kernels import decode as Dk
+
+    dev, D, L = "cuda", 128, 40000
+    k, v = _kv(1, 1, L, D, seed=63)
+    c = KVCache.from_dense(k.to(dev), v.to(dev))
+    q = torch.randn(1, 4, 1, D, device=dev, dtype=torch.bfloat16)
+    out, lse = Dk.decode_fwd(q, c, scale=D ** -0.5)
+    ref, ref_lse = decode_reference(q, c, scale=D ** -0.5)
+    exact = reference.attention(q, k.to(dev), v.to(dev), causal=True, recipe="bf16")
+    # the loose long-context criteria of test_decode_kernel_gpu (same reason: per-split P̃ maxima)
+    cos = torch.nn.functional.cosine_similarity(out.double().flatten(), ref.double().flatten(), dim=0).item()
+    assert cos >= 0.995, cos
+    assert _rel(out, exact) <= 1.05 * _rel(ref, exact) + 2e-3
+    assert torch.allclose(lse, ref_lse.to(lse.device), atol=2e-3)
+    one, _ = Dk.decode_fwd(q, c, scale=D ** -0.5, num_splits=40)  # fewer splits than one chunk
+    assert _rel(out, one) <= 0.2  # different split maxima, same attention

@@ -4,7 +4,8 @@ For each shape (B, Hq, Hkv, context, D) with one new query token per sequence: t
 
 * ``cudnn`` / ``flash``: ``scaled_dot_product_attention`` on a dense bf16 cache (GQA via
   ``enable_gqa=True``; a backend that refuses the shape leaves its row empty),
-* ``nvfp4``: ``fp4attn.decode`` on a :class:`fp4attn.KVCache` of the same tokens,
+* ``nvfp4``: ``fp4attn.decode`` on a :class:`fp4attn.KVCache` of the same tokens (its split kernel as
+  ``kernel="auto"`` picks it: the Gluon kernel on Hopper), and the portable Triton split kernel beside it,
 * ``thrift5``: ``fp4attn.decode(..., thrift_budget=0.05)`` (page selection included) on a cache with
   the 16-bit copy,
 
@@ -130,6 +131,11 @@ def bench_shape(shape, args, bw):
 
     res["nvfp4 (kernel)"] = (time_ms(ours, warmup_ms=args.rep_ms / 4, rep_ms=args.rep_ms),
                              graph_time_ms(ours, args.rep_ms), fp4_bytes(B, Hkv, N, D))
+    if not kw:  # the portable Triton split kernel beside the one "auto" picks (Gluon on Hopper)
+        def ours_triton():
+            return decode_fwd(q, cache, scale=D ** -0.5, num_splits=nsplit, kernel="triton")[0]
+        res["nvfp4 (Triton kernel)"] = (time_ms(ours_triton, warmup_ms=args.rep_ms / 4, rep_ms=args.rep_ms),
+                                        graph_time_ms(ours_triton, args.rep_ms), fp4_bytes(B, Hkv, N, D))
     res["nvfp4 (op)"] = (time_ms(ours_op, warmup_ms=args.rep_ms / 4, rep_ms=args.rep_ms), None,
                          fp4_bytes(B, Hkv, N, D))
     # accuracy at the benchmark shape: kernel vs the reference over the dequantized cache, and both vs

@@ -55,6 +55,7 @@ from ..formats.triton_helpers import (
     unpack_e2m1_f16_scaled,
     unpack_nibbles,
 )
+from . import decode_gluon
 from ._tiles import online_softmax_step
 from .attention import _fp4_tile_f16
 
@@ -233,16 +234,13 @@ def _decode_reduce_kernel(OP, MP, LP, Q, KT, VT, LENS, O, LSE, qk_scale, NS, GQ,
     """One program per output row r = (b·Hkv + h)·G·NQ + row: merge the NS split partials with the raw
     16-bit tail (< 16 tokens per sequence, not yet quantized): its scores in FP32 from the input values,
     unquantized P̃ (kept out of the split kernel, where its tiles raised the register count of every
-    program)."""
+    program). The splits are read in chunks of BLOCK_S (a first pass for the maximum, a second for the
+    sums), so hundreds of splits (B = 1 at long context) do not need a register tile of all of them."""
     r = tl.program_id(0)
     bh = r // GQ
     row = r % GQ
     offs_s = tl.arange(0, BLOCK_S)
     offs_d = tl.arange(0, D)
-    smask = offs_s < NS
-    prow = (bh.to(tl.int64) * NS + offs_s) * BLOCK_M + row
-    m = tl.load(MP + prow, mask=smask, other=float("-inf"))
-    l = tl.load(LP + prow, mask=smask, other=0.0)
     # the tail: keys C .. L-1 (C = committed length), causal among the new queries (bottom-right)
     L = tl.load(LENS + bh // Hkv)
     C = L - L % 16
@@ -252,14 +250,24 @@ def _decode_reduce_kernel(OP, MP, LP, Q, KT, VT, LENS, O, LSE, qk_scale, NS, GQ,
     tail = (bh.to(tl.int64) * 16 + offs_t)[:, None] * D + offs_d[None, :]
     kt = tl.load(KT + tail, mask=tmask[:, None], other=0.0).to(tl.float32)
     st = tl.where(tmask, tl.sum(kt * q[None, :], 1) * qk_scale, float("-inf"))
-    m_max = tl.maximum(tl.max(m, 0), tl.max(st, 0))
+    m_max = tl.max(st, 0)
+    for s0 in range(0, NS, BLOCK_S):
+        prow = (bh.to(tl.int64) * NS + s0 + offs_s) * BLOCK_M + row
+        m = tl.load(MP + prow, mask=s0 + offs_s < NS, other=float("-inf"))
+        m_max = tl.maximum(m_max, tl.max(m, 0))
     m_use = tl.where(m_max == float("-inf"), 0.0, m_max)
-    w = tl.where(m == float("-inf"), 0.0, tl.math.exp2(m - m_use))
     pt = tl.where(tmask, tl.math.exp2(st - m_use), 0.0)
-    l_tot = tl.sum(l * w, 0) + tl.sum(pt, 0)
-    o = tl.load(OP + prow[:, None] * D + offs_d[None, :], mask=smask[:, None], other=0.0)
+    l_tot = tl.sum(pt, 0)
     vt = tl.load(VT + tail, mask=tmask[:, None], other=0.0).to(tl.float32)
-    o = tl.sum(o * w[:, None], 0) + tl.sum(vt * pt[:, None], 0)
+    o = tl.sum(vt * pt[:, None], 0)
+    for s0 in range(0, NS, BLOCK_S):
+        smask = s0 + offs_s < NS
+        prow = (bh.to(tl.int64) * NS + s0 + offs_s) * BLOCK_M + row
+        m = tl.load(MP + prow, mask=smask, other=float("-inf"))
+        l = tl.load(LP + prow, mask=smask, other=0.0)
+        w = tl.where(m == float("-inf"), 0.0, tl.math.exp2(m - m_use))
+        l_tot += tl.sum(l * w, 0)
+        o += tl.sum(tl.load(OP + prow[:, None] * D + offs_d[None, :], mask=smask[:, None], other=0.0) * w[:, None], 0)
     inv = tl.where(l_tot > 0, 1.0 / l_tot, 0.0)
     tl.store(O + r.to(tl.int64) * D + offs_d, (o * inv).to(O.dtype.element_ty))
     lse = tl.where(l_tot > 0, (m_use + tl.math.log2(tl.where(l_tot > 0, l_tot, 1.0))) * 0.6931471805599453,
@@ -275,6 +283,10 @@ def _decode_reduce_kernel(OP, MP, LP, Q, KT, VT, LENS, O, LSE, qk_scale, NS, GQ,
 # fewer programs per SM.
 _CONFIGS = {False: dict(block_n=32, num_warps=1, num_stages=2, per_sm=12, max_tiles=None),
             True: dict(block_n=64, num_warps=2, num_stages=2, per_sm=2, max_tiles=16)}
+# The Gluon kernel (decode_gluon, sm_89/sm_90): one warp per program (128 registers), 32-key tiles, 16
+# programs per SM in one wave (H200 sweeps of 2026-11-22 in benchmarks/decode-s10/: 64-key tiles, 8-28
+# programs per SM, register caps of 88-112, register or L2 prefetch of later tiles were all slower).
+_GLUON_CONFIG = dict(block_n=32, num_warps=1, num_stages=1, per_sm=16, max_tiles=None)
 
 
 @functools.lru_cache(maxsize=None)
@@ -309,24 +321,49 @@ def _selection_int8(selection: torch.Tensor, B: int, Hq: int, maxp: int) -> torc
     return sel
 
 
+def _use_gluon(kernel: str, q: torch.Tensor, thrift: bool, rows: int, block_n: int, page_size: int) -> bool:
+    """Whether the FP4 split loop runs the Gluon kernel (``decode_gluon``): ``kernel`` "auto" picks it on
+    sm_89 / sm_90 (mma.sync with the E4M3 conversions; tested on H200) for the shapes it supports,
+    "gluon" requires it, "triton" never uses it. ``FP4ATTN_DECODE_KERNEL`` overrides "auto"."""
+    if kernel not in ("auto", "gluon", "triton"):
+        raise ValueError(f"kernel: expected 'auto', 'gluon' or 'triton', got {kernel!r}")
+    if kernel == "auto":
+        kernel = os.environ.get("FP4ATTN_DECODE_KERNEL", "auto")
+    if kernel == "triton":
+        return False
+    ok = (not thrift and q.is_cuda and not _interpret()
+          and decode_gluon.supported(q.shape[-1], rows, block_n, page_size))
+    if kernel == "gluon":
+        if not ok:
+            raise ValueError("kernel='gluon': needs a CUDA device, no Thrift selection, D 64 or 128, at most 16 "
+                             "query rows per kv head (G·n_q) and block_n 32 or 64 dividing the page size")
+        return True
+    return ok and torch.cuda.get_device_capability(q.device) in ((8, 9), (9, 0))
+
+
 def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor | None = None,
                num_splits: int | None = None, block_n: int | None = None, num_warps: int | None = None,
-               num_stages: int | None = None):
+               num_stages: int | None = None, kernel: str = "auto", per_sm: int | None = None):
     """q (B, Hq, NQ, D) contiguous -> (out (B, Hq, NQ, D) in q.dtype, lse (B, Hq, NQ) float32).
 
     ``selection``: (B, Hq, max_pages) bool Thrift selection (pages computed in 16 bits) or None; an int8
     (B, Hq, max(page_table columns, 1)) contiguous tensor (what :func:`select_pages` returns) is read as is.
+    ``kernel``: the FP4 split loop's implementation (see ``_use_gluon``); ``per_sm``: programs per SM
+    (default: the kernel's config below).
     """
     thrift = selection is not None
-    cfg = _CONFIGS[thrift]
-    block_n = block_n or cfg["block_n"]
     B, Hq, NQ, D = q.shape
     Hkv = cache.num_kv_heads
     G = Hq // Hkv
+    gcfg = _GLUON_CONFIG
+    gluon = _use_gluon(kernel, q, thrift, G * NQ, block_n or gcfg["block_n"], cache.page_size)
+    cfg = gcfg if gluon else _CONFIGS[thrift]
+    block_n = block_n or cfg["block_n"]
     # query rows of a program (the columns of its transposed tiles), padded to a power of two >= 4
-    BLOCK_M = max(4, triton.next_power_of_2(G * NQ))
+    # (>= 8 in the Gluon kernel: the MMA's N)
+    BLOCK_M = max(8 if gluon else 4, triton.next_power_of_2(G * NQ))
     wide = max(1, BLOCK_M // 8)  # more warps for more rows
-    num_warps = num_warps or min(8, max(cfg["num_warps"], wide))
+    num_warps = 1 if gluon else num_warps or min(8, max(cfg["num_warps"], wide))
     num_stages = num_stages or cfg["num_stages"]
     PS = cache.page_size
     if PS % block_n:
@@ -338,7 +375,7 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
     committed = cache.committed_lengths()
     max_c = max(committed) if committed else 0
     if num_splits is None:
-        per_sm = max(1, cfg["per_sm"] * cfg["num_warps"] // num_warps)
+        per_sm = per_sm or max(1, cfg["per_sm"] * cfg["num_warps"] // num_warps)
         num_splits = default_splits(B, Hkv, max_c, block_n, q.device, per_sm, cfg["max_tiles"])
     tiles = max(1, -(-max_c // block_n))
     num_splits = max(1, min(int(num_splits), tiles))
@@ -358,18 +395,22 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
     pt = cache.page_table if maxp else torch.zeros(B, 1, dtype=torch.int32, device=dev)
     # scale bytes as uint8 (decoded in registers; the interpreter has no float8 either)
     ks, vs = cache.k_scale.view(torch.uint8), cache.v_scale.view(torch.uint8)
-    _decode_split_kernel[(num_splits, B * Hkv)](
-        q, cache.k_data, ks, cache.v_data, vs, k16, v16, pt,
-        cache.seq_lens, cache.k_global_scale, cache.v_global_scale, sel,
-        OP, MP, LP,
-        scale * LOG2E, Hkv, NQ, G, max(maxp, 1), TPS, num_splits,
-        D=D, PS=PS, BLOCK_M=BLOCK_M, BLOCK_N=block_n, THRIFT=thrift, DOT_F32=interp,
-        N_IT=TPS // block_n if interp else 0, num_warps=num_warps, num_stages=num_stages)
+    if gluon:
+        decode_gluon.launch(q, cache, pt, ks, vs, OP, MP, LP, scale * LOG2E, NQ, G, max(maxp, 1), TPS, num_splits,
+                            BLOCK_M, block_n)
+    else:
+        _decode_split_kernel[(num_splits, B * Hkv)](
+            q, cache.k_data, ks, cache.v_data, vs, k16, v16, pt,
+            cache.seq_lens, cache.k_global_scale, cache.v_global_scale, sel,
+            OP, MP, LP,
+            scale * LOG2E, Hkv, NQ, G, max(maxp, 1), TPS, num_splits,
+            D=D, PS=PS, BLOCK_M=BLOCK_M, BLOCK_N=block_n, THRIFT=thrift, DOT_F32=interp,
+            N_IT=TPS // block_n if interp else 0, num_warps=num_warps, num_stages=num_stages)
     out = torch.empty(B, Hq, NQ, D, dtype=q.dtype, device=dev)
     lse = torch.empty(B, Hq, NQ, dtype=torch.float32, device=dev)
     _decode_reduce_kernel[(B * Hq * NQ,)](OP, MP, LP, q, cache.k_tail, cache.v_tail, cache.seq_lens, out, lse,
                                           scale * LOG2E, num_splits, G * NQ, NQ, Hkv, BLOCK_M,
-                                          BLOCK_S=max(2, triton.next_power_of_2(num_splits)), D=D,
+                                          BLOCK_S=min(64, max(2, triton.next_power_of_2(num_splits))), D=D,
                                           num_warps=4)
     return out, lse
 

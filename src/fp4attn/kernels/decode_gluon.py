@@ -1,0 +1,221 @@
+"""Flash-decoding split kernel for Hopper written in Gluon (issue 5): FP4 operands decoded straight into
+the registers of the tensor-core fragments, no shared memory in the key loop.
+
+Same algorithm, inputs and partial outputs as ``decode._decode_split_kernel`` (FP4 path, no Thrift),
+whose docstring describes the transposed tile (keys along the MMA's M, the G·n_q query rows of a GQA
+group along N: Sᵀ = K̂·ϕ(q)ᵀ, Oᵀ += V̂ᵀ·ϕ(P̃)ᵀ). The Triton kernel decodes K̂ and V̂ in a blocked layout and
+Triton moves the decoded tiles into the ``mma.sync`` operand layouts through shared memory; the
+profile showed those round trips bound the loop. Here every layout is explicit (Gluon), so each thread
+loads exactly the packed bytes its operand fragments need and decodes them in place:
+
+* ``mma.sync.m16n8k16`` A fragment (16 rows x 16 k): thread (r = lane/4, c = lane%4) holds rows r and
+  r+8, k = 2c, 2c+1, 2c+8, 2c+9, one fp16 pair per 32-bit register.
+* K̂ (A of QKᵀ, rows = keys, k = channels). A dot product does not care in which order its channels
+  are summed, so the kernel sums them in a *logical* order chosen such that thread c's channels of a
+  key are the D/4 consecutive physical channels c·D/4 .. c·D/4 + D/4 - 1: one 16-byte load (D = 128)
+  per key row, decoded by the shared E2M1 routine (two codes per fp16 register:
+  ``E2M1_HALFWORDS_F16S_PTX``). Logical k = 16s + 8h + 2c + e maps to physical channel
+  c·D/4 + 4·(2·(s//2) + e) + 2·(s%2) + h; ϕ(q) is permuted the same way once per program.
+* V̂ᵀ (A of the P·V product, rows = channels, k = keys). V is stored with token pairs in one byte
+  (SPEC §5), so a byte decodes into exactly one fragment register (two keys): ``E2M1_BYTE_PAIRS_F16_PTX``.
+  The output's channels run in a logical order too (thread r holds the D/8 consecutive physical
+  channels r·D/8 ..: one 16-byte load per token pair); the partial outputs are stored back in
+  physical order: logical m = r + 8a + 16(2w + z) is channel (D/8)·r + 4w + 2z + a.
+* ϕ(P̃)ᵀ (B of the P·V product) comes from the Sᵀ accumulator layout through a small register
+  exchange (Triton's layout conversion, warp shuffles and a 512-byte scratch once per tile).
+
+Every reordering is written as reshape/permute of register tensors whose layouts are declared
+(``_layouts``), so the conversions into the MMA operand layouts are checked to move no data
+(``assert_trivial``). The E4M3 scale bytes are converted to fp16 once per scale (K: per key and
+16-channel block; V: per channel and 16-token block) and applied in the decode, which yields
+value·2^-6 (the 2^6 is folded into the score scale and V's global scale, as the Triton kernel does).
+Numerics are those of the Triton kernel: the same fp16 operands, FP32 accumulation, the same P̃
+rounding (``fake_quant_p``) and online softmax (``online_softmax_step``), imported from the shared
+helpers. Tiles fully inside the committed, causally visible range skip the masks.
+
+GPU only (Gluon has no interpreter): the CPU tests run the Triton kernel, the GPU tests compare the
+two (equal bits on the tested shapes) and CI compiles this kernel for sm_90 without a GPU.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from ..formats.triton_helpers import (
+    E2M1_BYTE_PAIRS_F16_PTX,
+    E2M1_HALFWORDS_F16S_PTX,
+    fake_quant_p,
+    fake_quant_rows,
+)
+from ._tiles import online_softmax_step
+
+try:  # Gluon ships with Triton >= 3.5
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.ampere import mma_v2
+    HAVE_GLUON = True
+except ImportError:  # pragma: no cover - older Triton: the Triton kernel serves every device
+    HAVE_GLUON = False
+
+
+if HAVE_GLUON:
+
+    @gluon.jit
+    def _load_tile(KD16, KS, VD, VS, PT, b, h, t0, Hkv, MAXP, koff, ksoff, voff, vsoff,
+                   D: gl.constexpr, PS: gl.constexpr):
+        """The packed bytes of the BLOCK_N-token tile at t0 (inside one page): K half-words, K scales as
+        fp16, V bytes, V scales as fp16, each in the layout of its offsets."""
+        page = gl.load(PT + b * MAXP + t0 // PS).to(gl.int64)
+        off = t0 % PS
+        base = page * Hkv + h  # (page, head)
+        row0 = base * PS + off  # storage row of the tile's first key
+        kh = gl.load(KD16 + row0 * (D // 4) + koff)
+        ks = gl.load(KS + row0 * (D // 16) + ksoff).to(gl.float8e4nv, bitcast=True).to(gl.float16)
+        vb = gl.load(VD + (base * (PS // 2) + off // 2) * D + voff)
+        vs = gl.load(VS + (base * (PS // 16) + off // 16) * D + vsoff).to(gl.float8e4nv, bitcast=True).to(gl.float16)
+        return kh, ks, vb, vs
+
+    @gluon.jit
+    def _tile(kh, ks, vb, vs, t0, accT, m_i, l_i, qT, s_scale, last_key, C, keys0,
+              D: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, LH: gl.constexpr,
+              MMA: gl.constexpr, MASKED: gl.constexpr):
+        """One tile of the key loop: decode K̂ into A fragments, Sᵀ, online softmax over the keys (axis 0),
+        P̃ rounded per 16 keys, decode V̂ᵀ into A fragments, Oᵀ += V̂ᵀ·ϕ(P̃)ᵀ."""
+        AOP: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
+        BOP: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=MMA, k_width=2)
+        # K scales (BLOCK_N, D/16) -> one per half-word (4 per block), as register copies
+        ks4 = gl.convert_layout(gl.reshape(gl.join(gl.join(ks, ks), gl.join(ks, ks)), (BLOCK_N, D // 4)), LH,
+                                assert_trivial=True)
+        o0, o1, o2, o3 = gl.inline_asm_elementwise(E2M1_HALFWORDS_F16S_PTX, "=r,=r,=r,=r,r,r", [kh, ks4],
+                                                   dtype=(gl.float16, gl.float16, gl.float16, gl.float16),
+                                                   is_pure=True, pack=2)
+        # o_{2sl+h}[n, hw]: code 2sl+h of half-word hw = c·D/16 + 2jh + e -> logical k = 16(2jh+sl) + 8h + 2c + e
+        J = gl.reshape(gl.join(gl.join(o0, o1), gl.join(o2, o3)), (BLOCK_N, 4, D // 32, 2, 2, 2))  # n,c,jh,e,h,sl
+        kA = gl.convert_layout(gl.reshape(gl.permute(J, (0, 2, 5, 4, 1, 3)), (BLOCK_N, D)), AOP,
+                               assert_trivial=True)
+        sT = mma_v2(kA, qT, gl.zeros([BLOCK_N, BLOCK_M], gl.float32, layout=MMA)) * s_scale
+        if MASKED:
+            keys = t0 + keys0
+            ok = (keys < C)[:, None] & (keys[:, None] <= last_key[None, :])
+            sT = gl.where(ok, sT, float("-inf"))
+        # softmax and P̃ rounding on the (rows, keys) view: a relabelling of the same registers
+        p, alpha, m_i, l_i = online_softmax_step(gl.permute(sT, (1, 0)), m_i, l_i, MASKED)
+        pT = gl.convert_layout(gl.permute(fake_quant_p(p, 16, False).to(gl.float16), (1, 0)), BOP)
+        # V: a word is 4 channels of one token pair; X holds (even, odd token) of channels +0, +1, Y of +2, +3
+        X, Y = gl.inline_asm_elementwise(E2M1_BYTE_PAIRS_F16_PTX, "=r,=r,=r,=r,r,r,r", [vb, vs],
+                                         dtype=(gl.float16, gl.float16), is_pure=True, pack=4)
+        J = gl.reshape(gl.join(X, Y), (BLOCK_N // 2, 8, D // 32, 2, 2, 2))  # t2, r, w, a, e, z
+        vA = gl.convert_layout(gl.reshape(gl.permute(J, (2, 5, 3, 1, 0, 4)), (D, BLOCK_N)), AOP,
+                               assert_trivial=True)
+        accT = mma_v2(vA, pT, accT * gl.convert_layout(alpha, gl.SliceLayout(0, MMA))[None, :])
+        return accT, m_i, l_i
+
+    @gluon.jit
+    def _decode_split_kernel_gl(Q, KD, KS, VD, VS, PT, LENS, KG, VG, OP, MP, LP,
+                                qk_scale, Hkv, NQ, G, MAXP, TPS, NS,
+                                D: gl.constexpr, PS: gl.constexpr, BLOCK_M: gl.constexpr,
+                                BLOCK_N: gl.constexpr,
+                                LQ: gl.constexpr, LH: gl.constexpr, LKS: gl.constexpr, LV: gl.constexpr,
+                                MMA: gl.constexpr):
+        BOP: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=MMA, k_width=2)
+        pid_s = gl.program_id(0)
+        pid_bh = gl.program_id(1)
+        b = pid_bh // Hkv
+        h = pid_bh % Hkv
+        L = gl.load(LENS + b)
+        C = L - L % 16  # committed (quantized) tokens; the reduce kernel adds the raw tail
+        # ϕ(q) along D (exact in fp16), channels in the logical k order of the K fragments
+        rq = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, LQ))
+        dq = gl.arange(0, D, layout=gl.SliceLayout(0, LQ))
+        q_rows = (b * Hkv + h).to(gl.int64) * G * NQ + rq
+        q = gl.load(Q + q_rows[:, None] * D + dq[None, :], mask=(rq < G * NQ)[:, None], other=0.0)
+        qf = gl.reshape(fake_quant_rows(q.to(gl.float32), 16, False, True).to(gl.float16),
+                        (BLOCK_M, 4, D // 32, 2, 2, 2))  # m, c, jh, e, sl, h
+        qf = gl.reshape(gl.permute(qf, (0, 2, 4, 5, 1, 3)), (BLOCK_M, D))  # m, (jh, sl, h, c, e)
+        qT = gl.convert_layout(gl.permute(qf, (1, 0)), BOP)
+        cols = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
+        last_key = L - NQ + cols % NQ  # bottom-right causal: query i sees keys <= L - NQ + i
+        s_scale = qk_scale * gl.load(KG + pid_bh) * 64.0  # the decode yields K values times 2^-6
+        vg = gl.load(VG + pid_bh) * 64.0  # ... and V values times 2^-6
+        z = gl.permute(gl.zeros([BLOCK_N, BLOCK_M], gl.float32, layout=MMA), (1, 0))
+        m_i = gl.max(z, 1) - float("inf")  # running max / sum per query row, in the (rows, keys) view's slice
+        l_i = gl.sum(z, 1)
+        accT = gl.zeros([D, BLOCK_M], gl.float32, layout=MMA)
+        # loop-invariant offsets of the tile loads (the loop adds one scalar base per tensor)
+        kr = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, LH))
+        koff = kr[:, None] * (D // 4) + gl.arange(0, D // 4, layout=gl.SliceLayout(0, LH))[None, :]
+        sr = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, LKS))
+        ksoff = sr[:, None] * (D // 16) + gl.arange(0, D // 16, layout=gl.SliceLayout(0, LKS))[None, :]
+        vr = gl.arange(0, BLOCK_N // 2, layout=gl.SliceLayout(1, LV))
+        vc = gl.arange(0, D, layout=gl.SliceLayout(0, LV))
+        voff = vr[:, None] * D + vc[None, :]
+        vsoff = ((2 * vr) // 16)[:, None] * D + vc[None, :]  # tiles start on 16-token blocks
+        keys0 = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
+        KD16 = KD.cast(gl.pointer_type(gl.int16), bitcast=True)
+        start = pid_s * TPS
+        end = gl.minimum(start + TPS, C)
+        # tiles below min(end, L - NQ + 1) are committed and visible to every query row: no masks
+        n_full = gl.maximum(gl.minimum(end, L - NQ + 1) - start, 0) // BLOCK_N
+        full_end = start + n_full * BLOCK_N
+        for t0 in range(start, full_end, BLOCK_N):
+            kh, ks, vb, vs = _load_tile(KD16, KS, VD, VS, PT, b, h, t0, Hkv, MAXP, koff, ksoff, voff, vsoff, D, PS)
+            accT, m_i, l_i = _tile(kh, ks, vb, vs, t0, accT, m_i, l_i, qT, s_scale, last_key, C, keys0,
+                                   D, BLOCK_N, BLOCK_M, LH, MMA, False)
+        for t0 in range(full_end, end, BLOCK_N):  # at most the last committed 16 + BLOCK_N keys
+            kh, ks, vb, vs = _load_tile(KD16, KS, VD, VS, PT, b, h, t0, Hkv, MAXP, koff, ksoff, voff, vsoff, D, PS)
+            accT, m_i, l_i = _tile(kh, ks, vb, vs, t0, accT, m_i, l_i, qT, s_scale, last_key, C, keys0,
+                                   D, BLOCK_N, BLOCK_M, LH, MMA, True)
+        accT = accT * vg
+        # partials in physical channel order: logical row m = r + 8a + 16(2w + z) is (D/8)·r + 4w + 2z + a
+        m = gl.arange(0, D, layout=gl.SliceLayout(1, MMA))
+        dphys = (D // 8) * (m % 8) + 4 * (m // 32) + 2 * ((m // 16) % 2) + (m // 8) % 2
+        col_ok = cols < G * NQ
+        prow = (pid_bh.to(gl.int64) * NS + pid_s) * BLOCK_M + cols
+        gl.store(OP + prow[None, :] * D + dphys[:, None], accT, mask=col_ok[None, :])
+        gl.store(MP + prow, gl.convert_layout(m_i, gl.SliceLayout(0, MMA)), mask=col_ok)
+        gl.store(LP + prow, gl.convert_layout(l_i, gl.SliceLayout(0, MMA)), mask=col_ok)
+
+
+def _log2(n: int) -> int:
+    return n.bit_length() - 1
+
+
+@functools.lru_cache(maxsize=None)
+def _layouts(D: int, BLOCK_N: int, BLOCK_M: int) -> dict:
+    """The register layouts of one-warp programs (linear layouts: bases of register bits, then lanes)."""
+    MMA = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[1, 1], instr_shape=[16, 8])
+    LQ = gl.BlockedLayout(size_per_thread=[1, 4], threads_per_warp=[1, 32], warps_per_cta=[1, 1], order=[1, 0])
+    rows = [[8 << i, 0] for i in range(_log2(BLOCK_N // 8))]  # rows r + 8i of the fragments
+    # K half-words (BLOCK_N, D/4): thread (r, c) holds D/16 consecutive half-words (D/4 channels) of its rows
+    LH = gl.DistributedLinearLayout(
+        reg_bases=[[0, 1 << i] for i in range(_log2(D // 16))] + rows,
+        lane_bases=[[0, D // 16], [0, D // 8], [1, 0], [2, 0], [4, 0]], warp_bases=[], block_bases=[],
+        shape=[BLOCK_N, D // 4])
+    # K scale bytes (BLOCK_N, D/16): the D/64 blocks of those channels
+    LKS = gl.DistributedLinearLayout(
+        reg_bases=[[0, 1 << i] for i in range(_log2(D // 64))] + rows,
+        lane_bases=[[0, D // 64], [0, D // 32], [1, 0], [2, 0], [4, 0]], warp_bases=[], block_bases=[],
+        shape=[BLOCK_N, D // 16])
+    # V bytes (BLOCK_N/2 token pairs, D channels): thread (r, c) holds channels r·D/8 .. + D/8 of pairs c + 4i
+    LV = gl.DistributedLinearLayout(
+        reg_bases=[[0, 1 << i] for i in range(_log2(D // 8))] + [[4 << i, 0] for i in range(_log2(BLOCK_N // 8))],
+        lane_bases=[[1, 0], [2, 0], [0, D // 8], [0, D // 4], [0, D // 2]], warp_bases=[], block_bases=[],
+        shape=[BLOCK_N // 2, D])
+    return dict(LQ=LQ, LH=LH, LKS=LKS, LV=LV, MMA=MMA)
+
+
+def supported(D: int, rows: int, block_n: int, page_size: int) -> bool:
+    """Shapes this kernel handles: D 64 or 128, at most 16 query rows per program (G·n_q), 32- or
+    64-key tiles inside a page."""
+    return HAVE_GLUON and D in (64, 128) and rows <= 16 and block_n in (32, 64) and page_size % block_n == 0
+
+
+def launch(q, cache, pt, ks, vs, OP, MP, LP, qk_scale, NQ, G, maxp, TPS, num_splits, BLOCK_M, block_n):
+    """Run the split kernel on the decode_fwd buffers (grid (splits, B·Hkv), one warp per program)."""
+    B, _, _, D = q.shape
+    Hkv = cache.num_kv_heads
+    _decode_split_kernel_gl[(num_splits, B * Hkv)](
+        q, cache.k_data, ks, cache.v_data, vs, pt, cache.seq_lens, cache.k_global_scale, cache.v_global_scale,
+        OP, MP, LP, qk_scale, Hkv, NQ, G, maxp, TPS, num_splits,
+        D=D, PS=cache.page_size, BLOCK_M=BLOCK_M, BLOCK_N=block_n,
+        **_layouts(D, block_n, BLOCK_M), num_warps=1)
