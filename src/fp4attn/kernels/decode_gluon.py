@@ -21,8 +21,9 @@ loads exactly the packed bytes its operand fragments need and decodes them in pl
   The output's channels run in a logical order too (thread r holds the D/8 consecutive physical
   channels r·D/8 ..: one 16-byte load per token pair); the partial outputs are stored back in
   physical order: logical m = r + 8a + 16(2w + z) is channel (D/8)·r + 4w + 2z + a.
-* ϕ(P̃)ᵀ (B of the P·V product) comes from the Sᵀ accumulator layout through a small register
-  exchange (Triton's layout conversion, warp shuffles and a 512-byte scratch once per tile).
+* ϕ(P̃)ᵀ (B of the P·V product) comes from the Sᵀ accumulator layout through Triton's layout
+  conversion (warp shuffles, no shared memory); ϕ(q)ᵀ is converted once per program (through 512 bytes
+  of shared memory, outside the loop).
 
 Every reordering is written as reshape/permute of register tensors whose layouts are declared
 (``_layouts``), so the conversions into the MMA operand layouts are checked to move no data
