@@ -374,16 +374,19 @@ def _nibbles_e4m3_lines(w: str) -> list:
 
 def _e2m1_halfwords_ptx(f16_scales: bool = False) -> str:
     """Output register k (0..3) = (code k of half-word j, code k of half-word j + 1) as fp16 values
-    code·scale·2^-6. Scales: E4M3 bytes in $5, pair (byte 0, byte 2) for k < 2, (1, 3) else; with
-    ``f16_scales`` $5 is already the fp16x2 pair (one scale for all four outputs)."""
+    code·scale·2^-6. Scales: E4M3 bytes in $5, pair (byte 0, byte 2) for k < 2, (1, 3) else.
+
+    With ``f16_scales`` $5 is already the fp16x2 pair (one scale for all four outputs) and the half-words'
+    bytes are not permuted first (one instruction less): output register k then holds codes k%2 and
+    k%2 + 2 of half-word j + k//2 (for a kernel that sums its channels in an order of its choice)."""
     if f16_scales:
-        head, sa, sb = [], "$5", "$5"
+        head, sa, sb, word = [], "$5", "$5", "mov.b32 w, $4;"
     else:
         head, sa, sb = ["prmt.b32 t, $5, 0, 0x3120;", "mov.b32 {ta, tb}, t;",
                         "cvt.rn.f16x2.e4m3x2 sa, ta;", "cvt.rn.f16x2.e4m3x2 sb, tb;"], "sa", "sb"
+        word = "prmt.b32 w, $4, 0, 0x3120;"  # bytes [n0n1, n4n5, n2n3, n6n7]
     return "\n".join([
-        "{", ".reg .b32 w, t, u, ev, od, sa, sb;", ".reg .b16 ta, tb, e0, e1, o0, o1;", *head,
-        "prmt.b32 w, $4, 0, 0x3120;",  # bytes [n0n1, n4n5, n2n3, n6n7]
+        "{", ".reg .b32 w, t, u, ev, od, sa, sb;", ".reg .b16 ta, tb, e0, e1, o0, o1;", *head, word,
         *_nibbles_e4m3_lines("w"),
         "mov.b32 {e0, e1}, ev;", "mov.b32 {o0, o1}, od;",
         "cvt.rn.f16x2.e4m3x2 $0, e0;", "cvt.rn.f16x2.e4m3x2 $1, o0;",

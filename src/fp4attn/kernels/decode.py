@@ -37,7 +37,7 @@ Two attention kernels (1-2) and, for ``thrift_budget``, two page-selection kerne
 ``DOT_F32`` (the interpreter, which has no fp16/bf16 ``tl.dot``) runs the same decoded values
 (exact in FP32 as well) through FP32 dots.
 
-On Hopper (and Ada) the FP4 split loop runs ``decode_gluon._decode_split_kernel_gl`` instead (see
+On Hopper the FP4 split loop runs ``decode_gluon._decode_split_kernel_gl`` instead (see
 ``_use_gluon``): the same arithmetic with the packed bytes loaded straight into the MMA operand registers,
 1.6-1.9x faster than kernel 1 on an H200; kernel 1 stays the portable path, the Thrift path and the
 interpreter's.
@@ -288,7 +288,7 @@ def _decode_reduce_kernel(OP, MP, LP, Q, KT, VT, LENS, O, LSE, qk_scale, NS, GQ,
 # fewer programs per SM.
 _CONFIGS = {False: dict(block_n=32, num_warps=1, num_stages=2, per_sm=12, max_tiles=None),
             True: dict(block_n=64, num_warps=2, num_stages=2, per_sm=2, max_tiles=16)}
-# The Gluon kernel (decode_gluon, sm_89/sm_90): one warp per program (128 registers), 32-key tiles, 16
+# The Gluon kernel (decode_gluon, sm_90): one warp per program (128 registers), 32-key tiles, 16
 # programs per SM in one wave (H200 sweeps of 2026-11-22 in benchmarks/decode-s10/: 64-key tiles, 8-28
 # programs per SM, register caps of 88-112, register or L2 prefetch of later tiles were all slower).
 _GLUON_CONFIG = dict(block_n=32, num_warps=1, num_stages=1, per_sm=16, max_tiles=None)
@@ -328,8 +328,9 @@ def _selection_int8(selection: torch.Tensor, B: int, Hq: int, maxp: int) -> torc
 
 def _use_gluon(kernel: str, q: torch.Tensor, thrift: bool, rows: int, block_n: int, page_size: int) -> bool:
     """Whether the FP4 split loop runs the Gluon kernel (``decode_gluon``): ``kernel`` "auto" picks it on
-    sm_89 / sm_90 (mma.sync with the E4M3 conversions; tested on H200) for the shapes it supports,
-    "gluon" requires it, "triton" never uses it. ``FP4ATTN_DECODE_KERNEL`` overrides "auto"."""
+    sm_90 (Hopper, where it is tested and timed) for the shapes it supports, "gluon" requires it (it also
+    compiles for sm_89, which has the same mma.sync and E4M3 conversions, but has not run there),
+    "triton" never uses it. ``FP4ATTN_DECODE_KERNEL`` overrides "auto"."""
     if kernel not in ("auto", "gluon", "triton"):
         raise ValueError(f"kernel: expected 'auto', 'gluon' or 'triton', got {kernel!r}")
     if kernel == "auto":
@@ -343,8 +344,7 @@ def _use_gluon(kernel: str, q: torch.Tensor, thrift: bool, rows: int, block_n: i
             raise ValueError("kernel='gluon': needs a CUDA device, no Thrift selection, D 64 or 128, at most 16 "
                              "query rows per kv head (G·n_q) and block_n 32 or 64 dividing the page size")
         return True
-    return ok and _capability(q.device.index if q.device.index is not None else torch.cuda.current_device()) in (
-        (8, 9), (9, 0))
+    return ok and _capability(q.device.index if q.device.index is not None else torch.cuda.current_device()) == (9, 0)
 
 
 @functools.lru_cache(maxsize=None)

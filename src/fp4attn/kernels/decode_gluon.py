@@ -14,8 +14,8 @@ loads exactly the packed bytes its operand fragments need and decodes them in pl
   are summed, so the kernel sums them in a *logical* order chosen such that thread c's channels of a
   key are the D/4 consecutive physical channels c·D/4 .. c·D/4 + D/4 - 1: one 16-byte load (D = 128)
   per key row, decoded by the shared E2M1 routine (two codes per fp16 register:
-  ``E2M1_HALFWORDS_F16S_PTX``). Logical k = 16s + 8h + 2c + e maps to physical channel
-  c·D/4 + 4·(2·(s//2) + e) + 2·(s%2) + h; ϕ(q) is permuted the same way once per program.
+  ``E2M1_HALFWORDS_F16S_PTX``). Logical k = 16(2jh + kh) + 8kl + 2c + e maps to physical channel
+  c·D/4 + 8jh + 4kh + 2e + kl; ϕ(q) is permuted the same way once per program.
 * V̂ᵀ (A of the P·V product, rows = channels, k = keys). V is stored with token pairs in one byte
   (SPEC §5), so a byte decodes into exactly one fragment register (two keys): ``E2M1_BYTE_PAIRS_F16_PTX``.
   The output's channels run in a logical order too (thread r holds the D/8 consecutive physical
@@ -90,8 +90,9 @@ if HAVE_GLUON:
         o0, o1, o2, o3 = gl.inline_asm_elementwise(E2M1_HALFWORDS_F16S_PTX, "=r,=r,=r,=r,r,r", [kh, ks4],
                                                    dtype=(gl.float16, gl.float16, gl.float16, gl.float16),
                                                    is_pure=True, pack=2)
-        # o_{2sl+h}[n, hw]: code 2sl+h of half-word hw = c·D/16 + 2jh + e -> logical k = 16(2jh+sl) + 8h + 2c + e
-        J = gl.reshape(gl.join(gl.join(o0, o1), gl.join(o2, o3)), (BLOCK_N, 4, D // 32, 2, 2, 2))  # n,c,jh,e,h,sl
+        # element hw = c·D/16 + 2jh + e of o_{kl + 2kh} is code kl + 2e of half-word c·D/16 + 2jh + kh: physical
+        # channel c·D/4 + 8jh + 4kh + 2e + kl, logical k = 16(2jh + kh) + 8kl + 2c + e
+        J = gl.reshape(gl.join(gl.join(o0, o1), gl.join(o2, o3)), (BLOCK_N, 4, D // 32, 2, 2, 2))  # n,c,jh,e,kl,kh
         kA = gl.convert_layout(gl.reshape(gl.permute(J, (0, 2, 5, 4, 1, 3)), (BLOCK_N, D)), AOP,
                                assert_trivial=True)
         sT = mma_v2(kA, qT, gl.zeros([BLOCK_N, BLOCK_M], gl.float32, layout=MMA)) * s_scale
@@ -131,8 +132,8 @@ if HAVE_GLUON:
         q_rows = (b * Hkv + h).to(gl.int64) * G * NQ + rq
         q = gl.load(Q + q_rows[:, None] * D + dq[None, :], mask=(rq < G * NQ)[:, None], other=0.0)
         qf = gl.reshape(fake_quant_rows(q.to(gl.float32), 16, False, True).to(gl.float16),
-                        (BLOCK_M, 4, D // 32, 2, 2, 2))  # m, c, jh, e, sl, h
-        qf = gl.reshape(gl.permute(qf, (0, 2, 4, 5, 1, 3)), (BLOCK_M, D))  # m, (jh, sl, h, c, e)
+                        (BLOCK_M, 4, D // 32, 2, 2, 2))  # m, c, jh, kh, e, kl
+        qf = gl.reshape(gl.permute(qf, (0, 2, 3, 5, 1, 4)), (BLOCK_M, D))  # m, (jh, kh, kl, c, e)
         qT = gl.convert_layout(gl.permute(qf, (1, 0)), BOP)
         cols = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
         last_key = L - NQ + cols % NQ  # bottom-right causal: query i sees keys <= L - NQ + i
