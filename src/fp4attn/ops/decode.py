@@ -166,8 +166,9 @@ def decode(q, cache: KVCache, *, scale=None, recipe: str = "nvfp4", thrift_budge
         return_lse: also return the log-sum-exp (B, Hq, n_q) float32.
         num_splits: flash-decoding splits along the context (CUDA; default: a heuristic).
 
-    CUDA tensors run the Triton flash-decoding kernel (:mod:`fp4attn.kernels.decode`); CPU tensors the
-    PyTorch reference. No autograd.
+    CUDA tensors run the flash-decoding kernels (:mod:`fp4attn.kernels.decode`; on Hopper the FP4 split
+    loop is the Gluon kernel of :mod:`fp4attn.kernels.decode_gluon`); CPU tensors the PyTorch reference.
+    No autograd.
     """
     qb, scale, thrift_budget = _check(q, cache, scale, recipe, thrift_budget, layout, return_lse)
     D = qb.shape[-1]
