@@ -852,3 +852,57 @@ def test_decode_gpu_many_splits_long_context():
     assert torch.allclose(lse, ref_lse.to(lse.device), atol=2e-3)
     one, _ = Dk.decode_fwd(q, c, scale=D ** -0.5, num_splits=40)  # fewer splits than one chunk
     assert _rel(out, one) <= 0.2  # different split maxima, same attention
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("nq,budget", [(1, 0.05), (4, 0.25), (2, 1.0)])
+def test_thrift_decode_gluon_streams_gpu_equal_fused_triton_kernel(nq, budget):
+    """Thrift decode on Hopper: the Gluon FP4 kernel leaves the selected pages out and the 16-bit stream
+    kernel computes them; the reduce merges both by their maxima. Equals the fused Triton kernel (one
+    online softmax over both) up to float32 rounding and the bf16 rounding of the 16-bit P̃ (relative to
+    each stream's own maximum): measured <= 1e-3 relative L2 on H200."""
+    from fp4attn.kernels import decode as Dk
+
+    dev, B, Hkv, G, D = "cuda", 3, 2, 4, 128
+    lens = [3000, 777, 2048 + 5]
+    k, v = _kv(B, Hkv, max(lens), D, seed=70)
+    c = KVCache.from_dense(k.to(dev), v.to(dev), lengths=lens, keep_16bit=True)
+    q = torch.randn(B, Hkv * G, nq, D, generator=torch.Generator().manual_seed(71)).to(dev, torch.bfloat16)
+    sel = Dk.select_pages(q, c, budget)
+    for splits in (1, 3):
+        o_t, l_t = Dk.decode_fwd(q, c, scale=D ** -0.5, selection=sel, num_splits=splits, kernel="triton")
+        o_g, l_g = Dk.decode_fwd(q, c, scale=D ** -0.5, selection=sel, num_splits=splits, kernel="gluon")
+        assert _rel(o_g, o_t) <= 3e-3, (splits, _rel(o_g, o_t))
+        assert torch.allclose(l_g, l_t, atol=1e-4, rtol=0)
+    ref, _ = decode_reference(q, c, scale=D ** -0.5, selection=sel.bool())
+    assert _rel(o_g, ref) <= 1e-2
+
+
+@needs_interp
+def test_thrift_16bit_stream_kernel_interpreter_all_selected_is_exact_attention():
+    """Thrift's 16-bit stream kernel (the Gluon path's selected pages) with every page selected, merged by
+    the reduce kernel with the raw tail and no FP4 partials: plain attention over the 16-bit copy."""
+    from fp4attn.kernels import decode as Dk
+
+    B, Hkv, G, nq, D = 2, 2, 2, 2, 32
+    lens = [200, 77]
+    k, v = _kv(B, Hkv, max(lens), D, dtype=torch.float32, seed=72)
+    c = KVCache.from_dense(k, v, lengths=lens, dtype=torch.float32, keep_16bit=True)
+    q = torch.randn(B, Hkv * G, nq, D, generator=torch.Generator().manual_seed(73))
+    maxp = c.page_table.shape[1]
+    sel = torch.ones(B, Hkv * G, maxp, dtype=torch.int8)
+    BM, n16, ppp = 8, 2, 2  # 2 programs of 2 pages cover the 4 pages of the longest sequence
+    OP, MP = torch.empty(B * Hkv * n16 * BM, D), torch.empty(B * Hkv * n16 * BM)
+    LP = torch.empty_like(MP)
+    qk = D ** -0.5 * Dk.LOG2E
+    Dk._decode_16bit_kernel[(n16, B * Hkv)](q, c.k16, c.v16, c.page_table, c.seq_lens, sel, OP, MP, LP, qk, Hkv,
+                                            nq, G, maxp, ppp, n16, 0, D=D, PS=c.page_size, BLOCK_R=16, BLOCK_M=BM,
+                                            DOT_F32=True)
+    out = torch.empty(B, Hkv * G, nq, D)
+    lse = torch.empty(B, Hkv * G, nq)
+    Dk._decode_reduce_kernel[(B * Hkv * G * nq,)](OP, MP, LP, q, c.k_tail, c.v_tail, c.seq_lens, out, lse, qk, n16,
+                                                  G * nq, nq, Hkv, BM, BLOCK_S=2, D=D)
+    exact = torch.stack([reference.attention(q[b:b + 1], k[b:b + 1, :, :L], v[b:b + 1, :, :L], causal=True,
+                                             recipe="bf16")[0] for b, L in enumerate(lens)])
+    assert _rel(out, exact) <= 1e-5, _rel(out, exact)

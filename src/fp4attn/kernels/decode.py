@@ -39,8 +39,12 @@ Two attention kernels (1-2) and, for ``thrift_budget``, two page-selection kerne
 
 On Hopper the FP4 split loop runs ``decode_gluon._decode_split_kernel_gl`` instead (see
 ``_use_gluon``): the same arithmetic with the packed bytes loaded straight into the MMA operand registers,
-1.6-1.9x faster than kernel 1 on an H200; kernel 1 stays the portable path, the Thrift path and the
-interpreter's.
+1.6-2.0x faster than kernel 1 on an H200; kernel 1 stays the portable path and the interpreter's. With a
+Thrift selection the Gluon kernel leaves the selected (query head, page) pairs out (their scores -inf, its
+FP4 tiles with two-level P̃) and ``_decode_16bit_kernel`` computes them from the 16-bit copy as extra
+split partials: the reduce's max-rescaled merge of the two streams is the one online softmax of the fused
+kernel (two-level P̂ does not depend on the running max; only the 16-bit P̃'s rounding to V's dtype for
+the MMA is relative to another maximum).
 """
 
 from __future__ import annotations
@@ -280,6 +284,63 @@ def _decode_reduce_kernel(OP, MP, LP, Q, KT, VT, LENS, O, LSE, qk_scale, NS, GQ,
     tl.store(LSE + r, lse)
 
 
+@triton.jit
+def _decode_16bit_kernel(Q, K16, V16, PT, LENS, SEL, OP, MP, LP, qk_scale, Hkv, NQ, G, MAXP, PPS, NS, S0,
+                         D: tl.constexpr, PS: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_M: tl.constexpr,
+                         DOT_F32: tl.constexpr):
+    """Thrift's 16-bit stream for the Gluon FP4 kernel (which leaves the selected pages out): grid (NS16,
+    B·Hkv), program ``pid`` takes pages [pid·PPS, (pid+1)·PPS) of its sequence; a page that some query
+    head of the kv group selected is scored from the 16-bit copy (input-dtype q and K, FP32 accumulation)
+    for the selecting rows only, with unquantized P̃ (rounded to V's dtype for the MMA, as the fused
+    kernel does) and 16-bit V. Partials go to split slot S0 + pid (BLOCK_M rows per slot); the reduce
+    merges them with the FP4 stream's by their maxima, which equals one online softmax over both."""
+    pid = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // Hkv
+    h = pid_bh % Hkv
+    L = tl.load(LENS + b)
+    C = L - L % 16
+    r = tl.arange(0, BLOCK_R)
+    row_ok = r < G * NQ
+    last_key = L - NQ + r % NQ
+    offs_d = tl.arange(0, D)
+    offs_n = tl.arange(0, PS)
+    q_rows = (b * Hkv + h).to(tl.int64) * G * NQ + r
+    q = tl.load(Q + q_rows[:, None] * D + offs_d[None, :], mask=row_ok[:, None], other=0.0)
+    if DOT_F32:
+        q = q.to(tl.float32)
+    else:
+        q = q.to(K16.dtype.element_ty)
+    sel_rows = ((b * Hkv + h) * G + r // NQ).to(tl.int64)
+    m_i = tl.full([BLOCK_R], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_R], tl.float32)
+    acc = tl.zeros([BLOCK_R, D], tl.float32)
+    n_pages = (C + PS - 1) // PS
+    for it in range(0, PPS):  # a fixed trip count (the interpreter cannot loop to program-id bounds)
+        pidx = pid * PPS + it
+        if pidx < n_pages:
+            selr = tl.load(SEL + sel_rows * MAXP + pidx, mask=row_ok, other=0) != 0
+            if tl.max(selr.to(tl.int32), 0) > 0:
+                page = tl.load(PT + b * MAXP + pidx).to(tl.int64)
+                rows = (page * Hkv + h) * PS + offs_n
+                k16 = tl.load(K16 + rows[:, None] * D + offs_d[None, :])
+                if DOT_F32:
+                    k16 = k16.to(tl.float32)
+                keys = pidx * PS + offs_n
+                ok = selr[:, None] & (keys < C)[None, :] & (keys[None, :] <= last_key[:, None])
+                s = tl.where(ok, tl.dot(q, tl.trans(k16)) * qk_scale, float("-inf"))
+                p, alpha, m_i, l_i = online_softmax_step(s, m_i, l_i, True)
+                v16 = tl.load(V16 + rows[:, None] * D + offs_d[None, :])
+                if DOT_F32:
+                    acc = acc * alpha[:, None] + tl.dot(p, v16.to(tl.float32))
+                else:
+                    acc = acc * alpha[:, None] + tl.dot(p.to(v16.dtype), v16)
+    prow = (pid_bh.to(tl.int64) * NS + S0 + pid) * BLOCK_M + r
+    tl.store(OP + prow[:, None] * D + offs_d[None, :], acc, mask=row_ok[:, None])
+    tl.store(MP + prow, m_i, mask=row_ok)
+    tl.store(LP + prow, l_i, mask=row_ok)
+
+
 # Launch configs, the best of the H200 sweeps in BENCHMARKS.md (issue 5). FP4: 1 warp, 32-key tiles,
 # 2 stages, 12 programs per SM in one wave (the transposed tile needs 142 registers, so 14 fit; 8 per SM
 # ran 1.13x slower, a partial last wave up to 1.6x). Thrift: its two-level P tile is 64 keys and its
@@ -291,7 +352,10 @@ _CONFIGS = {False: dict(block_n=32, num_warps=1, num_stages=2, per_sm=12, max_ti
 # The Gluon kernel (decode_gluon, sm_90): one warp per program (128 registers), 32-key tiles, 16
 # programs per SM in one wave (H200 sweeps of 2026-11-22 in benchmarks/decode-s10/: 64-key tiles, 8-28
 # programs per SM, register caps of 88-112, register or L2 prefetch of later tiles were all slower).
-_GLUON_CONFIG = dict(block_n=32, num_warps=1, num_stages=1, per_sm=16, max_tiles=None)
+_GLUON_CONFIG = {False: dict(block_n=32, num_warps=1, num_stages=1, per_sm=16, max_tiles=None),
+                 # Thrift: 64-key tiles (the two-level P̃ tile), the selected pages in the 16-bit stream
+                 True: dict(block_n=64, num_warps=1, num_stages=1, per_sm=12, max_tiles=None)}
+_PAGES_16BIT = 32  # pages one program of Thrift's 16-bit stream scans
 
 
 @functools.lru_cache(maxsize=None)
@@ -337,12 +401,12 @@ def _use_gluon(kernel: str, q: torch.Tensor, thrift: bool, rows: int, block_n: i
         kernel = os.environ.get("FP4ATTN_DECODE_KERNEL", "auto")
     if kernel == "triton":
         return False
-    ok = (not thrift and q.is_cuda and not _interpret()
+    ok = (q.is_cuda and not _interpret() and (not thrift or block_n == 64)
           and decode_gluon.supported(q.shape[-1], rows, block_n, page_size))
     if kernel == "gluon":
         if not ok:
-            raise ValueError("kernel='gluon': needs a CUDA device, no Thrift selection, D 64 or 128, at most 16 "
-                             "query rows per kv head (G·n_q) and block_n 32 or 64 dividing the page size")
+            raise ValueError("kernel='gluon': needs a CUDA device, D 64 or 128, at most 16 query rows per kv head "
+                             "(G·n_q) and block_n 32 or 64 dividing the page size (64 with a Thrift selection)")
         return True
     return ok and _capability(q.device.index if q.device.index is not None else torch.cuda.current_device()) == (9, 0)
 
@@ -367,7 +431,7 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
     B, Hq, NQ, D = q.shape
     Hkv = cache.num_kv_heads
     G = Hq // Hkv
-    gcfg = _GLUON_CONFIG
+    gcfg = _GLUON_CONFIG[thrift]
     gluon = _use_gluon(kernel, q, thrift, G * NQ, block_n or gcfg["block_n"], cache.page_size)
     cfg = gcfg if gluon else _CONFIGS[thrift]
     block_n = block_n or cfg["block_n"]
@@ -394,10 +458,14 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
     TPS = -(-tiles // num_splits) * block_n
     num_splits = max(1, -(-max_c // TPS)) if max_c else 1
     dev = q.device
-    OP = torch.empty(B * Hkv * num_splits * BLOCK_M, D, dtype=torch.float32, device=dev)
-    MP = torch.empty(B * Hkv * num_splits * BLOCK_M, dtype=torch.float32, device=dev)
-    LP = torch.empty_like(MP)
     maxp = cache.page_table.shape[1]
+    # Thrift with the Gluon FP4 kernel: its selected pages come from a separate 16-bit stream whose
+    # partials occupy n16 more split slots
+    n16 = max(1, -(-max(maxp, 1) // _PAGES_16BIT)) if (thrift and gluon) else 0
+    ns_all = num_splits + n16
+    OP = torch.empty(B * Hkv * ns_all * BLOCK_M, D, dtype=torch.float32, device=dev)
+    MP = torch.empty(B * Hkv * ns_all * BLOCK_M, dtype=torch.float32, device=dev)
+    LP = torch.empty_like(MP)
     if thrift:
         sel = _selection_int8(selection, B, Hq, maxp)
         k16, v16 = cache.k16, cache.v16
@@ -409,7 +477,12 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
     ks, vs = cache.k_scale.view(torch.uint8), cache.v_scale.view(torch.uint8)
     if gluon:
         decode_gluon.launch(q, cache, pt, ks, vs, OP, MP, LP, scale * LOG2E, NQ, G, max(maxp, 1), TPS, num_splits,
-                            BLOCK_M, block_n)
+                            BLOCK_M, block_n, sel if thrift else None, ns_all)
+        if n16:
+            _decode_16bit_kernel[(n16, B * Hkv)](
+                q, k16, v16, pt, cache.seq_lens, sel, OP, MP, LP, scale * LOG2E, Hkv, NQ, G, max(maxp, 1),
+                _PAGES_16BIT, ns_all, num_splits, D=D, PS=PS, BLOCK_R=max(16, BLOCK_M), BLOCK_M=BLOCK_M,
+                DOT_F32=interp, num_warps=4)
     else:
         _decode_split_kernel[(num_splits, B * Hkv)](
             q, cache.k_data, ks, cache.v_data, vs, k16, v16, pt,
@@ -421,8 +494,8 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
     out = torch.empty(B, Hq, NQ, D, dtype=q.dtype, device=dev)
     lse = torch.empty(B, Hq, NQ, dtype=torch.float32, device=dev)
     _decode_reduce_kernel[(B * Hq * NQ,)](OP, MP, LP, q, cache.k_tail, cache.v_tail, cache.seq_lens, out, lse,
-                                          scale * LOG2E, num_splits, G * NQ, NQ, Hkv, BLOCK_M,
-                                          BLOCK_S=min(64, max(2, triton.next_power_of_2(num_splits))), D=D,
+                                          scale * LOG2E, ns_all, G * NQ, NQ, Hkv, BLOCK_M,
+                                          BLOCK_S=min(64, max(2, triton.next_power_of_2(ns_all))), D=D,
                                           num_warps=4)
     return out, lse
 

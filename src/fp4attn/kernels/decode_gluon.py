@@ -1,12 +1,13 @@
 """Flash-decoding split kernel for Hopper written in Gluon (issue 5): FP4 operands decoded straight into
 the registers of the tensor-core fragments, no shared memory in the key loop.
 
-Same algorithm, inputs and partial outputs as ``decode._decode_split_kernel`` (FP4 path, no Thrift),
-whose docstring describes the transposed tile (keys along the MMA's M, the G·n_q query rows of a GQA
-group along N: Sᵀ = K̂·ϕ(q)ᵀ, Oᵀ += V̂ᵀ·ϕ(P̃)ᵀ). The Triton kernel decodes K̂ and V̂ in a blocked layout and
-Triton moves the decoded tiles into the ``mma.sync`` operand layouts through shared memory; the
-profile showed those round trips bound the loop. Here every layout is explicit (Gluon), so each thread
-loads exactly the packed bytes its operand fragments need and decodes them in place:
+Same algorithm, inputs and partial outputs as ``decode._decode_split_kernel``'s FP4 path (with ``THRIFT``:
+the selected pages left to ``decode._decode_16bit_kernel``, two-level P̃ on the others; see ``decode``'s
+module docstring), whose docstring describes the transposed tile (keys along the MMA's M, the G·n_q query
+rows of a GQA group along N: Sᵀ = K̂·ϕ(q)ᵀ, Oᵀ += V̂ᵀ·ϕ(P̃)ᵀ). The Triton kernel decodes K̂ and V̂ in a
+blocked layout and Triton moves the decoded tiles into the ``mma.sync`` operand layouts through shared
+memory; the profile showed those round trips bound the loop. Here every layout is explicit (Gluon), so each
+thread loads exactly the packed bytes its operand fragments need and decodes them in place:
 
 * ``mma.sync.m16n8k16`` A fragment (16 rows x 16 k): thread (r = lane/4, c = lane%4) holds rows r and
   r+8, k = 2c, 2c+1, 2c+8, 2c+9, one fp16 pair per 32-bit register.
@@ -77,9 +78,9 @@ if HAVE_GLUON:
         return kh, ks, vb, vs
 
     @gluon.jit
-    def _tile(kh, ks, vb, vs, t0, accT, m_i, l_i, qT, s_scale, last_key, C, keys0,
-              D: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, LH: gl.constexpr,
-              MMA: gl.constexpr, MASKED: gl.constexpr):
+    def _tile(kh, ks, vb, vs, t0, accT, m_i, l_i, qT, s_scale, last_key, C, keys0, sel_rows, vg, SEL, MAXP,
+              D: gl.constexpr, PS: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
+              LH: gl.constexpr, MMA: gl.constexpr, MASKED: gl.constexpr, THRIFT: gl.constexpr):
         """One tile of the key loop: decode K̂ into A fragments, Sᵀ, online softmax over the keys (axis 0),
         P̃ rounded per 16 keys, decode V̂ᵀ into A fragments, Oᵀ += V̂ᵀ·ϕ(P̃)ᵀ."""
         AOP: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
@@ -100,23 +101,38 @@ if HAVE_GLUON:
             keys = t0 + keys0
             ok = (keys < C)[:, None] & (keys[:, None] <= last_key[None, :])
             sT = gl.where(ok, sT, float("-inf"))
+        if THRIFT:  # rows whose query head selected this page get it from the 16-bit stream, not here
+            sel = gl.load(SEL + sel_rows * MAXP + t0 // PS) != 0
+            sT = gl.where(sel[None, :], float("-inf"), sT)
         # softmax and P̃ rounding on the (rows, keys) view: a relabelling of the same registers
-        p, alpha, m_i, l_i = online_softmax_step(gl.permute(sT, (1, 0)), m_i, l_i, MASKED)
-        pT = gl.convert_layout(gl.permute(fake_quant_p(p, 16, False).to(gl.float16), (1, 0)), BOP)
+        p, alpha, m_i, l_i = online_softmax_step(gl.permute(sT, (1, 0)), m_i, l_i, MASKED or THRIFT)
+        if THRIFT:
+            # two-level P: s1 = rowmax(P̃ tile)/(448·6), P̂ = ϕ(P̃/s1), the product scaled by s1 afterwards
+            s1 = gl.max(p, 1) * (1.0 / 2688.0)
+            inv1 = gl.where(s1 > 0, 1.0 / s1, 0.0)
+            pT = gl.convert_layout(gl.permute(fake_quant_p(p * inv1[:, None], 16, False).to(gl.float16), (1, 0)),
+                                   BOP)
+        else:
+            pT = gl.convert_layout(gl.permute(fake_quant_p(p, 16, False).to(gl.float16), (1, 0)), BOP)
         # V: a word is 4 channels of one token pair; X holds (even, odd token) of channels +0, +1, Y of +2, +3
         X, Y = gl.inline_asm_elementwise(E2M1_BYTE_PAIRS_F16_PTX, "=r,=r,=r,=r,r,r,r", [vb, vs],
                                          dtype=(gl.float16, gl.float16), is_pure=True, pack=4)
         J = gl.reshape(gl.join(X, Y), (BLOCK_N // 2, 8, D // 32, 2, 2, 2))  # t2, r, w, a, e, z
         vA = gl.convert_layout(gl.reshape(gl.permute(J, (2, 5, 3, 1, 0, 4)), (D, BLOCK_N)), AOP,
                                assert_trivial=True)
-        accT = mma_v2(vA, pT, accT * gl.convert_layout(alpha, gl.SliceLayout(0, MMA))[None, :])
+        accT = accT * gl.convert_layout(alpha, gl.SliceLayout(0, MMA))[None, :]
+        if THRIFT:
+            pv = mma_v2(vA, pT, gl.zeros([D, BLOCK_M], gl.float32, layout=MMA))
+            accT += pv * gl.convert_layout(s1 * vg, gl.SliceLayout(0, MMA))[None, :]
+        else:
+            accT = mma_v2(vA, pT, accT)
         return accT, m_i, l_i
 
     @gluon.jit
-    def _decode_split_kernel_gl(Q, KD, KS, VD, VS, PT, LENS, KG, VG, OP, MP, LP,
+    def _decode_split_kernel_gl(Q, KD, KS, VD, VS, PT, LENS, KG, VG, SEL, OP, MP, LP,
                                 qk_scale, Hkv, NQ, G, MAXP, TPS, NS,
                                 D: gl.constexpr, PS: gl.constexpr, BLOCK_M: gl.constexpr,
-                                BLOCK_N: gl.constexpr,
+                                BLOCK_N: gl.constexpr, THRIFT: gl.constexpr,
                                 LQ: gl.constexpr, LH: gl.constexpr, LKS: gl.constexpr, LV: gl.constexpr,
                                 MMA: gl.constexpr):
         BOP: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=MMA, k_width=2)
@@ -139,6 +155,8 @@ if HAVE_GLUON:
         last_key = L - NQ + cols % NQ  # bottom-right causal: query i sees keys <= L - NQ + i
         s_scale = qk_scale * gl.load(KG + pid_bh) * 64.0  # the decode yields K values times 2^-6
         vg = gl.load(VG + pid_bh) * 64.0  # ... and V values times 2^-6
+        # query head of each row (Thrift's SEL rows; padding columns read the group's last head)
+        sel_rows = ((b * Hkv + h) * G + gl.minimum(cols // NQ, G - 1)).to(gl.int64)
         z = gl.permute(gl.zeros([BLOCK_N, BLOCK_M], gl.float32, layout=MMA), (1, 0))
         m_i = gl.max(z, 1) - float("inf")  # running max / sum per query row, in the (rows, keys) view's slice
         l_i = gl.sum(z, 1)
@@ -161,13 +179,14 @@ if HAVE_GLUON:
         full_end = start + n_full * BLOCK_N
         for t0 in range(start, full_end, BLOCK_N):
             kh, ks, vb, vs = _load_tile(KD16, KS, VD, VS, PT, b, h, t0, Hkv, MAXP, koff, ksoff, voff, vsoff, D, PS)
-            accT, m_i, l_i = _tile(kh, ks, vb, vs, t0, accT, m_i, l_i, qT, s_scale, last_key, C, keys0,
-                                   D, BLOCK_N, BLOCK_M, LH, MMA, False)
+            accT, m_i, l_i = _tile(kh, ks, vb, vs, t0, accT, m_i, l_i, qT, s_scale, last_key, C, keys0, sel_rows, vg,
+                                   SEL, MAXP, D, PS, BLOCK_N, BLOCK_M, LH, MMA, False, THRIFT)
         for t0 in range(full_end, end, BLOCK_N):  # at most the last committed 16 + BLOCK_N keys
             kh, ks, vb, vs = _load_tile(KD16, KS, VD, VS, PT, b, h, t0, Hkv, MAXP, koff, ksoff, voff, vsoff, D, PS)
-            accT, m_i, l_i = _tile(kh, ks, vb, vs, t0, accT, m_i, l_i, qT, s_scale, last_key, C, keys0,
-                                   D, BLOCK_N, BLOCK_M, LH, MMA, True)
-        accT = accT * vg
+            accT, m_i, l_i = _tile(kh, ks, vb, vs, t0, accT, m_i, l_i, qT, s_scale, last_key, C, keys0, sel_rows, vg,
+                                   SEL, MAXP, D, PS, BLOCK_N, BLOCK_M, LH, MMA, True, THRIFT)
+        if not THRIFT:
+            accT = accT * vg  # (Thrift scales each tile's product by s1·vg in _tile)
         # partials in physical channel order: logical row m = r + 8a + 16(2w + z) is (D/8)·r + 4w + 2z + a
         m = gl.arange(0, D, layout=gl.SliceLayout(1, MMA))
         dphys = (D // 8) * (m % 8) + 4 * (m // 32) + 2 * ((m // 16) % 2) + (m // 8) % 2
@@ -212,12 +231,13 @@ def supported(D: int, rows: int, block_n: int, page_size: int) -> bool:
     return HAVE_GLUON and D in (64, 128) and rows <= 16 and block_n in (32, 64) and page_size % block_n == 0
 
 
-def launch(q, cache, pt, ks, vs, OP, MP, LP, qk_scale, NQ, G, maxp, TPS, num_splits, BLOCK_M, block_n):
+def launch(q, cache, pt, ks, vs, OP, MP, LP, qk_scale, NQ, G, maxp, TPS, num_splits, BLOCK_M, block_n,
+           sel=None, ns_stride=None):
     """Run the split kernel on the decode_fwd buffers (grid (splits, B·Hkv), one warp per program)."""
     B, _, _, D = q.shape
     Hkv = cache.num_kv_heads
     _decode_split_kernel_gl[(num_splits, B * Hkv)](
         q, cache.k_data, ks, cache.v_data, vs, pt, cache.seq_lens, cache.k_global_scale, cache.v_global_scale,
-        OP, MP, LP, qk_scale, Hkv, NQ, G, maxp, TPS, num_splits,
-        D=D, PS=cache.page_size, BLOCK_M=BLOCK_M, BLOCK_N=block_n,
+        MP if sel is None else sel, OP, MP, LP, qk_scale, Hkv, NQ, G, maxp, TPS, ns_stride or num_splits,
+        D=D, PS=cache.page_size, BLOCK_M=BLOCK_M, BLOCK_N=block_n, THRIFT=sel is not None,
         **_layouts(D, block_n, BLOCK_M), num_warps=1)
