@@ -255,6 +255,16 @@ def e2m1_round_pow2(x, s):
 
 
 @triton.jit
+def fake_quant_p_two_level(p, BLOCK: tl.constexpr):
+    """SageAttention3's two-level NVFP4 rounding of a (rows, keys) tile of P̃ (>= 0, finite): s1 =
+    rowmax(P̃)/(448·6) per row, P̂ = ϕ(P̃/s1) in blocks of BLOCK keys. Returns (P̂, s1); the caller scales
+    its product P̂·V by s1 (rows with s1 = 0 get P̂ = 0)."""
+    s1 = tl.max(p, 1) * (1.0 / 2688.0)
+    inv1 = tl.where(s1 > 0, 1.0 / s1, 0.0)
+    return fake_quant_p(p * inv1[:, None], BLOCK, False), s1
+
+
+@triton.jit
 def p_block_scales(amax, IS_MX: tl.constexpr):
     """Block scales of P~ (amax >= 0, finite) -> (scale s, reciprocal 1/s; 0 where s == 0).
 

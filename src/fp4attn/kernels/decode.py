@@ -60,6 +60,7 @@ import triton.language as tl
 from ..formats.triton_helpers import (
     e2m1_halfwords_f16,
     fake_quant_p,
+    fake_quant_p_two_level,
     fake_quant_rows,
     unpack_e2m1_f16_scaled,
     unpack_nibbles,
@@ -146,10 +147,8 @@ def _decode_tile(t0, accT, l_i, m_i, qT, q16T, s_scale, qk_scale, vg, row_ok, hq
         x = tl.join(tl.join(o0, o2), tl.join(o1, o3))  # [t2, c, b, a] = code a + 2b
         vT = tl.reshape(tl.permute(x, (1, 2, 0, 3)), (D, BLOCK_N))  # [c, b, t2, a]: (channel, token)
     if THRIFT:
-        p4 = tl.where(selr[:, None], 0.0, p)
-        s1 = tl.max(p4, 1) * (1.0 / 2688.0)  # two-level P: s1 = rowmax(P̃ tile) / (448·6)
-        inv1 = tl.where(s1 > 0, 1.0 / s1, 0.0)
-        pq = fake_quant_p(p4 * inv1[:, None], 16, False)  # P̂ = ϕ(P̃/s1), s1 applied after the product
+        # two-level P: P̂ = ϕ(P̃/s1) with s1 = rowmax(P̃ tile) / (448·6), s1 applied after the product
+        pq, s1 = fake_quant_p_two_level(tl.where(selr[:, None], 0.0, p), 16)
     else:
         pq = fake_quant_p(p, 16, False)
     # P̂ is exact in fp16 (E2M1 code times an E4M3 scale, at most 2688)

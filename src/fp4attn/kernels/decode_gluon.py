@@ -47,6 +47,7 @@ from ..formats.triton_helpers import (
     E2M1_BYTE_PAIRS_F16_PTX,
     E2M1_HALFWORDS_F16S_PTX,
     fake_quant_p,
+    fake_quant_p_two_level,
     fake_quant_rows,
 )
 from ._tiles import online_softmax_step
@@ -106,14 +107,11 @@ if HAVE_GLUON:
             sT = gl.where(sel[None, :], float("-inf"), sT)
         # softmax and P̃ rounding on the (rows, keys) view: a relabelling of the same registers
         p, alpha, m_i, l_i = online_softmax_step(gl.permute(sT, (1, 0)), m_i, l_i, MASKED or THRIFT)
-        if THRIFT:
-            # two-level P: s1 = rowmax(P̃ tile)/(448·6), P̂ = ϕ(P̃/s1), the product scaled by s1 afterwards
-            s1 = gl.max(p, 1) * (1.0 / 2688.0)
-            inv1 = gl.where(s1 > 0, 1.0 / s1, 0.0)
-            pT = gl.convert_layout(gl.permute(fake_quant_p(p * inv1[:, None], 16, False).to(gl.float16), (1, 0)),
-                                   BOP)
+        if THRIFT:  # two-level P: P̂ = ϕ(P̃/s1), the product scaled by s1 afterwards
+            pq, s1 = fake_quant_p_two_level(p, 16)
         else:
-            pT = gl.convert_layout(gl.permute(fake_quant_p(p, 16, False).to(gl.float16), (1, 0)), BOP)
+            pq = fake_quant_p(p, 16, False)
+        pT = gl.convert_layout(gl.permute(pq.to(gl.float16), (1, 0)), BOP)
         # V: a word is 4 channels of one token pair; X holds (even, odd token) of channels +0, +1, Y of +2, +3
         X, Y = gl.inline_asm_elementwise(E2M1_BYTE_PAIRS_F16_PTX, "=r,=r,=r,=r,r,r,r", [vb, vs],
                                          dtype=(gl.float16, gl.float16), is_pure=True, pack=4)
