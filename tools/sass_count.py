@@ -1,6 +1,7 @@
 """Static SASS instruction counts of fp4attn kernels for sm_90, without a GPU.
 
-Attn-QAT inner loops (``fwd``, ``dkdv``), the decode split kernel's key-tile loop (``decode``), the
+Attn-QAT inner loops (``fwd``, ``dkdv``), the decode split kernels' key-tile loops (``decode``; the Gluon
+kernel of Hopper: ``decode_gl``, its Thrift variant ``decode_gl_thrift``), the
 Quartet quantizers (``quest``, ``queste5``, ``sr``, ``fp8conv``) and the FP4 attention pre-pass kernels (``prepq``,
 ``prepk``, ``prepv``: Q, K, V of ``quantize_qkv`` at D=128 with ``--fmt``, the sage3 smoothing with
 ``--smooth``); straight-line kernels are reported per value (static counts: both sides of a branch count).
@@ -12,7 +13,8 @@ with the default GPU configs, down to a cubin with the ptxas bundled with Triton
 the bundled ``cuobjdump -sass`` and reports, for every loop (a backward ``BRA``), the number of
 instructions between the branch target and the branch, by opcode class, plus registers and spills.
 
-    PYTHONPATH=src python tools/sass_count.py [fwd|dkdv|decode|quest|queste5|sr|fp8conv|prepq|prepk|prepv ...]
+    PYTHONPATH=src python tools/sass_count.py [fwd|dkdv|decode|decode_gl|decode_gl_thrift|quest|queste5|sr|
+                                               fp8conv|prepq|prepk|prepv ...]
                                               [--fmt nvfp4|mxfp4] [--smooth] [--dump DIR]
 
 The first loop with the most HGMMA/HMMA instructions is the main (unmasked) key-tile loop of the
@@ -55,6 +57,9 @@ def compile_like_launch(fn, args, kwargs):
     consts = {(i,): v for i, (s, v) in enumerate(zip(sig.values(), bound.values())) if s == "constexpr"}
     attrs = {(i,): backend.parse_attr(s[1]) for i, s in enumerate(spec) if isinstance(s[1], str)}
     opts = {k: v for k, v in kwargs.items() if k in ("num_warps", "num_stages", "maxnreg")}
+    if getattr(fn, "is_gluon", lambda: False)():  # a Gluon kernel (decode_gluon)
+        from triton.experimental.gluon._runtime import GluonASTSource
+        return triton.compile(GluonASTSource(fn, sig, consts, attrs), target=TARGET, options=opts)
     return triton.compile(ASTSource(fn, sig, consts, attrs), target=TARGET, options=opts)
 
 
@@ -144,6 +149,17 @@ def recorded_cases(which, fmt="nvfp4", smooth=False):
             cache = KVCache.from_dense(k, torch.randn_like(k))
             aot_probe._RECORDED.clear()
             Kd.decode_fwd(torch.randn(8, 32, 1, 128, dtype=torch.bfloat16), cache, scale=0.088)
+        if "decode_gl" in which or "decode_gl_thrift" in which:  # the Gluon kernel at its default configs
+            k = torch.randn(8, 8, 1024, 128, dtype=torch.bfloat16)
+            cache = KVCache.from_dense(k, torch.randn_like(k))
+            q = torch.randn(8, 32, 1, 128, dtype=torch.bfloat16)
+            buf = torch.empty(64, 128)
+            mp = cache.page_table.shape[1]
+            for thrift in (False, True):
+                sel = torch.zeros(8, 32, mp, dtype=torch.int8) if thrift else None
+                Kd.decode_gluon.launch(q, cache, cache.page_table, cache.k_scale.view(torch.uint8),
+                                       cache.v_scale.view(torch.uint8), buf, buf[:, 0], buf[:, 1], 0.088, 1, 4, mp,
+                                       1024, 1, 8, Kd._GLUON_CONFIG[thrift]["block_n"], sel)
         x = torch.randn(8192, 1024, dtype=torch.bfloat16)
         if "quest" in which or "fp8conv" in which:
             Kq.quest_fp8(x)
@@ -159,7 +175,8 @@ def recorded_cases(which, fmt="nvfp4", smooth=False):
         rec = list(aot_probe._RECORDED)
     finally:
         JITFunction.run = run
-    names = {"decode": "_decode_split_kernel", "quest": "_quest_mxfp4_kernel",
+    names = {"decode": "_decode_split_kernel", "decode_gl": "_decode_split_kernel_gl",
+             "decode_gl_thrift": "_decode_split_kernel_gl", "quest": "_quest_mxfp4_kernel",
              "queste5": "_quest_mxfp4_kernel", "sr": "_sr_mxfp4_kernel",
              "fp8conv": "_mx_to_fp8_kernel", "prepq": "_prep_qk_kernel", "prepk": "_prep_qk_kernel",
              "prepv": "_prep_v_kernel"}
@@ -167,6 +184,8 @@ def recorded_cases(which, fmt="nvfp4", smooth=False):
         hits = [(fn, args, kwargs) for fn, args, kwargs in rec if fn.__name__ == names.get(w)]
         if w == "prepk":  # the K launch comes after Q's
             hits = hits[1:]
+        if w.startswith("decode_gl"):  # the FP4 / the Thrift variant
+            hits = [h for h in hits if h[2].get("THRIFT") == (w == "decode_gl_thrift")]
         if w in ("quest", "queste5"):  # packed MXFP4 (OUT 0) / E5M2 (OUT 1) output
             hits = [h for h in hits if h[2].get("OUT") == (w == "queste5")]
         for fn, args, kwargs in hits:
@@ -190,7 +209,8 @@ def main():
     ap.add_argument("--smooth", action="store_true", help="prep*: the sage3 pre-pass (smooth_q, smooth_k)")
     a = ap.parse_args()
     cases = [(*c, None) for c in kernel_cases(a.fmt, a.which)]
-    ap_rec = ("decode", "quest", "queste5", "sr", "fp8conv", "prepq", "prepk", "prepv")
+    ap_rec = ("decode", "decode_gl", "decode_gl_thrift", "quest", "queste5", "sr", "fp8conv", "prepq", "prepk",
+              "prepv")
     cases += list(recorded_cases([w for w in a.which if w in ap_rec], a.fmt, a.smooth))
     for name, fn, args, meta, per_thread in cases:
         ck = compile_like_launch(fn, args, meta)
