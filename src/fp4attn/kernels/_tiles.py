@@ -14,6 +14,17 @@ def program_rows(H, BLOCK: tl.constexpr):
 
 
 @triton.jit
+def kv_head_program(LENS, Hkv):
+    """The sequence and kv head of a decode program on a (·, B·Hkv) grid: (pid_bh, b, h, L = its length,
+    C = L - L % 16: its committed (quantized) tokens; the rest is the raw 16-bit tail)."""
+    pid_bh = tl.program_id(1)
+    b = pid_bh // Hkv
+    h = pid_bh % Hkv
+    L = tl.load(LENS + b)
+    return pid_bh, b, h, L, L - L % 16
+
+
+@triton.jit
 def load_bhsd_rows(X, sx_b, sx_h, sx_n, sx_d, b, h, rows, N, D, DP: tl.constexpr):
     """Rows ``rows`` (token indices) of head (b, h) of a (B, H, N, D) tensor with any strides, as a
     (len(rows), DP) float32 tile zero-padded past N tokens and D channels; also returns the mask."""

@@ -66,7 +66,7 @@ from ..formats.triton_helpers import (
     unpack_nibbles,
 )
 from . import decode_gluon
-from ._tiles import online_softmax_step
+from ._tiles import kv_head_program, online_softmax_step
 from .attention import _fp4_tile_f16
 
 LOG2E = 1.4426950408889634
@@ -178,11 +178,7 @@ def _decode_split_kernel(
         D: tl.constexpr, PS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
         THRIFT: tl.constexpr, DOT_F32: tl.constexpr, N_IT: tl.constexpr):
     pid_s = tl.program_id(0)
-    pid_bh = tl.program_id(1)
-    b = pid_bh // Hkv
-    h = pid_bh % Hkv
-    L = tl.load(LENS + b)
-    C = L - L % 16  # committed (quantized) tokens; the rest is the raw tail
+    pid_bh, b, h, L, C = kv_head_program(LENS, Hkv)  # C: committed (quantized) tokens; the rest is the raw tail
     r = tl.arange(0, BLOCK_M)  # query rows (g, i), the columns of the transposed tiles
     row_ok = r < G * NQ
     qi = r % NQ
@@ -294,11 +290,7 @@ def _decode_16bit_kernel(Q, K16, V16, PT, LENS, SEL, OP, MP, LP, qk_scale, Hkv, 
     kernel does) and 16-bit V. Partials go to split slot S0 + pid (BLOCK_M rows per slot); the reduce
     merges them with the FP4 stream's by their maxima, which equals one online softmax over both."""
     pid = tl.program_id(0)
-    pid_bh = tl.program_id(1)
-    b = pid_bh // Hkv
-    h = pid_bh % Hkv
-    L = tl.load(LENS + b)
-    C = L - L % 16
+    pid_bh, b, h, L, C = kv_head_program(LENS, Hkv)
     r = tl.arange(0, BLOCK_R)
     row_ok = r < G * NQ
     last_key = L - NQ + r % NQ
@@ -515,10 +507,7 @@ def _page_scores_kernel(Q, KM, K16, KT, PT, LENS, S, Hkv, MAXP, NPG,
     sequence's partial last page is averaged here over its committed 16-bit tokens and the raw tail,
     as ``KVCache.block_means`` (equal up to float32 summation order)."""
     pid_c = tl.program_id(0)
-    pid_bh = tl.program_id(1)
-    b = pid_bh // Hkv
-    h = pid_bh % Hkv
-    L = tl.load(LENS + b)
+    pid_bh, b, h, L, _ = kv_head_program(LENS, Hkv)
     n_b = tl.minimum((L + PS - 1) // PS, NPG)  # NPG bounds it when a graph replays past its capture
     nfull = L // PS
     p0 = pid_c * CHUNK

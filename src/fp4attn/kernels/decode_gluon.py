@@ -50,7 +50,7 @@ from ..formats.triton_helpers import (
     fake_quant_p_two_level,
     fake_quant_rows,
 )
-from ._tiles import online_softmax_step
+from ._tiles import kv_head_program, online_softmax_step
 
 try:  # Gluon ships with Triton >= 3.5
     from triton.experimental import gluon
@@ -135,11 +135,7 @@ if HAVE_GLUON:
                                 MMA: gl.constexpr):
         BOP: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=MMA, k_width=2)
         pid_s = gl.program_id(0)
-        pid_bh = gl.program_id(1)
-        b = pid_bh // Hkv
-        h = pid_bh % Hkv
-        L = gl.load(LENS + b)
-        C = L - L % 16  # committed (quantized) tokens; the reduce kernel adds the raw tail
+        pid_bh, b, h, L, C = kv_head_program(LENS, Hkv)  # C: committed tokens; the reduce adds the raw tail
         # ϕ(q) along D (exact in fp16), channels in the logical k order of the K fragments
         rq = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, LQ))
         dq = gl.arange(0, D, layout=gl.SliceLayout(0, LQ))
