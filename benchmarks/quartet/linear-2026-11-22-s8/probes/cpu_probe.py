@@ -1,12 +1,16 @@
 """Host (CPU) time per call of the Quartet forward's pieces: tiny operands so that the GPU work is
 negligible; wall time over 200 calls after warm-up, GPU synchronized at the end only.
 PYTHONPATH=src python cpu_probe.py"""
-import time
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # benchmarks/quartet: probe_util
 
 import torch
 
 from fp4attn.kernels import quartet as kq
 from fp4attn.reference.quartet import QuartetRNG
+from probe_util import host_us  # noqa: E402
 
 bf = torch.bfloat16
 x = torch.randn(256, 256, device="cuda", dtype=bf)
@@ -35,15 +39,4 @@ cases = {
     "QuartetLinearCUDA forward, no grad": lambda: kq.QuartetLinearCUDA.apply(x, w, None, rng, 32),
 }
 for name, fn in cases.items():
-    for _ in range(20):
-        fn()
-    torch.cuda.synchronize()
-    best = float("inf")
-    for _ in range(5):
-        t0 = time.perf_counter()
-        for _ in range(200):
-            fn()
-        t1 = time.perf_counter()
-        torch.cuda.synchronize()
-        best = min(best, (t1 - t0) / 200 * 1e6)
-    print(f"{name}: {best:.1f} us host time per call", flush=True)
+    print(f"{name}: {host_us(fn, 20, 5, 200):.1f} us host time per call", flush=True)

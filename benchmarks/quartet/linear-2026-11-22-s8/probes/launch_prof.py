@@ -1,12 +1,14 @@
 """Where a Triton launch's host time goes (cProfile over 2000 launches of a small kernel).
 PYTHONPATH=src python launch_prof.py"""
-import cProfile
-import pstats
-import time
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # benchmarks/quartet: probe_util
 
 import torch
 
 from fp4attn.kernels import quartet as kq
+from probe_util import host_us, profile  # noqa: E402
 
 e = torch.full((17,), -127, dtype=torch.int32, device="cuda")
 x = torch.randn(256, 256, device="cuda", dtype=torch.bfloat16)
@@ -21,18 +23,5 @@ def quest():
 
 
 for fn in (launch, quest):
-    for _ in range(50):
-        fn()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(2000):
-        fn()
-    print(fn.__name__, f"{(time.perf_counter() - t0) / 2000 * 1e6:.1f} us per call", flush=True)
-    torch.cuda.synchronize()
-    pr = cProfile.Profile()
-    pr.enable()
-    for _ in range(2000):
-        fn()
-    pr.disable()
-    torch.cuda.synchronize()
-    pstats.Stats(pr).sort_stats("tottime").print_stats(14)
+    print(fn.__name__, f"{host_us(fn, 50, 1, 2000):.1f} us per call", flush=True)
+    profile(fn, 2000, 14)

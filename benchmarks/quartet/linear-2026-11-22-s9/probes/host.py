@@ -2,9 +2,10 @@
 is timed), and a cProfile of the inference forward.
 
     PYTHONPATH=src FP4ATTN_AUTOTUNE=0 python host.py"""
-import cProfile
-import pstats
-import time
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # benchmarks/quartet: probe_util
 
 import torch
 import torch.nn.functional as F
@@ -15,14 +16,11 @@ try:
     from fp4attn.kernels import _launch
 except ImportError:
     _launch = None
-from fp4attn.reference.quartet import QuartetRNG
+from probe_util import host_us, profile, tiny_layer  # noqa: E402
 
 bf = torch.bfloat16
 M = K = N = 256
-x = torch.randn(M, K, device="cuda", dtype=bf, requires_grad=True)
-w = (torch.randn(N, K, device="cuda", dtype=bf) * 0.05).requires_grad_()
-dy = torch.randn(M, N, device="cuda", dtype=bf)
-rng = QuartetRNG(0)
+x, w, dy, rng = tiny_layer(M, K, N)
 one = torch.ones((), device="cuda")
 a8 = x.detach().to(torch.float8_e4m3fn)
 b8 = w.detach().to(torch.float8_e4m3fn)
@@ -65,23 +63,6 @@ cases = {
 for name, fn in cases.items():
     if _launch is None and "fast" in name:
         continue
-    for _ in range(50):
-        fn()
-    torch.cuda.synchronize()
-    best = float("inf")
-    for _ in range(5):
-        t0 = time.perf_counter()
-        for _ in range(200):
-            fn()
-        t1 = time.perf_counter()
-        torch.cuda.synchronize()
-        best = min(best, (t1 - t0) / 200 * 1e6)
-    print(f"host us per call: {name}: {best:.1f}", flush=True)
+    print(f"host us per call: {name}: {host_us(fn, 50, 5, 200):.1f}", flush=True)
 
-pr = cProfile.Profile()
-pr.enable()
-for _ in range(300):
-    inf()
-pr.disable()
-torch.cuda.synchronize()
-pstats.Stats(pr).sort_stats("tottime").print_stats(22)
+profile(inf, 300, 22)

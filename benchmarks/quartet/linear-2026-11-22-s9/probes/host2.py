@@ -2,21 +2,20 @@
 (autograd multithreading off, so the backward runs on the profiled thread).
 
     PYTHONPATH=src FP4ATTN_AUTOTUNE=0 python host2.py"""
-import cProfile
-import pstats
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # benchmarks/quartet: probe_util
 import time
 
 import torch
 
 from fp4attn.kernels import quartet as kq
-from fp4attn.reference.quartet import QuartetRNG
+from probe_util import host_us, profile, tiny_layer  # noqa: E402
 
 bf = torch.bfloat16
 M = K = N = 256
-x = torch.randn(M, K, device="cuda", dtype=bf, requires_grad=True)
-w = (torch.randn(N, K, device="cuda", dtype=bf) * 0.05).requires_grad_()
-dy = torch.randn(M, N, device="cuda", dtype=bf)
-rng = QuartetRNG(0)
+x, w, dy, rng = tiny_layer(M, K, N)
 x8, mx, rsx = kq.quest_e5m2(x.detach())
 w8, mw, rsw, sw = kq.quest_fp8(w.detach(), tensor_offset=True)
 signs = kq.random_signs(1, N, "cuda")
@@ -62,18 +61,7 @@ for mt in (True, False):
     for name, fn in cases.items():
         if not mt and name != "f+b":
             continue
-        for _ in range(30):
-            fn()
-        torch.cuda.synchronize()
-        best = float("inf")
-        for _ in range(5):
-            t0 = time.perf_counter()
-            for _ in range(100):
-                fn()
-            t1 = time.perf_counter()
-            torch.cuda.synchronize()
-            best = min(best, (t1 - t0) / 100 * 1e6)
-        print(f"host us per call (autograd threads {mt}): {name}: {best:.1f}", flush=True)
+        print(f"host us per call (autograd threads {mt}): {name}: {host_us(fn, 30, 5, 100):.1f}", flush=True)
     y_keep.clear()
     for _ in range(100):
         bwd_only()
@@ -81,10 +69,4 @@ for mt in (True, False):
     print(f"y.backward(dy) alone (autograd threads {mt}): median {sorted(y_keep)[50] * 1e6:.1f} us", flush=True)
 
 torch.autograd.set_multithreading_enabled(False)
-pr = cProfile.Profile()
-pr.enable()
-for _ in range(100):
-    fb()
-pr.disable()
-torch.cuda.synchronize()
-pstats.Stats(pr).sort_stats("tottime").print_stats(25)
+profile(fb, 100, 25)

@@ -4,19 +4,20 @@ autograd.
 
     PYTHONPATH=src FP4ATTN_AUTOTUNE=0 python host3.py"""
 import collections
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # benchmarks/quartet: probe_util
 import time
 
 import torch
 
 from fp4attn.kernels import quartet as kq
-from fp4attn.reference.quartet import QuartetRNG
+from probe_util import tiny_layer  # noqa: E402
 
 bf = torch.bfloat16
 M = K = N = 256
-x = torch.randn(M, K, device="cuda", dtype=bf, requires_grad=True)
-w = (torch.randn(N, K, device="cuda", dtype=bf) * 0.05).requires_grad_()
-dy = torch.randn(M, N, device="cuda", dtype=bf)
-rng = QuartetRNG(0)
+x, w, dy, rng = tiny_layer(M, K, N)
 acc = collections.defaultdict(float)
 cnt = collections.Counter()
 for name in ("sr_fp8", "random_signs", "fp8_gemm_raw", "mask_ihadamard", "quest_e5m2", "quest_fp8",
