@@ -34,6 +34,7 @@ from fp4attn.formats.triton_stochastic import (  # noqa: E402
 from fp4attn.kernels import quartet as kq  # noqa: E402
 from fp4attn.reference.quartet import (  # noqa: E402
     QuartetRNG,
+    backward_seed,
     hadamard_groups,
     masked_ste_gradients,
     quartet_forward,
@@ -407,6 +408,35 @@ def test_cuda_function_end_to_end_on_cpu(dtype):
 
 
 @cpu_only
+def test_backward_draws_on_the_device_equal_the_host_derivation():
+    """The backward's seeds and sign vectors come from the RNG's device state: equal to the host's
+    _sub_seeds(backward_seed(seed, step)) and random_signs, over several programs; the last program
+    advances the step and resets the ticket; the host-seed form (a graph capture that creates the RNG)
+    writes the same draws."""
+    rng = QuartetRNG(2 ** 61 + 12345, step=5)  # splitmix64(seed) >= 2**63: the signed storage of the mix
+    N, M = 300, 200  # 3 + 2 programs of 128
+
+    def expect(step):
+        subs = kq._sub_seeds(backward_seed(rng.seed, step), 6)
+        return subs, kq.random_signs(subs[0], N, "cpu"), kq.random_signs(subs[3], M, "cpu")
+
+    for step in (5, 6, 7):
+        seeds, sx, sw = kq.backward_draws(rng, "cpu", N, M)
+        subs, ex, ew = expect(step)
+        assert seeds[:6].tolist() == subs
+        assert torch.equal(sx, ex) and torch.equal(sw, ew)
+        assert rng.step == step + 1 and rng.device_state("cpu")[1].item() == 0
+    assert len({tuple(kq.backward_draws(rng, "cpu", N, 0)[0][:6].tolist()) for _ in range(3)}) == 3
+    rng.step = 6  # writes the device state
+    assert kq.backward_draws(rng, "cpu", 0, M)[0][:6].tolist() == expect(6)[0]
+    host = QuartetRNG(rng.seed, step=6)
+    host.device_state = lambda device: None  # no device state: the seeds come from the host
+    seeds, sx, sw = kq.backward_draws(host, "cpu", N, M)
+    subs, ex, ew = expect(6)
+    assert seeds[:6].tolist() == subs and torch.equal(sx, ex) and torch.equal(sw, ew) and host.step == 7
+
+
+@cpu_only
 def test_forward_without_gradient_skips_masks_and_autograd():
     """``quartet_linear_cuda``: without a gradient to follow (no_grad, or no input requiring one) the
     forward runs alone (no autograd node, no trust masks) with the same output bits; a frozen weight
@@ -622,6 +652,43 @@ def test_gpu_backward_unbiased_and_deterministic():
         kq.QuartetLinearCUDA.apply(xx, w, None, QuartetRNG(7), 32).backward(dy)
         g.append(xx.grad)
     assert torch.equal(g[0], g[1])
+
+
+@gpu
+@needs_cuda
+def test_gpu_cuda_graph_replays_draw_fresh_noise():
+    """A forward+backward captured in a CUDA graph: each replay advances the step on the device and
+    gives the gradients of an eager step at that step, bit for bit (fresh signs and noise per replay)."""
+    torch.manual_seed(3)
+    M, K, N = 256, 256, 128
+    x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    w = (torch.randn(N, K, device="cuda", dtype=torch.bfloat16) * 0.05).requires_grad_()
+    dy = torch.randn(M, N, device="cuda", dtype=torch.bfloat16)
+    rng = QuartetRNG(11)
+
+    def step():
+        return torch.autograd.grad(kq.QuartetLinearCUDA.apply(x, w, None, rng, 32), (x, w), dy)
+
+    eager = {}
+    for k in range(5):
+        rng.step = k
+        eager[k] = step()
+    rng.step = 0
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        step()  # warm-up (step 0)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = step()
+    assert rng.step == 1  # capturing runs nothing
+    for k in (1, 2, 3):
+        g.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out[0], eager[k][0]) and torch.equal(out[1], eager[k][1]), k
+    assert rng.step == 4
+    assert not torch.equal(eager[1][0], eager[2][0])
 
 
 @gpu

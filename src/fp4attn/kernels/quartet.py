@@ -314,6 +314,59 @@ def _signs_kernel(OUT, seed, L, BLOCK: tl.constexpr):
 
 
 @triton.jit
+def _splitmix64_tl(z):
+    """``reference.quartet._splitmix64`` on uint64 (wrapping arithmetic)."""
+    z = z + 0x9E3779B97F4A7C15
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EB
+    return z ^ (z >> 31)
+
+
+@triton.jit
+def _sub_seed_tl(s, i):
+    """``_sub_seeds(s, ·)[i]`` for a uint64 backward seed ``s`` (int32 in [0, 2**31))."""
+    return (_splitmix64_tl(s * 8 + i.to(tl.uint64)) & 0x7FFFFFFF).to(tl.int32)
+
+
+@triton.jit(do_not_specialize=["seed_x", "seed_w", "s1", "s2", "s4", "s5"])
+def _backward_draws_kernel(STATE, OUT, N, M, seed_x, seed_w, s1, s2, s4, s5, FROM_STATE: tl.constexpr,
+                           BLOCK: tl.constexpr):
+    """One backward pass's randomness. FROM_STATE: from the RNG's device state STATE (int64: step,
+    completion ticket, splitmix64(seed); ``QuartetRNG.device_state``), ``s = backward_seed(seed, step)``
+    and its six sub-seeds (``_sub_seeds``) computed here; the last program to finish advances the step,
+    so graph replays draw fresh noise. Otherwise from the given sub-seeds (0 and 3: seed_x, seed_w).
+
+    OUT int32: [0:6] the sub-seeds (the SR kernels read their noise seeds 1, 2, 4, 5 there), [8:8+N]
+    the float32 +-1 signs of dX's reduction dim (sub-seed 0), [8+N:8+N+M] those of dW's (sub-seed 3),
+    each ``random_signs(sub-seed, ·)``. Programs: cdiv(N, BLOCK) for the first vector, then cdiv(M, BLOCK)."""
+    pid = tl.program_id(0)
+    nx = tl.cdiv(N, BLOCK)
+    first = pid < nx
+    if FROM_STATE:
+        step = tl.load(STATE)
+        s = _splitmix64_tl(tl.load(STATE + 2).to(tl.uint64, bitcast=True) + step.to(tl.uint64, bitcast=True)) >> 1
+        sign_seed = _sub_seed_tl(s, tl.where(first, 0, 3))
+    else:
+        sign_seed = tl.where(first, seed_x, seed_w)
+    c = tl.where(first, pid, pid - nx) * BLOCK + tl.arange(0, BLOCK)
+    signs_out = (OUT + 8).to(tl.pointer_type(tl.float32), bitcast=True) + tl.where(first, 0, N)
+    tl.store(signs_out + c, _signs(sign_seed, c), mask=c < tl.where(first, N, M))
+    if pid == 0:
+        i = tl.arange(0, 8)
+        if FROM_STATE:
+            subs = _sub_seed_tl(s, i)
+        else:
+            subs = tl.where(i == 0, seed_x, tl.where(i == 1, s1, tl.where(i == 2, s2, tl.where(
+                i == 3, seed_w, tl.where(i == 4, s4, s5)))))
+        tl.store(OUT + i, subs, mask=i < 6)
+    if FROM_STATE:
+        # every program has read the step before its ticket (acq_rel atomic): the last one advances it
+        if tl.atomic_add(STATE + 1, 1) == tl.num_programs(0) - 1:
+            tl.store(STATE, step + 1)
+            tl.store(STATE + 1, 0)
+
+
+@triton.jit
 def _mask_ihadamard_kernel(D, MASK, OUT, RA, RB, R, K, scale, H, HDOT: tl.constexpr, SCALED: tl.constexpr,
                            BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
     """OUT = ((scale * D) * mask) H^T per 32-group. HDOT 1/2 (bf16/fp16 D): the masked 16-bit D goes
@@ -493,10 +546,11 @@ def _quest_e5m2_fix_kernel(X, sxr, sxk, H, Q8, RS, FLAG, R, K, HW: tl.constexpr,
         tl.store(RS + rows64, exp2i(er - 13), mask=flagged)
 
 
-@triton.jit
-def _sr_mxfp4_kernel(A, sar, sal, ASCALE, H, NOISE, SIGNS, noise_seed, P, S, EMAX, R, L, LP,
-                     ROW_MAX: tl.constexpr, A_FP8: tl.constexpr, HAS_NOISE: tl.constexpr, HW: tl.constexpr,
-                     HDOT: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_L: tl.constexpr):
+@triton.jit(do_not_specialize=["noise_seed"])
+def _sr_mxfp4_kernel(A, sar, sal, ASCALE, H, NOISE, SIGNS, SEEDS, noise_seed, P, S, EMAX, R, L, LP,
+                     ROW_MAX: tl.constexpr, A_FP8: tl.constexpr, HAS_NOISE: tl.constexpr, SEED_PTR: tl.constexpr,
+                     HW: tl.constexpr, HDOT: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_L: tl.constexpr):
+    """SEED_PTR: the noise seed is ``SEEDS[noise_seed]`` (the backward's device draws), else ``noise_seed``."""
     rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     rows64 = rows.to(tl.int64)
     l0 = tl.program_id(1) * BLOCK_L
@@ -525,7 +579,7 @@ def _sr_mxfp4_kernel(A, sar, sal, ASCALE, H, NOISE, SIGNS, noise_seed, P, S, EMA
                     other=0.0)
         codes = e2m1_sr_code(v, tl.reshape(u, (BLOCK_R, NG, 32)))
     else:
-        h = sr_uniform_bits(noise_seed, rows, l0, LP, BLOCK_L)
+        h = sr_uniform_bits(tl.load(SEEDS + noise_seed) if SEED_PTR else noise_seed, rows, l0, LP, BLOCK_L)
         codes = e2m1_sr_code_u16(v, tl.reshape(h, (BLOCK_R, NG, 32)))
     _pack_store(P, S, EMAX, rows64, l0, R, LP // 2, LP // 32, codes, e, bad, ROW_MAX, BLOCK_R, BLOCK_L)
 
@@ -786,16 +840,37 @@ def quest_e5m2(a: torch.Tensor, with_mask: bool = True, block_r: int | None = No
 
 def sr_fp8(a: torch.Tensor, *, sign_seed: int, noise_seed: int, scale: torch.Tensor | None = None,
            noise: torch.Tensor | None = None, signs: torch.Tensor | None = None, block_r: int | None = None,
-           block_l: int = 64, a_fmt: str = "e4m3"):
+           block_l: int = 64, a_fmt: str = "e4m3", seeds: torch.Tensor | None = None):
     """Backward operand: random-sign Hadamard along the last dim of the 2-D view ``a`` (R, L), SR of
     3/4 x to MXFP4, FP8 embedding. ``a`` may be a strided view; uint8 ``a`` holds FP8 bytes (``a_fmt``
     "e4m3" or "e5m2": the forward's saved operands) to be multiplied by ``scale[l]``. Returns (E4M3
     uint8 (R, Lp), row scales (R,)), Lp = L rounded up to 32. ``noise``: optional (R, Lp) uniforms
     replacing the Philox draws (tests); ``signs``: optional ``random_signs(sign_seed, L)`` computed
-    once for both operands of a GEMM."""
+    once for both operands of a GEMM; ``seeds``: the int32 draws of ``backward_draws``, ``noise_seed``
+    then being the index of the noise seed there (read on the device)."""
     p, sc, emax = _sr_mx(a, sign_seed, noise_seed, scale, noise, signs, block_r, block_l, row_max=True,
-                         a_fmt=a_fmt)
+                         a_fmt=a_fmt, seeds=seeds)
     return _mx_to_fp8(p, sc, emax)
+
+
+def backward_draws(rng, device, N: int, M: int):
+    """One backward pass's randomness on ``device`` -> (seeds, signs_x, signs_w): the int32 sub-seeds of
+    ``backward_seed(rng.seed, rng.step)`` (``_sub_seeds`` order: sign x, g, w, sign w, gᵀ, x; the SR
+    kernels read their noise seed there by index), ``random_signs(seeds[0], N)`` and
+    ``random_signs(seeds[3], M)``, in one launch. The step is read and advanced on the device
+    (``QuartetRNG.device_state``): a captured backward draws fresh noise at each replay. Without a
+    device state (a graph capture that creates the RNG), the seeds come from the host as before."""
+    out = torch.empty(8 + N + M, dtype=torch.int32, device=device)
+    state = rng.device_state(device)
+    grid = (triton.cdiv(N, 128) + triton.cdiv(M, 128),)
+    if state is not None:
+        _backward_draws_kernel[grid](state, out, N, M, 0, 0, 0, 0, 0, 0, FROM_STATE=True, BLOCK=128)
+    else:
+        s = _sub_seeds(rng.next_seed(), 6)
+        _backward_draws_kernel[grid](out, out, N, M, s[0], s[3], s[1], s[2], s[4], s[5], FROM_STATE=False,
+                                     BLOCK=128)
+    signs = out[8:].view(torch.float32)
+    return out, signs[:N], signs[N:]
 
 
 def random_signs(seed: int, n: int, device) -> torch.Tensor:
@@ -981,8 +1056,10 @@ def quest_mxfp4(a: torch.Tensor, block_r: int | None = None, block_k: int | None
     return _quest_mx(a, block_r, block_k, row_max=False)[:3]
 
 
-def _sr_mx(a, sign_seed, noise_seed, scale, noise, signs, block_r, block_l, row_max, hw=None, a_fmt="e4m3"):
-    """``hw``: the kernels' GPU-only forms (default: compiled, not interpreted; tests compare both)."""
+def _sr_mx(a, sign_seed, noise_seed, scale, noise, signs, block_r, block_l, row_max, hw=None, a_fmt="e4m3",
+           seeds=None):
+    """``hw``: the kernels' GPU-only forms (default: compiled, not interpreted; tests compare both).
+    ``seeds``: int32 device draws (``backward_draws``); ``noise_seed`` is then an index into them."""
     if a_fmt not in ("e4m3", "e5m2"):
         raise ValueError(f"a_fmt: expected 'e4m3' or 'e5m2', got {a_fmt!r}")
     R, L = a.shape
@@ -1000,9 +1077,10 @@ def _sr_mx(a, sign_seed, noise_seed, scale, noise, signs, block_r, block_l, row_
     # row maxima as an int8 table of per-tile maxima (every entry written: no fill launch, no atomics)
     emax = torch.empty(R, grid[1], dtype=torch.int8, device=a.device) if row_max else sc
     _sr_mxfp4_kernel[grid](a, a.stride(0), a.stride(1), scale if a_fp8 else p, _hmat(str(a.device), hd),
-                           noise if noise is not None else p, signs, noise_seed, p, sc, emax, R, L, LP,
-                           ROW_MAX=2 if row_max else 0, A_FP8=(0 if not a_fp8 else 1 if a_fmt == "e4m3" else 2),
-                           HAS_NOISE=noise is not None,
+                           noise if noise is not None else p, signs, p if seeds is None else seeds, noise_seed, p,
+                           sc, emax, R, L, LP, ROW_MAX=2 if row_max else 0,
+                           A_FP8=(0 if not a_fp8 else 1 if a_fmt == "e4m3" else 2), HAS_NOISE=noise is not None,
+                           SEED_PTR=seeds is not None,
                            HW=not _INTERPRET if hw is None else hw, HDOT=hd, BLOCK_R=block_r, BLOCK_L=block_l,
                            num_warps=4)
     return p, sc, emax
@@ -1010,11 +1088,11 @@ def _sr_mx(a, sign_seed, noise_seed, scale, noise, signs, block_r, block_l, row_
 
 def sr_mxfp4(a: torch.Tensor, *, sign_seed: int, noise_seed: int, scale: torch.Tensor | None = None,
              noise: torch.Tensor | None = None, signs: torch.Tensor | None = None, block_r: int | None = None,
-             block_l: int = 64):
+             block_l: int = 64, seeds: torch.Tensor | None = None):
     """The backward operand as packed MXFP4: (codes (R, Lp/2), scale bytes (R, Lp/32)) of
-    SR(3/4 * (a diag(signs)) H) along the last dim, L padded to 32. ``a``, ``scale``, ``noise`` as in
-    :func:`sr_fp8` (which converts this result to the FP8 embedding)."""
-    return _sr_mx(a, sign_seed, noise_seed, scale, noise, signs, block_r, block_l, row_max=False)[:2]
+    SR(3/4 * (a diag(signs)) H) along the last dim, L padded to 32. ``a``, ``scale``, ``noise``,
+    ``seeds`` as in :func:`sr_fp8` (which converts this result to the FP8 embedding)."""
+    return _sr_mx(a, sign_seed, noise_seed, scale, noise, signs, block_r, block_l, row_max=False, seeds=seeds)[:2]
 
 
 def mxfp4_dequant(p: torch.Tensor, sc: torch.Tensor) -> torch.Tensor:
@@ -1158,7 +1236,6 @@ class QuartetLinearCUDA(torch.autograd.Function):
         if not any(needs):
             return None, None, None, None, None, None
         xd, wd, bd = ctx.dtypes
-        s_sign_x, s_g, s_w, s_sign_w, s_gt, s_x = _sub_seeds(ctx.rng.next_seed(), 6)
         if ctx.path == "mxfp4":
             xp, xs, mx, wp, ws, mw = ctx.saved_tensors
             M, N = xp.shape[0], wp.shape[0]
@@ -1167,7 +1244,7 @@ class QuartetLinearCUDA(torch.autograd.Function):
             wsrc = mxfp4_dequant(wp, ws).to(torch.bfloat16)
 
             def operand(a, signs, noise_seed, scale=None, fmt=None):
-                return sr_mxfp4(a, sign_seed=0, noise_seed=noise_seed, signs=signs)
+                return sr_mxfp4(a, sign_seed=0, noise_seed=noise_seed, signs=signs, seeds=seeds)
 
             def gemm(a, b, out_dtype):
                 return mxfp4_gemm(a[0], a[1], b[0], b[1], out_dtype), None, None
@@ -1179,7 +1256,8 @@ class QuartetLinearCUDA(torch.autograd.Function):
             xsrc, wsrc = x8, w8
 
             def operand(a, signs, noise_seed, scale=None, fmt="e4m3"):
-                return sr_fp8(a, sign_seed=0, noise_seed=noise_seed, scale=scale, signs=signs, a_fmt=fmt)
+                return sr_fp8(a, sign_seed=0, noise_seed=noise_seed, scale=scale, signs=signs, a_fmt=fmt,
+                              seeds=seeds)
 
             def gemm(a, b, out_dtype):  # unscaled; mask_ihadamard applies both operands' row scales
                 return fp8_gemm_raw(a[0], b[0], out_dtype), a[1], b[1]
@@ -1189,16 +1267,16 @@ class QuartetLinearCUDA(torch.autograd.Function):
         if not dy2.is_contiguous():
             dy2 = dy2.contiguous()
         dx = dw = db = None
+        # the step's sub-seeds (sign x, g, w, sign w, gᵀ, x) and both sign vectors, drawn on the device
+        seeds, signs_x, signs_w = backward_draws(ctx.rng, dy.device, N if needs[0] else 0, M if needs[1] else 0)
         if needs[0]:
-            signs = random_signs(s_sign_x, N, dy.device)  # the same for both operands of the GEMM
-            g = operand(dy2, signs, s_g)  # (M, N)
-            wt = operand(wsrc.t(), signs, s_w, None if ctx.path == "mxfp4" else rsw)  # (K, N)
+            g = operand(dy2, signs_x, 1)  # (M, N); signs_x: the same for both operands of the GEMM
+            wt = operand(wsrc.t(), signs_x, 2, None if ctx.path == "mxfp4" else rsw)  # (K, N)
             dxq, ra, rb = gemm(g, wt, _grad_gemm_dtype(xd))  # (M, K)
             dx = mask_ihadamard(dxq, mx, xd, row_scale=ra, col_scale=rb).reshape(*dy.shape[:-1], K)
         if needs[1]:
-            signs = random_signs(s_sign_w, M, dy.device)
-            gt = operand(dy2.t(), signs, s_gt)  # (N, Mp)
-            xt = operand(xsrc.t(), signs, s_x, None if ctx.path == "mxfp4" else rsx, ctx.x_fmt)  # (K, Mp)
+            gt = operand(dy2.t(), signs_w, 4)  # (N, Mp)
+            xt = operand(xsrc.t(), signs_w, 5, None if ctx.path == "mxfp4" else rsx, ctx.x_fmt)  # (K, Mp)
             dwq, ra, rb = gemm(gt, xt, _grad_gemm_dtype(wd))  # (N, K)
             dw = mask_ihadamard(dwq, mw, wd, row_scale=ra, col_scale=rb)
         if needs[2]:

@@ -255,6 +255,11 @@ class QuartetRNG:
     Each backward pass takes ``backward_seed(seed, step)`` and advances ``step`` by one. The forward
     draws nothing, so activation checkpointing (which replays forwards) leaves the stream unchanged.
     Set ``step`` explicitly to reproduce a given step (e.g. when resuming training).
+
+    On a GPU the step lives on the device (``device_state``): the CUDA backward derives its seeds from
+    it and advances it in a kernel, so a backward captured in a CUDA graph (``torch.cuda.graph``,
+    ``make_graphed_callables``) draws fresh noise at every replay, the same as eager steps would.
+    Reading ``step`` then synchronizes with the device; setting it writes there.
     """
 
     def __init__(self, seed: int | None = None, step: int = 0):
@@ -262,8 +267,36 @@ class QuartetRNG:
             seed = int(torch.randint(0, 2 ** 62, (1,)).item())  # from torch's global RNG
         if not isinstance(seed, int) or isinstance(seed, bool):
             raise TypeError(f"seed must be an int or None, got {type(seed).__name__}")
+        self._state = None  # the device state (see device_state), created by the first CUDA backward
         self.seed = seed
         self.step = step
+
+    @property
+    def step(self) -> int:
+        return self._step if self._state is None else int(self._state[0].item())
+
+    @step.setter
+    def step(self, value: int) -> None:
+        self._step = int(value)
+        if self._state is not None:
+            self._state[0].fill_(self._step)
+
+    def device_state(self, device) -> torch.Tensor | None:
+        """int64 (3,) on ``device``: ``[step, 0, splitmix64(seed)]`` (the last as a signed 64-bit
+        integer; the middle word is the kernel's completion ticket), which the CUDA backward reads and
+        advances on the device. Created on first use, from the current ``step``; None while a CUDA
+        graph is being captured and no state exists yet (the capture then fixes this call's seeds)."""
+        st = self._state
+        if st is not None and st.device == torch.device(device) and self._state_seed == self.seed:
+            return st
+        if torch.device(device).type == "cuda" and torch.cuda.is_current_stream_capturing():
+            return None
+        mix = _splitmix64(int(self.seed) & _MASK64)
+        step = self.step
+        self._state = torch.tensor([step, 0, mix - (1 << 64) if mix >= 1 << 63 else mix], dtype=torch.int64,
+                                   device=device)
+        self._state_seed = self.seed
+        return self._state
 
     def next_seed(self) -> int:
         s = backward_seed(self.seed, self.step)
