@@ -310,10 +310,35 @@ def test_sr_fp8_row_maximum_over_tiles():
     a = torch.randn(R, L, generator=g)
     a[:, 64:128] *= 2.0 ** 8
     a[5, 192:] *= 2.0 ** 12  # row 5's largest groups in the last tile
-    out, ors = kq.sr_fp8(a, sign_seed=3, noise_seed=4)
+    out, ors = kq.sr_fp8(a, sign_seed=3, noise_seed=4, block_l=64)
     expect = sr_expected(a, kq.random_signs(3, 224, "cpu"), philox_uniforms(4, R, 224))
     assert torch.equal(kq.e4m3_dequant(out, ors), expect)
     assert ors[5] > ors[4] and ors.min() >= 1.0  # the later tiles set the offsets (the first alone: ~2**-7)
+
+
+@cpu_only
+def test_sr_fp8_pair_equals_two_sr_fp8_calls():
+    """The backward's stacked quantization of a GEMM's two operands (one buffer, one conversion launch)
+    gives the codes and row scales of two separate sr_fp8 calls, with the device draws' noise seeds read
+    by index, for a 16-bit operand and a transposed saved E4M3 / E5M2 operand of another row count."""
+    g = torch.Generator().manual_seed(31)
+    M, K, L = 40, 72, 100  # L padded to 128
+    a = torch.randn(M, L, generator=g).to(torch.bfloat16)
+    a[3] *= 2.0 ** 20  # a row at its own offset
+    x = torch.randn(L, K, generator=g)
+    seeds, signs, _ = kq.backward_draws(QuartetRNG(5), "cpu", L, 0)
+    n_a, n_b = int(seeds[1]), int(seeds[2])
+    for fmt in ("e4m3", "e5m2"):
+        b8, _, rs = kq.quest_e5m2(x) if fmt == "e5m2" else kq.quest_fp8(x)
+        (qa, ra), (qb, rb) = kq.sr_fp8_pair(a, b8.t(), seeds=seeds, noise_a=1, noise_b=2, signs=signs, scale_b=rs,
+                                            b_fmt=fmt)
+        ea, era = kq.sr_fp8(a, sign_seed=0, noise_seed=n_a, signs=signs)
+        eb, erb = kq.sr_fp8(b8.t(), sign_seed=0, noise_seed=n_b, signs=signs, scale=rs, a_fmt=fmt)
+        assert qa.shape == (M, 128) and qb.shape == (K, 128)
+        assert torch.equal(qa, ea) and torch.equal(ra, era) and torch.equal(qb, eb) and torch.equal(rb, erb)
+        assert ra[3] > 2.0 ** 15 * ra[4]
+    with pytest.raises(ValueError, match="b: expected 100 columns"):
+        kq.sr_fp8_pair(a, b8, seeds=seeds, noise_a=1, noise_b=2, signs=signs, scale_b=rs)
 
 
 @cpu_only

@@ -91,9 +91,9 @@ def bench_shape(M, K, N, rep_ms=200.0, dev="cuda"):
     put("quartet fwd cached W", q_fwd_cached)
     put("quartet fwd+bwd", lambda: kq.QuartetLinearCUDA.apply(x, w, None, rng, 32).backward(dy), [x, w])
     # forward+backward replayed from CUDA graphs: the GPU's time without the host's launch work (the
-    # layer's ~17 Triton launches and ~30 allocations per step can take longer on a slow host than the
-    # GPU's work at the smaller shapes). autograd.grad: nothing accumulates between replays; the
-    # captured backward replays its capture-time seed (same work as a fresh one)
+    # layer's ~16 Triton launches and ~30 allocations per step can take longer on a slow host than the
+    # GPU's work at the smaller shapes). autograd.grad: nothing accumulates between replays; each replay
+    # of the captured backward draws fresh noise (the RNG's step advances on the device)
     for key, fn in (("bf16 f+b graph", lambda: torch.autograd.grad(F.linear(x, w), (x, w), dy)),
                     ("quartet f+b graph",
                      lambda: torch.autograd.grad(kq.QuartetLinearCUDA.apply(x, w, None, rng, 32), (x, w), dy))):

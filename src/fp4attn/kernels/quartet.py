@@ -44,13 +44,17 @@ the first one only for E_r).
     trust mask as one int32 word per group (bit i = element i).
   * ``_sr_mxfp4_kernel``: the backward operands. Reads any strided (R, L) view (dy, dy^T, or the saved
     FP8 operands transposed, scaled back by their row scales), random signs along L (Philox
-    ``tl.randint(sign_seed, l)``, drawn once per GEMM by ``random_signs``), Hadamard, SR of 3/4 x with
+    ``tl.randint(sign_seed, l)``, drawn once per step by ``backward_draws``), Hadamard, SR of 3/4 x with
     "floor" scales (16-bit uniforms, eight per Philox call: ``triton_stochastic.sr_uniform_bits``);
     L zero-padded to 32.
   * ``_mask_ihadamard_kernel``: the GEMM operands' row scales, ``16/9 *``, trust mask, inverse Hadamard,
     cast to the gradient dtype.
 RNG: the per-backward seed of :class:`~fp4attn.reference.quartet.QuartetRNG` is split into six
-sub-seeds (SplitMix64). Deterministic given the seed; a different stream from the CPU reference.
+sub-seeds (SplitMix64). Deterministic given the seed; a different stream from the CPU reference. The
+seed, sub-seeds and sign vectors are computed on the device from the RNG's device state, which the same
+kernel advances (``backward_draws``): a backward captured in a CUDA graph draws fresh noise per replay.
+Both operands of a backward GEMM are quantized into one stacked buffer and converted in one launch
+(``sr_fp8_pair``).
 
 Native MXFP4 (Blackwell, compute capability >= 10; ``gemm_path``): ``_quest_mxfp4_kernel`` and
 ``_sr_mxfp4_kernel``'s packed E2M1 codes (element 2i in the low nibble, as ``FP4Tensor``) and E8M0
@@ -768,6 +772,15 @@ _QUEST_BLOCK_K = 128
 _QUEST_MAXNREG = 80
 
 
+# SR tiles: 32 x 128 with 4 warps. Sweep over 16-128 rows x 32-128 columns x 4/8 warps on the four backward
+# operands of the (16384, 4096, 4096) layer (H200, benchmarks/quartet/linear-2026-11-22-s11/sr_sweep.txt;
+# the same bits at every tile): the fastest for all four, 0.121 -> 0.118 ms for dy (16384, 4096), 0.151 ->
+# 0.124 for dy^T (4096, 16384), 0.044 -> 0.039 for W8^T (4096, 4096), 0.151 -> 0.129 for X8^T (4096, 16384)
+# against the former 64 x 64 (>= 8192 rows) / 32 x 64 tiles.
+_SR_BLOCK_R = 32
+_SR_BLOCK_L = 128
+
+
 def _mx_to_fp8(p: torch.Tensor, sc: torch.Tensor, emax: torch.Tensor, block_r: int = 16, block_l: int = 1024,
                table: bool | None = None, tab: torch.Tensor | None = None):
     """Packed MXFP4 rows + their row maxima -> (E4M3 uint8 (R, L), float32 row scales (R,)), and with
@@ -840,7 +853,7 @@ def quest_e5m2(a: torch.Tensor, with_mask: bool = True, block_r: int | None = No
 
 def sr_fp8(a: torch.Tensor, *, sign_seed: int, noise_seed: int, scale: torch.Tensor | None = None,
            noise: torch.Tensor | None = None, signs: torch.Tensor | None = None, block_r: int | None = None,
-           block_l: int = 64, a_fmt: str = "e4m3", seeds: torch.Tensor | None = None):
+           block_l: int = _SR_BLOCK_L, a_fmt: str = "e4m3", seeds: torch.Tensor | None = None):
     """Backward operand: random-sign Hadamard along the last dim of the 2-D view ``a`` (R, L), SR of
     3/4 x to MXFP4, FP8 embedding. ``a`` may be a strided view; uint8 ``a`` holds FP8 bytes (``a_fmt``
     "e4m3" or "e5m2": the forward's saved operands) to be multiplied by ``scale[l]``. Returns (E4M3
@@ -871,6 +884,29 @@ def backward_draws(rng, device, N: int, M: int):
                                      BLOCK=128)
     signs = out[8:].view(torch.float32)
     return out, signs[:N], signs[N:]
+
+
+def sr_fp8_pair(a: torch.Tensor, b: torch.Tensor, *, seeds: torch.Tensor, noise_a: int, noise_b: int,
+                signs: torch.Tensor, scale_b: torch.Tensor | None = None, b_fmt: str = "e4m3"):
+    """Both operands of one backward GEMM (the same reduction length L): ``sr_fp8(a, ...)`` and
+    ``sr_fp8(b, scale=scale_b, a_fmt=b_fmt, ...)`` with the device draws ``seeds`` (noise seeds by index)
+    and the shared ``signs``, quantized into one stacked buffer and converted to the FP8 embedding in one
+    launch -> ((q8_a, rs_a), (q8_b, rs_b)), row blocks of one (Ra + Rb, Lp) tensor: the same values as two
+    ``sr_fp8`` calls, with one conversion launch and five allocations fewer (host time per step)."""
+    Ra, L = a.shape
+    Rb = b.shape[0]
+    if b.shape[1] != L:
+        raise ValueError(f"b: expected {L} columns as a, got {b.shape[1]}")
+    LP = (L + 31) // 32 * 32
+    p = torch.empty(Ra + Rb, LP // 2, dtype=torch.uint8, device=a.device)
+    sc = torch.empty(Ra + Rb, LP // 32, dtype=torch.uint8, device=a.device)
+    emax = torch.empty(Ra + Rb, triton.cdiv(LP, _SR_BLOCK_L), dtype=torch.int8, device=a.device)
+    for src, r0, r1, noise, scale, fmt in ((a, 0, Ra, noise_a, None, "e4m3"),
+                                           (b, Ra, Ra + Rb, noise_b, scale_b, b_fmt)):
+        _sr_mx(src, 0, noise, scale, None, signs, None, _SR_BLOCK_L, row_max=True, a_fmt=fmt, seeds=seeds,
+               out=(p[r0:r1], sc[r0:r1], emax[r0:r1]))
+    q8, rs = _mx_to_fp8(p, sc, emax)
+    return (q8[:Ra], rs[:Ra]), (q8[Ra:], rs[Ra:])
 
 
 def random_signs(seed: int, n: int, device) -> torch.Tensor:
@@ -1057,13 +1093,14 @@ def quest_mxfp4(a: torch.Tensor, block_r: int | None = None, block_k: int | None
 
 
 def _sr_mx(a, sign_seed, noise_seed, scale, noise, signs, block_r, block_l, row_max, hw=None, a_fmt="e4m3",
-           seeds=None):
+           seeds=None, out=None):
     """``hw``: the kernels' GPU-only forms (default: compiled, not interpreted; tests compare both).
-    ``seeds``: int32 device draws (``backward_draws``); ``noise_seed`` is then an index into them."""
+    ``seeds``: int32 device draws (``backward_draws``); ``noise_seed`` is then an index into them.
+    ``out``: the (codes, scale bytes, row-maximum table) to write (row blocks of larger buffers)."""
     if a_fmt not in ("e4m3", "e5m2"):
         raise ValueError(f"a_fmt: expected 'e4m3' or 'e5m2', got {a_fmt!r}")
     R, L = a.shape
-    block_r = block_r or 2 * _block_rows(R)
+    block_r = block_r or _SR_BLOCK_R
     if signs is None:
         signs = random_signs(sign_seed, L, a.device)
     LP = (L + 31) // 32 * 32
@@ -1071,11 +1108,14 @@ def _sr_mx(a, sign_seed, noise_seed, scale, noise, signs, block_r, block_l, row_
     if a_fp8 and scale is None:
         raise ValueError("scale: required (float32, one per column) when a holds E4M3 bytes (uint8)")
     hd = _hdot_for(torch.bfloat16 if a_fp8 else a.dtype)  # E4M3/E5M2 * 2**k * (+-1) is exact in bf16
-    p = torch.empty(R, LP // 2, dtype=torch.uint8, device=a.device)
-    sc = torch.empty(R, LP // 32, dtype=torch.uint8, device=a.device)
     grid = (triton.cdiv(R, block_r), triton.cdiv(LP, block_l))
-    # row maxima as an int8 table of per-tile maxima (every entry written: no fill launch, no atomics)
-    emax = torch.empty(R, grid[1], dtype=torch.int8, device=a.device) if row_max else sc
+    if out is not None:
+        p, sc, emax = out
+    else:
+        p = torch.empty(R, LP // 2, dtype=torch.uint8, device=a.device)
+        sc = torch.empty(R, LP // 32, dtype=torch.uint8, device=a.device)
+        # row maxima as an int8 table of per-tile maxima (every entry written: no fill launch, no atomics)
+        emax = torch.empty(R, grid[1], dtype=torch.int8, device=a.device) if row_max else sc
     _sr_mxfp4_kernel[grid](a, a.stride(0), a.stride(1), scale if a_fp8 else p, _hmat(str(a.device), hd),
                            noise if noise is not None else p, signs, p if seeds is None else seeds, noise_seed, p,
                            sc, emax, R, L, LP, ROW_MAX=2 if row_max else 0,
@@ -1088,7 +1128,7 @@ def _sr_mx(a, sign_seed, noise_seed, scale, noise, signs, block_r, block_l, row_
 
 def sr_mxfp4(a: torch.Tensor, *, sign_seed: int, noise_seed: int, scale: torch.Tensor | None = None,
              noise: torch.Tensor | None = None, signs: torch.Tensor | None = None, block_r: int | None = None,
-             block_l: int = 64, seeds: torch.Tensor | None = None):
+             block_l: int = _SR_BLOCK_L, seeds: torch.Tensor | None = None):
     """The backward operand as packed MXFP4: (codes (R, Lp/2), scale bytes (R, Lp/32)) of
     SR(3/4 * (a diag(signs)) H) along the last dim, L padded to 32. ``a``, ``scale``, ``noise``,
     ``seeds`` as in :func:`sr_fp8` (which converts this result to the FP8 embedding)."""
@@ -1243,8 +1283,9 @@ class QuartetLinearCUDA(torch.autograd.Function):
             xsrc = mxfp4_dequant(xp, xs).to(torch.bfloat16)
             wsrc = mxfp4_dequant(wp, ws).to(torch.bfloat16)
 
-            def operand(a, signs, noise_seed, scale=None, fmt=None):
-                return sr_mxfp4(a, sign_seed=0, noise_seed=noise_seed, signs=signs, seeds=seeds)
+            def operands(a, b, signs, noise_a, noise_b, scale_b, b_fmt=None):
+                return tuple(sr_mxfp4(t, sign_seed=0, noise_seed=n, signs=signs, seeds=seeds)
+                             for t, n in ((a, noise_a), (b, noise_b)))
 
             def gemm(a, b, out_dtype):
                 return mxfp4_gemm(a[0], a[1], b[0], b[1], out_dtype), None, None
@@ -1255,9 +1296,9 @@ class QuartetLinearCUDA(torch.autograd.Function):
             M, N = x8.shape[0], w8.shape[0]
             xsrc, wsrc = x8, w8
 
-            def operand(a, signs, noise_seed, scale=None, fmt="e4m3"):
-                return sr_fp8(a, sign_seed=0, noise_seed=noise_seed, scale=scale, signs=signs, a_fmt=fmt,
-                              seeds=seeds)
+            def operands(a, b, signs, noise_a, noise_b, scale_b, b_fmt="e4m3"):
+                return sr_fp8_pair(a, b, seeds=seeds, noise_a=noise_a, noise_b=noise_b, signs=signs,
+                                   scale_b=scale_b, b_fmt=b_fmt)
 
             def gemm(a, b, out_dtype):  # unscaled; mask_ihadamard applies both operands' row scales
                 return fp8_gemm_raw(a[0], b[0], out_dtype), a[1], b[1]
@@ -1269,14 +1310,13 @@ class QuartetLinearCUDA(torch.autograd.Function):
         dx = dw = db = None
         # the step's sub-seeds (sign x, g, w, sign w, gᵀ, x) and both sign vectors, drawn on the device
         seeds, signs_x, signs_w = backward_draws(ctx.rng, dy.device, N if needs[0] else 0, M if needs[1] else 0)
-        if needs[0]:
-            g = operand(dy2, signs_x, 1)  # (M, N); signs_x: the same for both operands of the GEMM
-            wt = operand(wsrc.t(), signs_x, 2, None if ctx.path == "mxfp4" else rsw)  # (K, N)
+        if needs[0]:  # g (M, N), wᵀ (K, N); signs_x: the same for both operands of the GEMM
+            g, wt = operands(dy2, wsrc.t(), signs_x, 1, 2, None if ctx.path == "mxfp4" else rsw)
             dxq, ra, rb = gemm(g, wt, _grad_gemm_dtype(xd))  # (M, K)
             dx = mask_ihadamard(dxq, mx, xd, row_scale=ra, col_scale=rb).reshape(*dy.shape[:-1], K)
         if needs[1]:
-            gt = operand(dy2.t(), signs_w, 4)  # (N, Mp)
-            xt = operand(xsrc.t(), signs_w, 5, None if ctx.path == "mxfp4" else rsx, ctx.x_fmt)  # (K, Mp)
+            # gᵀ (N, Mp), xᵀ (K, Mp)
+            gt, xt = operands(dy2.t(), xsrc.t(), signs_w, 4, 5, None if ctx.path == "mxfp4" else rsx, ctx.x_fmt)
             dwq, ra, rb = gemm(gt, xt, _grad_gemm_dtype(wd))  # (N, K)
             dw = mask_ihadamard(dwq, mw, wd, row_scale=ra, col_scale=rb)
         if needs[2]:
