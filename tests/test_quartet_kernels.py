@@ -718,6 +718,37 @@ def test_gpu_cuda_graph_replays_draw_fresh_noise():
 
 @gpu
 @needs_cuda
+def test_gpu_make_graphed_callables_trains_like_eager():
+    """QuartetLinear through torch.cuda.make_graphed_callables (separately captured forward and backward
+    graphs, the usual way to take a layer's host work out of a training step): each graphed step gives
+    the gradients of the eager step at the same RNG step, and advances the step."""
+    from fp4attn.nn import QuartetLinear
+    torch.manual_seed(4)
+    m = QuartetLinear(256, 128, bias=True, device="cuda", dtype=torch.bfloat16, seed=21)
+    x = torch.randn(64, 256, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    dy = torch.randn(64, 128, device="cuda", dtype=torch.bfloat16)
+
+    def grads(fn):
+        x.grad = None
+        m.zero_grad(set_to_none=True)
+        fn(x).backward(dy)
+        return x.grad.clone(), m.weight.grad.clone(), m.bias.grad.clone()
+
+    eager = []
+    for k in (10, 11):
+        m.rng.step = k
+        eager.append(grads(m))
+    graphed = torch.cuda.make_graphed_callables(m, (x,))
+    m.rng.step = 10
+    for k, ref in zip((10, 11), eager):
+        got = grads(graphed)
+        assert all(torch.equal(a, b) for a, b in zip(got, ref)), k
+    assert m.rng.step == 12
+    assert not torch.equal(eager[0][0], eager[1][0])
+
+
+@gpu
+@needs_cuda
 def test_gpu_module_dispatches_to_kernels():
     from fp4attn.nn import QuartetLinear
     m = QuartetLinear(256, 128, device="cuda", dtype=torch.bfloat16, seed=0)

@@ -1,11 +1,12 @@
 """Tile / warp sweep of the backward's SR quantizer kernel (``_sr_mxfp4_kernel``, as ``sr_fp8`` launches it
 in the backward: device seeds, table of per-tile row maxima) on the four operands of the (16384, 4096,
-4096) layer: dy (M, N) and dy^T (N, M) bf16, the saved weight W8^T (K, N) E4M3 and activation X8^T
+4096) layer (or another shape): dy (M, N) and dy^T (N, M) bf16, the saved weight W8^T (K, N) E4M3 and activation X8^T
 (K, M) E5M2 with their column scales. Every config is checked to give the same codes, scales and row
 maxima as the default; times are do_bench medians (ms), interleaved over two rounds.
 
-    PYTHONPATH=src FP4ATTN_AUTOTUNE=0 python sr_sweep.py"""
+    PYTHONPATH=src FP4ATTN_AUTOTUNE=0 python sr_sweep.py [MxKxN]"""
 import itertools
+import sys
 
 import torch
 import triton
@@ -14,7 +15,7 @@ from triton.testing import do_bench
 from fp4attn.kernels import quartet as kq
 from fp4attn.reference.quartet import QuartetRNG
 
-M, K, N = 16384, 4096, 4096
+M, K, N = (int(v) for v in (sys.argv[1] if len(sys.argv) > 1 else "16384x4096x4096").split("x"))
 bf = torch.bfloat16
 torch.manual_seed(0)
 x = torch.randn(M, K, device="cuda", dtype=bf)
