@@ -10,7 +10,9 @@ Randomness: each module owns a :class:`~fp4attn.reference.quartet.QuartetRNG` (`
 and then advances ``step``; the forward is deterministic. Hence activation checkpointing (which
 replays forwards) recomputes identically, and two runs with the same seeds give identical gradients.
 ``seed=None`` draws the seed from torch's global RNG at construction (``torch.manual_seed`` makes it
-reproducible). Data-parallel replicas built with the same seed draw the same noise.
+reproducible). Data-parallel replicas built with the same seed draw the same noise. On CUDA the step
+lives on the device and the backward advances it there, so a training step captured in a CUDA graph
+(``torch.cuda.make_graphed_callables``) draws fresh noise at every replay (``QuartetRNG``).
 """
 
 from __future__ import annotations
