@@ -1,0 +1,127 @@
+"""A cheaper launch path for Triton kernels that run many times per training or decode step.
+
+``kernel[grid](*args, **meta)`` on a ``triton.jit`` function goes through ``JITFunction.run`` on every call:
+binding and specializing every argument, hashing the specialization and options, checking globals and
+building launch metadata before the C launcher runs. On the H200 machines' hosts that is ~17 µs per
+launch of a 3-argument kernel and more for 25 arguments, and an eager Quartet forward + backward makes 14
+launches: at (16384, 4096, 4096) the eager step was paced by its host (BENCHMARKS.md, issue 6).
+
+``fast(kernel)[grid](*args, **meta)`` takes the same call. The first call with a given *key* goes through
+Triton as before and keeps the compiled kernel; later calls with the same key call its launcher directly.
+The key holds everything Triton specializes a compiled kernel on, or finer (a finer key can only cost an
+extra call through Triton, never a wrong kernel):
+
+- the current CUDA device;
+- per positional argument: a tensor's dtype and whether its address is 16-byte aligned; an int of a
+  ``do_not_specialize`` parameter (seeds that change every call): its 32-bit / 64-bit / unsigned range;
+  anything else (ints, floats, bools, None): its type and value;
+- the keyword arguments' values (constexprs and launch options such as ``num_warps``).
+
+Positional constexprs, callable grids, runtime arguments given by keyword, unhashable keyword values,
+installed launch hooks (profilers) and the interpreter take Triton's own path. The cache is emptied past
+``_MAX_KEYS`` keys (many distinct shapes). ``tests/test_launch.py`` checks the key against Triton's
+binder: equal keys imply equal specializations.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import triton
+from triton import knobs
+
+_INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+_MAX_KEYS = 4096
+
+
+def spec_key(args, dns):
+    """The positional arguments' part of the cache key (module doc): a tuple, one hashable item per
+    argument; ``dns``: per argument, whether its parameter is ``do_not_specialize``."""
+    T = torch.Tensor
+    return tuple([(a.dtype, a.data_ptr() % 16 == 0) if isinstance(a, T)
+                  else (type(a), -0x80000000 <= a <= 0x7FFFFFFF, a >= 0x8000000000000000) if d and type(a) is int
+                  else (type(a), a) for a, d in zip(args, dns)])
+
+
+def cdiv(a: int, b: int) -> int:
+    """``triton.cdiv`` for host code: Triton 3.6's is a constexpr function that unwraps its arguments
+    (~3 µs per call on the H200 machines' hosts, 20 calls per Quartet backward)."""
+    return -(-a // b)
+
+
+def next_pow2(n: int) -> int:
+    """``triton.next_power_of_2`` for host code (0 for 0, as Triton's)."""
+    return 1 << (n - 1).bit_length() if n > 0 else 0
+
+
+def _hooked() -> bool:
+    """Whether a launch hook is installed (a profiler such as proton): Triton 3.6 keeps empty hook chains,
+    older versions None."""
+    for h in (knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook):
+        if h is not None and getattr(h, "calls", True):
+            return True
+    return False
+
+
+class FastKernel:
+    """``fast(kernel)``: ``[grid](*args, **meta)`` as the ``triton.jit`` kernel, through a cache of its
+    compiled kernels keyed by the arguments (module doc). ``.fn`` is the kernel itself."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        params = [] if _INTERPRET else list(fn.params)
+        self._names = [p.name for p in params]
+        self._first_constexpr = next((i for i, p in enumerate(params) if p.is_constexpr), len(params))
+        self._constexprs = {p.name for p in params if p.is_constexpr}
+        self._dns = [p.do_not_specialize for p in params]
+        self._defaults = {p.name: p.default for p in params if p.has_default}
+        self._cache: dict = {}
+
+    def __getitem__(self, grid):
+        return lambda *args, **meta: self.launch(grid, args, meta)
+
+    def launch(self, grid, args, meta):
+        if _INTERPRET or callable(grid) or len(args) > self._first_constexpr or _hooked():
+            return self.fn[grid](*args, **meta)
+        dev = torch._C._cuda_getDevice()
+        key = (dev, spec_key(args, self._dns), tuple(meta.items()))
+        try:
+            hit = self._cache.get(key)
+        except TypeError:  # an unhashable keyword value
+            return self.fn[grid](*args, **meta)
+        if hit is None:
+            return self._miss(key, grid, args, meta)
+        ck, tail = hit
+        ck.run(grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1,
+               torch._C._cuda_getCurrentRawStream(dev), ck.function, ck.packed_metadata, None, None, None,
+               *args, *tail)
+        return ck
+
+    def _miss(self, key, grid, args, meta):
+        """Launch through Triton and keep its compiled kernel with the arguments after ``args`` (the
+        keyword ones and defaults, in signature order: fixed for a key)."""
+        ck = self.fn[grid](*args, **meta)
+        if any(k in self._names and k not in self._constexprs for k in meta):
+            # a runtime argument by keyword would key the cache by its value (a tensor: by identity)
+            self._first_constexpr = -1  # Triton's own path from now on
+        elif ck is not None and not hasattr(ck, "result"):  # a compiled kernel, not a pending one
+            if len(self._cache) >= _MAX_KEYS:
+                self._cache.clear()
+            tail = tuple(meta[n] if n in meta else self._defaults[n] for n in self._names[len(args):])
+            self._cache[key] = (ck, tail)
+        return ck
+
+
+_FAST: dict = {}
+
+
+def fast(fn) -> FastKernel:
+    """The cached launch path (module doc) of a ``triton.jit`` kernel: ``fast(kernel)[grid](...)``. One
+    ``FastKernel`` per kernel, made on first use."""
+    k = _FAST.get(fn)
+    if k is None:
+        if not _INTERPRET and not isinstance(fn, triton.runtime.jit.JITFunction):
+            raise TypeError(f"fn: expected a triton.jit function, got {type(fn).__name__}")
+        k = _FAST[fn] = FastKernel(fn)
+    return k

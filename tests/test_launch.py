@@ -1,0 +1,122 @@
+"""The cached Triton launch path (``fp4attn.kernels._launch``).
+
+Its cache key must be at least as fine as Triton's specialization of a compiled kernel: two calls with
+equal keys must get the same compiled kernel from Triton too, or a cached kernel would run with
+assumptions (a constant 1, 16-byte alignment, 32-bit range) that the new arguments break. The CPU test
+checks this against Triton's own binder (no GPU needed); the GPU test launches through both paths.
+"""
+
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.compiler.compiler import make_backend  # noqa: E402
+from triton.runtime.jit import JITFunction, create_function_from_signature  # noqa: E402
+
+from fp4attn.kernels._launch import cdiv, fast, next_pow2, spec_key  # noqa: E402
+
+
+def _probe(X, n, f, B: tl.constexpr):  # a signature to specialize; never launched
+    pass
+
+
+def _candidates():
+    base = torch.zeros(64, dtype=torch.float32)
+    tensors = [base, base[1:], base[4:], base[8:], base.view(torch.uint8)[3:], base.view(torch.int32)[4:],
+               torch.zeros(8, dtype=torch.bfloat16), torch.zeros(8, dtype=torch.bfloat16)[2:]]
+    ints = [0, 1, 2, 3, 15, 16, 17, 32, -1, -16, 2 ** 31 - 16, 2 ** 31 - 1, 2 ** 31, -2 ** 31, -2 ** 31 - 16,
+            2 ** 40, 2 ** 40 + 1, 2 ** 63, 2 ** 63 + 16]
+    return tensors + ints + [0.0, 1.0, 2.5, True, False, None]
+
+
+@pytest.mark.parametrize("dns", [False, True], ids=["specialized", "do_not_specialize"])
+def test_equal_keys_mean_equal_triton_specializations(dns):
+    jf = JITFunction(_probe, do_not_specialize=["X", "n"] if dns else None)
+    binder = create_function_from_signature(jf.signature, jf.params, make_backend(GPUTarget("cuda", 90, 32)))
+    cands = _candidates()
+    for pos in (0, 1):  # every candidate at the pointer slot and at the int slot
+        seen = {}
+        for c in cands:
+            args = [torch.zeros(4), 7, 1.0]
+            args[pos] = c
+            spec = binder(*args, B=4)[1][pos]
+            key = spec_key((c,), (dns,))
+            if key in seen:
+                assert seen[key][1] == spec, (f"spec_key merges {seen[key][0]!r} and {c!r}, which Triton "
+                                              f"specializes as {seen[key][1]} and {spec}")
+            else:
+                seen[key] = (c, spec)
+        # the key separates what matters here at all (a key that merged everything would pass the loop)
+        assert len(seen) >= 12
+
+
+def test_host_cdiv_and_next_pow2_equal_tritons():
+    for a in list(range(0, 70)) + [2 ** 31 - 1, 2 ** 31, 2 ** 40 + 3]:
+        assert next_pow2(a) == triton.next_power_of_2(a), a
+        for b in (1, 2, 3, 16, 32, 128, 1024):
+            assert cdiv(a, b) == triton.cdiv(a, b), (a, b)
+
+
+def test_fast_rejects_what_is_not_a_kernel():
+    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+        pytest.skip("under the interpreter every callable is accepted (kernels are InterpretedFunctions)")
+    with pytest.raises(TypeError, match="fn: expected a triton.jit function"):
+        fast(len)
+
+
+@triton.jit
+def _axpb(X, Y, n, a, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(Y + offs, tl.load(X + offs, mask=m, other=0.0) * a + n, mask=m)
+
+
+@triton.jit(do_not_specialize=["seed"])
+def _put_seed(Y, seed):
+    tl.store(Y, seed)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_gpu_fast_launch_equals_triton_and_reuses_compiled_kernels():
+    k = fast(_axpb)
+    k._cache.clear()
+    buf = torch.arange(300, dtype=torch.float32, device="cuda")
+    # n = 1 first: Triton compiles n as the constant 1; then sizes and offsets of other classes
+    cases = [(0, 1), (0, 5), (0, 1), (1, 17), (4, 32), (0, 257), (3, 33), (0, 5)]
+    for off, n in cases:
+        x = buf[off:]
+        y = torch.full((n + 8,), -7.0, device="cuda")
+        k[(triton.cdiv(n, 64),)](x, y, n, 0.5, BLOCK=64)
+        want = torch.cat([x[:n] * 0.5 + n, torch.full((8,), -7.0, device="cuda")])
+        assert torch.equal(y, want), (off, n)
+    keys = {(torch.cuda.current_device(), spec_key((buf[off:], buf, n, 0.5), (False,) * 4), (("BLOCK", 64),))
+            for off, n in cases}
+    assert set(k._cache) == keys
+    ck = k._cache[next(iter(keys))][0]
+    assert all(v[1] == (64,) for v in k._cache.values())  # the constexpr after the positional arguments
+    # a cached call launches the kept kernel without Triton's run path
+    calls = []
+    orig = _axpb.run
+    _axpb.run = lambda *a, **kw: calls.append(1) or orig(*a, **kw)
+    try:
+        y = torch.zeros(5, device="cuda")
+        k[(1,)](buf, y, 5, 0.5, BLOCK=64)  # the key of case (0, 5): floats are keyed by value
+    finally:
+        del _axpb.run
+    assert calls == [] and torch.equal(y, buf[:5] * 0.5 + 5)
+    assert ck in [v[0] for v in k._cache.values()]
+
+    # a do_not_specialize int (a seed) keys by its range only: one cached kernel for every 32-bit seed
+    ks = fast(_put_seed)
+    ks._cache.clear()
+    y = torch.zeros(1, dtype=torch.int64, device="cuda")
+    for seed in [1, 16, 12345, 2 ** 31 - 1, 7, 2 ** 40, 3 * 2 ** 40 + 1]:
+        ks[(1,)](y, seed)
+        assert y.item() == seed
+    assert len(ks._cache) == 2  # 32-bit and 64-bit seeds
