@@ -155,6 +155,7 @@ from ..formats.triton_helpers import (
     pack_nibbles,
     unpack_nibbles_words,
 )
+from ._launch import fast
 from ._tiles import (
     causal_key_range,
     load_bhsd_rows,
@@ -433,10 +434,11 @@ def smooth_q_corr(pk: "PackedQKV", i0: int, nqbc: int, out: torch.Tensor | None 
             else pk.qbar)  # unused pointer without smooth_k
     bt, cqb, nw = _CORR_CFG["block_t"], _CORR_CFG["cqb"], _CORR_CFG["num_warps"]
     bt = bt if DP <= 128 else bt // 2
-    _smooth_q_corr_kernel[(NKP // bt, B * Hkv)](k, *k.stride(), ksub, pk.qbar, out, Hkv, pk.nk, pk.d, NKP, NQB,
-                                                Hq // Hkv, i0, nqbc, pk.nq, SUB_MODE=1 if pk.kbar is not None else 0,
-                                                CAUSAL=causal, CQB=cqb, BLOCK_T=bt,
-                                                DP=DP, num_warps=nw)
+    fast(_smooth_q_corr_kernel)[(NKP // bt, B * Hkv)](k, *k.stride(), ksub, pk.qbar, out, Hkv, pk.nk, pk.d, NKP, NQB,
+                                                      Hq // Hkv, i0, nqbc, pk.nq,
+                                                      SUB_MODE=1 if pk.kbar is not None else 0,
+                                                      CAUSAL=causal, CQB=cqb, BLOCK_T=bt,
+                                                      DP=DP, num_warps=nw)
     return out
 
 
@@ -478,9 +480,9 @@ def _stage_v(vc, vs, vexp, is_mx: bool, qb: int, path: int) -> torch.Tensor:
     NKP = NKP2 * 2
     vh = torch.empty((B, Hkv, DP, NKP), device=vc.device, dtype=_staged_dtype(is_mx, path))
     rt, ct = 32, 128
-    _stage_kernel[(B * Hkv * DP // rt, NKP // ct)](vc.view(torch.int32), vs, vexp if is_mx else vs, vh,
-                                                   B * Hkv * DP, NKP, USE_EREF=True, QB=qb, IS_MX=is_mx,
-                                                   ROWS_T=rt, COLS_T=ct, num_warps=4)
+    fast(_stage_kernel)[(B * Hkv * DP // rt, NKP // ct)](vc.view(torch.int32), vs, vexp if is_mx else vs, vh,
+                                                         B * Hkv * DP, NKP, USE_EREF=True, QB=qb, IS_MX=is_mx,
+                                                         ROWS_T=rt, COLS_T=ct, num_warps=4)
     return vh
 
 
@@ -493,9 +495,9 @@ def stage_operands(pk: "PackedQKV") -> tuple[torch.Tensor, torch.Tensor]:
     DP = DP2 * 2
     kh = torch.empty((B, Hkv, NKP, DP), device=pk.kc.device, dtype=_staged_dtype(is_mx, pk.path))
     rt = 32
-    _stage_kernel[(B * Hkv * NKP // rt, 1)](pk.kc.view(torch.int32), pk.ks, pk.ks, kh, B * Hkv * NKP, DP,
-                                            USE_EREF=False, QB=qb, IS_MX=is_mx, ROWS_T=rt, COLS_T=DP,
-                                            num_warps=4)
+    fast(_stage_kernel)[(B * Hkv * NKP // rt, 1)](pk.kc.view(torch.int32), pk.ks, pk.ks, kh, B * Hkv * NKP, DP,
+                                                  USE_EREF=False, QB=qb, IS_MX=is_mx, ROWS_T=rt, COLS_T=DP,
+                                                  num_warps=4)
     return kh, _stage_v(pk.vc, pk.vs, pk.vexp, is_mx, qb, pk.path)
 
 
@@ -608,24 +610,24 @@ def quantize_qkv(q, k, v, *, fmt: str = "nvfp4", smooth_q: bool = False, smooth_
     bq, bt = bq // wide, bt // wide
     if smooth_q:  # Q: tiles of 128 rows when smoothing (the q̄ blocks)
         bq, nwq = SMOOTH_Q_BLOCK, cfg["q_smooth_warps"]
-    _prep_qk_kernel[(NQP // bq, B * Hq)](q, *q.stride(), qc, qs, qs, qbar, qs, qbad, kvbad, qkb, ksub, Hq, Nq, D,
-                                         NQP, g, SUB_MODE=2 if smooth_q else 0, QK_SHIFT=smooth_k, BAD_MODE=1,
-                                         PACKED=True, STAGE=False, QB=qb, IS_MX=is_mx, BLOCK_T=bq, DP=DP,
-                                         num_warps=nwq)
-    _prep_qk_kernel[(NKP // bt, B * Hkv)](k, *k.stride(), kc if not stage else ks, ks, ksub, ks,
-                                          kh if stage else ks, ks, kvbad, ks, ks, Hkv, Nk, D, NKP, g,
-                                          SUB_MODE=1 if smooth_k else 0, QK_SHIFT=False, BAD_MODE=2,
-                                          PACKED=not stage, STAGE=stage, QB=qb, IS_MX=is_mx, BLOCK_T=bt, DP=DP,
-                                          num_warps=nw)
+    fast(_prep_qk_kernel)[(NQP // bq, B * Hq)](q, *q.stride(), qc, qs, qs, qbar, qs, qbad, kvbad, qkb, ksub, Hq, Nq, D,
+                                               NQP, g, SUB_MODE=2 if smooth_q else 0, QK_SHIFT=smooth_k, BAD_MODE=1,
+                                               PACKED=True, STAGE=False, QB=qb, IS_MX=is_mx, BLOCK_T=bq, DP=DP,
+                                               num_warps=nwq)
+    fast(_prep_qk_kernel)[(NKP // bt, B * Hkv)](k, *k.stride(), kc if not stage else ks, ks, ksub, ks,
+                                                kh if stage else ks, ks, kvbad, ks, ks, Hkv, Nk, D, NKP, g,
+                                                SUB_MODE=1 if smooth_k else 0, QK_SHIFT=False, BAD_MODE=2,
+                                                PACKED=not stage, STAGE=stage, QB=qb, IS_MX=is_mx, BLOCK_T=bt, DP=DP,
+                                                num_warps=nw)
     # V: 128 tokens x dc channels per program, r consecutive tokens x 8 channels per thread (see
     # _prep_v_kernel; r = 4: no register spill at D = 128 but ~15% more instructions per element)
     dc, r = cfg["v"]
     dc = min(DP, dc)
-    _prep_v_kernel[(NKP // 128, B * Hkv, DP // dc)](v, *v.stride(), vc if not stage_v else ks,
-                                                    vs if not stage_v else ks, vexp, vh if stage_v else ks, kvbad,
-                                                    Hkv, Nk, D, NKP, g, PACKED=not stage_v, STAGE=stage_v, QB=qb,
-                                                    IS_MX=is_mx, R=r, BLOCK_T=128, DC=dc, DP=DP,
-                                                    num_warps=128 * dc // (r * 256))
+    fast(_prep_v_kernel)[(NKP // 128, B * Hkv, DP // dc)](v, *v.stride(), vc if not stage_v else ks,
+                                                          vs if not stage_v else ks, vexp, vh if stage_v else ks, kvbad,
+                                                          Hkv, Nk, D, NKP, g, PACKED=not stage_v, STAGE=stage_v, QB=qb,
+                                                          IS_MX=is_mx, R=r, BLOCK_T=128, DC=dc, DP=DP,
+                                                          num_warps=128 * dc // (r * 256))
     if stage and is_mx:
         vh = _stage_v(vc, vs, vexp, is_mx, qb, path)
         vc = vs = none
@@ -694,9 +696,9 @@ def mx_qk_probe(pk: PackedQKV, block_m: int = 64, block_n: int = 64) -> torch.Te
     assert pk.fmt == "mxfp4"
     DP = pk.qc.shape[3] * 2
     out = torch.empty((block_m, block_n), device=pk.qc.device, dtype=torch.float32)
-    _mx_qk_probe_kernel[(1,)](pk.qc.view(torch.int32), pk.qs, pk.kc.view(torch.int32), pk.ks, out,
-                              PATH=pk.path, QB=32, BLOCK_M=block_m,
-                              BLOCK_N=block_n, DP=DP, num_warps=4)
+    fast(_mx_qk_probe_kernel)[(1,)](pk.qc.view(torch.int32), pk.qs, pk.kc.view(torch.int32), pk.ks, out,
+                                    PATH=pk.path, QB=32, BLOCK_M=block_m,
+                                    BLOCK_N=block_n, DP=DP, num_warps=4)
     return out
 
 
@@ -1018,7 +1020,7 @@ def attention_packed(pk: PackedQKV, *, causal: bool, scale: float, two_level_p: 
         extra = {k: c.pop(k) for k in ("num_warps", "num_stages", "maxnreg") if k in c}
         assert SMOOTH_Q_BLOCK % c["BLOCK_M"] == 0 and c["BLOCK_N"] % qb == 0 and N_ALIGN % c["BLOCK_N"] == 0, cfg
         grid = (n * (SMOOTH_Q_BLOCK // c["BLOCK_M"]), B * Hq)
-        _attn_fwd_kernel[grid](*args, i0, n, PMAX=pmax, **meta, **c, **extra)
+        fast(_attn_fwd_kernel)[grid](*args, i0, n, PMAX=pmax, **meta, **c, **extra)
 
     for i0 in range(0, nqb, chunk):
         n = min(chunk, nqb - i0)

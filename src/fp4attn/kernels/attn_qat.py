@@ -55,6 +55,7 @@ import triton
 import triton.language as tl
 
 from ..formats.triton_helpers import fake_quant_blocks, fake_quant_p
+from ._launch import fast
 from ._tiles import causal_key_range, load_bhsd_rows, program_rows, softmax_finish, visible
 
 LOG2E = 1.4426950408889634
@@ -608,7 +609,7 @@ def backward(do: torch.Tensor, o_for_delta: torch.Tensor, qb: torch.Tensor, kb: 
     has_dlse = dlse is not None
     if has_dlse:
         dlse = dlse.float().contiguous()
-    _bwd_pre_kernel[(NQP // 64, B * Hq)](
+    fast(_bwd_pre_kernel)[(NQP // 64, B * Hq)](
         o_for_delta, do, dop, dlse if has_dlse else delta, delta, *o_for_delta.stride(), *do.stride(),
         Hq, nq, d, NQP, HAS_DLSE=has_dlse, WRITE_DO=not reuse_do, BLOCK_M=64, DP=DP, num_warps=4)
     group = Hq // Hkv

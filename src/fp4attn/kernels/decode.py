@@ -66,6 +66,7 @@ from ..formats.triton_helpers import (
     unpack_nibbles,
 )
 from . import decode_gluon
+from ._launch import cdiv, fast, next_pow2
 from ._tiles import kv_head_program, online_softmax_step
 from .attention import _fp4_tile_f16
 
@@ -428,7 +429,7 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
     block_n = block_n or cfg["block_n"]
     # query rows of a program (the columns of its transposed tiles), padded to a power of two >= 4
     # (>= 8 in the Gluon kernel: the MMA's N)
-    BLOCK_M = max(8 if gluon else 4, triton.next_power_of_2(G * NQ))
+    BLOCK_M = max(8 if gluon else 4, next_pow2(G * NQ))
     wide = max(1, BLOCK_M // 8)  # more warps for more rows
     num_warps = 1 if gluon else num_warps or min(8, max(cfg["num_warps"], wide))
     num_stages = num_stages or cfg["num_stages"]
@@ -470,12 +471,12 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
         decode_gluon.launch(q, cache, pt, ks, vs, OP, MP, LP, scale * LOG2E, NQ, G, max(maxp, 1), TPS, num_splits,
                             BLOCK_M, block_n, sel if thrift else None, ns_all)
         if n16:
-            _decode_16bit_kernel[(n16, B * Hkv)](
+            fast(_decode_16bit_kernel)[(n16, B * Hkv)](
                 q, k16, v16, pt, cache.seq_lens, sel, OP, MP, LP, scale * LOG2E, Hkv, NQ, G, max(maxp, 1),
                 _PAGES_16BIT, ns_all, num_splits, D=D, PS=PS, BLOCK_R=max(16, BLOCK_M), BLOCK_M=BLOCK_M,
                 DOT_F32=interp, num_warps=4)
     else:
-        _decode_split_kernel[(num_splits, B * Hkv)](
+        fast(_decode_split_kernel)[(num_splits, B * Hkv)](
             q, cache.k_data, ks, cache.v_data, vs, k16, v16, pt,
             cache.seq_lens, cache.k_global_scale, cache.v_global_scale, sel,
             OP, MP, LP,
@@ -484,10 +485,10 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
             N_IT=TPS // block_n if interp else 0, num_warps=num_warps, num_stages=num_stages)
     out = torch.empty(B, Hq, NQ, D, dtype=q.dtype, device=dev)
     lse = torch.empty(B, Hq, NQ, dtype=torch.float32, device=dev)
-    _decode_reduce_kernel[(B * Hq * NQ,)](OP, MP, LP, q, cache.k_tail, cache.v_tail, cache.seq_lens, out, lse,
-                                          scale * LOG2E, ns_all, G * NQ, NQ, Hkv, BLOCK_M,
-                                          BLOCK_S=min(64, max(2, triton.next_power_of_2(ns_all))), D=D,
-                                          num_warps=4)
+    fast(_decode_reduce_kernel)[(B * Hq * NQ,)](OP, MP, LP, q, cache.k_tail, cache.v_tail, cache.seq_lens, out, lse,
+                                                scale * LOG2E, ns_all, G * NQ, NQ, Hkv, BLOCK_M,
+                                                BLOCK_S=min(64, max(2, next_pow2(ns_all))), D=D,
+                                                num_warps=4)
     return out, lse
 
 
@@ -602,9 +603,9 @@ def page_scores(q: torch.Tensor, cache, *, chunk: int | None = None, num_warps: 
     maxp = cache.page_table.shape[1]
     pt = cache.page_table if maxp else torch.zeros(B, 1, dtype=torch.int32, device=q.device)
     scores = torch.empty(B, Hq, npg, dtype=torch.float32, device=q.device)
-    _page_scores_kernel[(triton.cdiv(npg, chunk), B * Hkv)](
+    fast(_page_scores_kernel)[(cdiv(npg, chunk), B * Hkv)](
         q, cache.k_page_mean, cache.k16, cache.k_tail, pt, cache.seq_lens, scores, Hkv, max(maxp, 1), npg,
-        NQ=NQ, NQ_P2=triton.next_power_of_2(NQ), G=Hq // Hkv, D=D, PS=ps, CHUNK=chunk, num_warps=num_warps)
+        NQ=NQ, NQ_P2=next_pow2(NQ), G=Hq // Hkv, D=D, PS=ps, CHUNK=chunk, num_warps=num_warps)
     return scores
 
 
@@ -613,7 +614,7 @@ def page_topk(scores: torch.Tensor, seq_lens: torch.Tensor, page_size: int, budg
     """(B, Hq, width) int8 selection from (B, Hq, npg) float32 scores (only the first ceil(L_b /
     page_size) of each row are read), width >= 1; see ``_page_topk_kernel``."""
     B, Hq, npg = scores.shape
-    block = max(16, triton.next_power_of_2(npg))
+    block = max(16, next_pow2(npg))
     if block > MAX_SELECT_PAGES:
         raise ValueError(f"the top-k kernel holds at most {MAX_SELECT_PAGES} pages per row, got {npg}")
     # columns past the tile (a page table wider than the longest sequence) are zeroed up front
@@ -621,8 +622,8 @@ def page_topk(scores: torch.Tensor, seq_lens: torch.Tensor, page_size: int, budg
     sel = alloc(B, Hq, width, dtype=torch.int8, device=scores.device)
     bits = struct.unpack("<q", struct.pack("<d", float(budget)))[0]
     num_warps = num_warps or min(8, max(1, block // 512))
-    _page_topk_kernel[(B * Hq,)](scores, seq_lens, sel, Hq, npg, width, bits, PS=page_size, BLOCK=block,
-                                 num_warps=num_warps)
+    fast(_page_topk_kernel)[(B * Hq,)](scores, seq_lens, sel, Hq, npg, width, bits, PS=page_size, BLOCK=block,
+                                       num_warps=num_warps)
     return sel
 
 
@@ -641,7 +642,7 @@ def select_pages(q: torch.Tensor, cache, budget: float) -> torch.Tensor:
     maxp = cache.page_table.shape[1]
     width = max(maxp, 1)
     npg = max(1, -(-cache.get_seq_length() // cache.page_size))
-    if max(16, triton.next_power_of_2(npg)) > MAX_SELECT_PAGES or D & (D - 1):
+    if max(16, next_pow2(npg)) > MAX_SELECT_PAGES or D & (D - 1):
         from ..ops.decode import thrift_select
 
         return _selection_int8(thrift_select(q, cache, budget), B, Hq, maxp)

@@ -50,6 +50,7 @@ from ..formats.triton_helpers import (
     fake_quant_p_two_level,
     fake_quant_rows,
 )
+from ._launch import fast
 from ._tiles import kv_head_program, online_softmax_step
 
 try:  # Gluon ships with Triton >= 3.5
@@ -230,7 +231,7 @@ def launch(q, cache, pt, ks, vs, OP, MP, LP, qk_scale, NQ, G, maxp, TPS, num_spl
     """Run the split kernel on the decode_fwd buffers (grid (splits, B·Hkv), one warp per program)."""
     B, _, _, D = q.shape
     Hkv = cache.num_kv_heads
-    _decode_split_kernel_gl[(num_splits, B * Hkv)](
+    fast(_decode_split_kernel_gl)[(num_splits, B * Hkv)](
         q, cache.k_data, ks, cache.v_data, vs, pt, cache.seq_lens, cache.k_global_scale, cache.v_global_scale,
         MP if sel is None else sel, OP, MP, LP, qk_scale, Hkv, NQ, G, maxp, TPS, ns_stride or num_splits,
         D=D, PS=cache.page_size, BLOCK_M=BLOCK_M, BLOCK_N=block_n, THRIFT=sel is not None,

@@ -22,6 +22,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ._launch import fast
 from .quantize import _quant_pair
 
 SLOT = 16
@@ -88,7 +89,7 @@ def append_one(cache, k: torch.Tensor, v: torch.Tensor) -> None:
     keep = cache.keep_16bit
     k16 = cache.k16 if keep else cache.k_tail
     v16 = cache.v16 if keep else cache.v_tail
-    _append_one_kernel[(B * H,)](
+    fast(_append_one_kernel)[(B * H,)](
         k, k.stride(0), k.stride(1), k.stride(3), v, v.stride(0), v.stride(1), v.stride(3),
         cache.seq_lens, cache.k_tail, cache.v_tail, cache.k_global_scale, cache.v_global_scale, pt,
         cache.k_data, cache.k_scale.view(torch.uint8), cache.v_data, cache.v_scale.view(torch.uint8), k16, v16,

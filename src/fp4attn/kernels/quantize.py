@@ -54,6 +54,7 @@ from ..formats.triton_helpers import (
     exp2i,
     mx_exponent,
 )
+from ._launch import fast as fast_launch  # (this module's _launch takes a ``fast`` flag)
 
 __all__ = ["quantize", "fake_quantize", "dequantize", "global_scales"]
 
@@ -515,8 +516,8 @@ def global_scales(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     n = xk.numel()
     if n:
         BLOCK = 8192
-        _amax_kernel[(triton.cdiv(n, BLOCK),)](_kernel_view(xk).reshape(-1), buf, n, BLOCK=BLOCK,
-                                                 IN_DT=_in_dt(xk.dtype), num_warps=8)
+        fast_launch(_amax_kernel)[(triton.cdiv(n, BLOCK),)](_kernel_view(xk).reshape(-1), buf, n, BLOCK=BLOCK,
+                                                              IN_DT=_in_dt(xk.dtype), num_warps=8)
     amax = buf.view(torch.float32)[0]
     s_enc = torch.tensor(core.E4M3_MAX * core.E2M1_MAX, dtype=torch.float32, device=x.device) / amax
     s_enc = torch.where(amax > 0, s_enc, torch.ones_like(s_enc))
@@ -581,10 +582,10 @@ def _launch(x, fmt, dim, scale_mode, global_scale, fake, *, rows_cfg=None, cols_
         BM = min(cfg["BM"] * (cfg["NB"] // NB), 64, max(1, triton.next_power_of_2(M)))
         n_kt = triton.cdiv(nblk, NB)
         grid = (triton.cdiv(M, BM) * n_kt,)
-        _rows_kernel[grid](xk, data if data is not None else dummy,
-                           scales if scales is not None else dummy, ok, senc_arg, decg_arg,
-                           M, L, (L + 1) // 2, nblk, n_kt, BM=BM, NB=NB, LOAD=load,
-                           num_warps=cfg["num_warps"], **common)
+        fast_launch(_rows_kernel)[grid](xk, data if data is not None else dummy,
+                                        scales if scales is not None else dummy, ok, senc_arg, decg_arg,
+                                        M, L, (L + 1) // 2, nblk, n_kt, BM=BM, NB=NB, LOAD=load,
+                                        num_warps=cfg["num_warps"], **common)
     else:
         cfg = dict(_COLS_CFG, **(cols_cfg or {}))
         xk = _kernel_view(x)
@@ -596,10 +597,10 @@ def _launch(x, fmt, dim, scale_mode, global_scale, fake, *, rows_cfg=None, cols_
         n_bt = triton.cdiv(nblk, NB)
         grid = (P * n_bt * n_qt,)
         kern = _cols_loop_kernel if cfg.get("loop", True) else _cols_kernel
-        kern[grid](xk, data if data is not None else dummy,
-                           scales if scales is not None else dummy, ok, senc_arg, decg_arg,
-                           L, Q, nblk, n_qt, n_bt, NB=NB, BQ=BQ, num_warps=cfg["num_warps"],
-                           **common)
+        fast_launch(kern)[grid](xk, data if data is not None else dummy,
+                                scales if scales is not None else dummy, ok, senc_arg, decg_arg,
+                                L, Q, nblk, n_qt, n_bt, NB=NB, BQ=BQ, num_warps=cfg["num_warps"],
+                                **common)
     return out, data, scales, dec_g
 
 
@@ -652,7 +653,7 @@ def dequantize(t: FP4Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor
         decg = t.global_scale.float().reshape(1) if glob else data
         ot = out if out_dtype == torch.float32 else out.view(torch.int16)
         BLOCK = 1024
-        _dequant_kernel[(triton.cdiv(n, BLOCK),)](
+        fast_launch(_dequant_kernel)[(triton.cdiv(n, BLOCK),)](
             data, scales, decg, ot, n, L, Q, L // t.block_size, BLOCK=BLOCK, BS=t.block_size,
             IS_MX=t.fmt == "mxfp4", GLOBAL=glob, OUT_DT=_in_dt(out_dtype), num_warps=4)
     return out if out_dtype == dtype else out.to(dtype)

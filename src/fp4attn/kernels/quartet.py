@@ -92,6 +92,7 @@ from ..formats.triton_helpers import (
 )
 from ..formats.triton_stochastic import e2m1_sr_code, e2m1_sr_code_u16, sr_uniform_bits
 from ..reference.quartet import QUEST_EPS, QUEST_STD_FACTOR, SR_RESCALE, _splitmix64, hadamard_matrix
+from ._launch import cdiv, fast
 
 __all__ = ["supported", "QuartetLinearCUDA", "quest_fp8", "sr_fp8", "mask_ihadamard", "fp8_gemm",
            "fp8_embed", "fp8_embedding_exact", "FP8_EXACT_RANGE", "quest_mxfp4", "sr_mxfp4", "mxfp4_gemm",
@@ -796,11 +797,11 @@ def _mx_to_fp8(p: torch.Tensor, sc: torch.Tensor, emax: torch.Tensor, block_r: i
     if rowtab:
         tab = emax
     sb = torch.empty(1, dtype=torch.float32, device=p.device) if tensor else rs
-    grid = (triton.cdiv(R, block_r), triton.cdiv(L, block_l))
+    grid = (cdiv(R, block_r), cdiv(L, block_l))
     table = not _INTERPRET if table is None else table
-    _mx_to_fp8_kernel[grid](p, sc, emax, emax if tab is None else tab, 0 if tab is None else tab.shape[1], q8, rs, sb,
-                            R, L, HW=not _INTERPRET, TABLE=table, TENSOR=tensor, ROWTAB=rowtab, BLOCK_R=block_r,
-                            BLOCK_L=block_l, num_warps=4)
+    fast(_mx_to_fp8_kernel)[grid](p, sc, emax, emax if tab is None else tab, 0 if tab is None else tab.shape[1],
+                                  q8, rs, sb, R, L, HW=not _INTERPRET, TABLE=table, TENSOR=tensor, ROWTAB=rowtab,
+                                  BLOCK_R=block_r, BLOCK_L=block_l, num_warps=4)
     return (q8, rs, sb) if tensor else (q8, rs)
 
 
@@ -843,11 +844,11 @@ def quest_e5m2(a: torch.Tensor, with_mask: bool = True, block_r: int | None = No
     mask = torch.empty(R, K // 32, dtype=torch.int32, device=a.device) if with_mask else None
     flag = torch.empty(R, grid[1], dtype=torch.int8, device=a.device)  # every (row, K tile) written
     h = _hmat(str(a.device), hd)
-    _quest_mxfp4_kernel[grid](a, a.stride(0), a.stride(1), h, q8, rs, mask if with_mask else rs, flag, flag, R, K,
-                              ROW_MAX=0, OUT=1, WITH_MASK=with_mask, HDOT=hd, BLOCK_R=block_r, BLOCK_K=block_k,
-                              num_warps=4, maxnreg=_QUEST_MAXNREG)
-    _quest_e5m2_fix_kernel[(grid[0],)](a, a.stride(0), a.stride(1), h, q8, rs, flag, R, K, HW=not _INTERPRET,
-                                       HDOT=hd, BLOCK_R=block_r, BLOCK_K=block_k, num_warps=4)
+    fast(_quest_mxfp4_kernel)[grid](a, a.stride(0), a.stride(1), h, q8, rs, mask if with_mask else rs, flag, flag, R, K,
+                                    ROW_MAX=0, OUT=1, WITH_MASK=with_mask, HDOT=hd, BLOCK_R=block_r, BLOCK_K=block_k,
+                                    num_warps=4, maxnreg=_QUEST_MAXNREG)
+    fast(_quest_e5m2_fix_kernel)[(grid[0],)](a, a.stride(0), a.stride(1), h, q8, rs, flag, R, K, HW=not _INTERPRET,
+                                             HDOT=hd, BLOCK_R=block_r, BLOCK_K=block_k, num_warps=4)
     return q8, mask, rs
 
 
@@ -875,13 +876,13 @@ def backward_draws(rng, device, N: int, M: int):
     device state (a graph capture that creates the RNG), the seeds come from the host as before."""
     out = torch.empty(8 + N + M, dtype=torch.int32, device=device)
     state = rng.device_state(device)
-    grid = (triton.cdiv(N, 128) + triton.cdiv(M, 128),)
+    grid = (cdiv(N, 128) + cdiv(M, 128),)
     if state is not None:
-        _backward_draws_kernel[grid](state, out, N, M, 0, 0, 0, 0, 0, 0, FROM_STATE=True, BLOCK=128)
+        fast(_backward_draws_kernel)[grid](state, out, N, M, 0, 0, 0, 0, 0, 0, FROM_STATE=True, BLOCK=128)
     else:
         s = _sub_seeds(rng.next_seed(), 6)
-        _backward_draws_kernel[grid](out, out, N, M, s[0], s[3], s[1], s[2], s[4], s[5], FROM_STATE=False,
-                                     BLOCK=128)
+        fast(_backward_draws_kernel)[grid](out, out, N, M, s[0], s[3], s[1], s[2], s[4], s[5], FROM_STATE=False,
+                                           BLOCK=128)
     signs = out[8:].view(torch.float32)
     return out, signs[:N], signs[N:]
 
@@ -900,7 +901,7 @@ def sr_fp8_pair(a: torch.Tensor, b: torch.Tensor, *, seeds: torch.Tensor, noise_
     LP = (L + 31) // 32 * 32
     p = torch.empty(Ra + Rb, LP // 2, dtype=torch.uint8, device=a.device)
     sc = torch.empty(Ra + Rb, LP // 32, dtype=torch.uint8, device=a.device)
-    emax = torch.empty(Ra + Rb, triton.cdiv(LP, _SR_BLOCK_L), dtype=torch.int8, device=a.device)
+    emax = torch.empty(Ra + Rb, cdiv(LP, _SR_BLOCK_L), dtype=torch.int8, device=a.device)
     for src, r0, r1, noise, scale, fmt in ((a, 0, Ra, noise_a, None, "e4m3"),
                                            (b, Ra, Ra + Rb, noise_b, scale_b, b_fmt)):
         _sr_mx(src, 0, noise, scale, None, signs, None, _SR_BLOCK_L, row_max=True, a_fmt=fmt, seeds=seeds,
@@ -914,7 +915,7 @@ def random_signs(seed: int, n: int, device) -> torch.Tensor:
     ``sign_seed=seed``: element l is ``1 - 2 * (tl.randint(seed, l) & 1)``. One small kernel; the SR
     kernels read the vector (a Philox call per element in the SR kernel cost more than its rounding)."""
     out = torch.empty(n, dtype=torch.float32, device=device)
-    _signs_kernel[(triton.cdiv(n, 128),)](out, seed, n, BLOCK=128)
+    fast(_signs_kernel)[(cdiv(n, 128),)](out, seed, n, BLOCK=128)
     return out
 
 
@@ -927,13 +928,13 @@ def mask_ihadamard(d: torch.Tensor, mask: torch.Tensor, out_dtype: torch.dtype, 
     R, K = d.shape
     out = torch.empty(R, K, dtype=out_dtype, device=d.device)
     hd = _hdot_for(d.dtype)
-    grid = (triton.cdiv(R, block_r), triton.cdiv(K, block_k))
+    grid = (cdiv(R, block_r), cdiv(K, block_k))
     scaled = row_scale is not None
     if scaled != (col_scale is not None):
         raise ValueError("mask_ihadamard: give both row_scale and col_scale, or neither")
-    _mask_ihadamard_kernel[grid](d, mask, out, row_scale if scaled else d, col_scale if scaled else d, R, K, scale,
-                                 _hmat(str(d.device), hd), HDOT=hd, SCALED=scaled,
-                                 BLOCK_R=block_r, BLOCK_K=block_k, num_warps=4)
+    fast(_mask_ihadamard_kernel)[grid](d, mask, out, row_scale if scaled else d, col_scale if scaled else d, R, K,
+                                       scale, _hmat(str(d.device), hd), HDOT=hd, SCALED=scaled,
+                                       BLOCK_R=block_r, BLOCK_K=block_k, num_warps=4)
     return out
 
 
@@ -1011,8 +1012,8 @@ def fp8_gemm_e5m2(x8: torch.Tensor, rx: torch.Tensor, w8: torch.Tensor, rw: torc
     y = torch._scaled_mm(x8.view(torch.float8_e5m2), w8.view(torch.float8_e4m3fn).t(), scale_a=one, scale_b=sw,
                          out_dtype=out_dtype, use_fast_accum=False)
     M, N = y.shape
-    grid = (triton.cdiv(M, 128), triton.cdiv(N, 1024))
-    _fp8_rescale_kernel[grid](y, rx, rw, sw, M, N, BLOCK_M=128, BLOCK_N=1024, SUB_M=8, num_warps=4)
+    grid = (cdiv(M, 128), cdiv(N, 1024))
+    fast(_fp8_rescale_kernel)[grid](y, rx, rw, sw, M, N, BLOCK_M=128, BLOCK_N=1024, SUB_M=8, num_warps=4)
     return y if bias is None else y + bias.to(out_dtype)
 
 
@@ -1060,12 +1061,12 @@ def _quest_tiles(a, block_r, block_k):
     hd = _hdot_for(a.dtype)
     block_k = block_k or _QUEST_BLOCK_K
     rows = _block_rows(R)
-    if hd != _HDOT_F32 and triton.cdiv(R, 32) * triton.cdiv(K, block_k) >= 8192:
+    if hd != _HDOT_F32 and cdiv(R, 32) * cdiv(K, block_k) >= 8192:
         # short but wide 16-bit operands (a (4096, 14336) weight) have programs enough for 32 rows too:
         # 0.1345 -> 0.1176 ms there (H200); 16-bit sums do not depend on the tile shape
         rows = 32
     block_r = block_r or rows * 128 // block_k
-    return R, K, block_r, block_k, hd, (triton.cdiv(R, block_r), triton.cdiv(K, block_k))
+    return R, K, block_r, block_k, hd, (cdiv(R, block_r), cdiv(K, block_k))
 
 
 def _quest_mx(a, block_r, block_k, row_max, with_mask=True):
@@ -1076,10 +1077,10 @@ def _quest_mx(a, block_r, block_k, row_max, with_mask=True):
     emax = _row_max_buffer(R, a.device, row_max)
     # ROW_MAX 2: every (row, K tile) entry of the row-minimum table is written
     tab = torch.empty(R, grid[1], dtype=torch.int8, device=a.device) if row_max == 2 else None
-    _quest_mxfp4_kernel[grid](a, a.stride(0), a.stride(1), _hmat(str(a.device), hd), p, sc,
-                              sc if mask is None else mask, emax, emax if tab is None else tab, R, K,
-                              ROW_MAX=int(row_max), OUT=0, WITH_MASK=with_mask, HDOT=hd, BLOCK_R=block_r,
-                              BLOCK_K=block_k, num_warps=4, maxnreg=_QUEST_MAXNREG)
+    fast(_quest_mxfp4_kernel)[grid](a, a.stride(0), a.stride(1), _hmat(str(a.device), hd), p, sc,
+                                    sc if mask is None else mask, emax, emax if tab is None else tab, R, K,
+                                    ROW_MAX=int(row_max), OUT=0, WITH_MASK=with_mask, HDOT=hd, BLOCK_R=block_r,
+                                    BLOCK_K=block_k, num_warps=4, maxnreg=_QUEST_MAXNREG)
     return p, sc, mask, emax, tab
 
 
@@ -1108,7 +1109,7 @@ def _sr_mx(a, sign_seed, noise_seed, scale, noise, signs, block_r, block_l, row_
     if a_fp8 and scale is None:
         raise ValueError("scale: required (float32, one per column) when a holds E4M3 bytes (uint8)")
     hd = _hdot_for(torch.bfloat16 if a_fp8 else a.dtype)  # E4M3/E5M2 * 2**k * (+-1) is exact in bf16
-    grid = (triton.cdiv(R, block_r), triton.cdiv(LP, block_l))
+    grid = (cdiv(R, block_r), cdiv(LP, block_l))
     if out is not None:
         p, sc, emax = out
     else:
@@ -1116,13 +1117,13 @@ def _sr_mx(a, sign_seed, noise_seed, scale, noise, signs, block_r, block_l, row_
         sc = torch.empty(R, LP // 32, dtype=torch.uint8, device=a.device)
         # row maxima as an int8 table of per-tile maxima (every entry written: no fill launch, no atomics)
         emax = torch.empty(R, grid[1], dtype=torch.int8, device=a.device) if row_max else sc
-    _sr_mxfp4_kernel[grid](a, a.stride(0), a.stride(1), scale if a_fp8 else p, _hmat(str(a.device), hd),
-                           noise if noise is not None else p, signs, p if seeds is None else seeds, noise_seed, p,
-                           sc, emax, R, L, LP, ROW_MAX=2 if row_max else 0,
-                           A_FP8=(0 if not a_fp8 else 1 if a_fmt == "e4m3" else 2), HAS_NOISE=noise is not None,
-                           SEED_PTR=seeds is not None,
-                           HW=not _INTERPRET if hw is None else hw, HDOT=hd, BLOCK_R=block_r, BLOCK_L=block_l,
-                           num_warps=4)
+    fast(_sr_mxfp4_kernel)[grid](a, a.stride(0), a.stride(1), scale if a_fp8 else p, _hmat(str(a.device), hd),
+                                 noise if noise is not None else p, signs, p if seeds is None else seeds, noise_seed, p,
+                                 sc, emax, R, L, LP, ROW_MAX=2 if row_max else 0,
+                                 A_FP8=(0 if not a_fp8 else 1 if a_fmt == "e4m3" else 2), HAS_NOISE=noise is not None,
+                                 SEED_PTR=seeds is not None,
+                                 HW=not _INTERPRET if hw is None else hw, HDOT=hd, BLOCK_R=block_r, BLOCK_L=block_l,
+                                 num_warps=4)
     return p, sc, emax
 
 
@@ -1155,10 +1156,10 @@ def mxfp4_gemm(a: torch.Tensor, sa: torch.Tensor, b: torch.Tensor, sb: torch.Ten
         y = mxfp4_dequant(a, sa) @ mxfp4_dequant(b, sb).t()
         return (y if bias is None else y + bias.float()).to(out_dtype)
     c = torch.empty(M, N, dtype=out_dtype, device=a.device)
-    grid = (triton.cdiv(M, 128), triton.cdiv(N, 128))
-    _mxfp4_gemm_kernel[grid](a, sa, b, sb, c, bias if bias is not None else c, M, N, K,
-                             HAS_BIAS=bias is not None, FMT="e2m1", BLOCK_M=128, BLOCK_N=128, BLOCK_K=128,
-                             num_warps=8, num_stages=3)
+    grid = (cdiv(M, 128), cdiv(N, 128))
+    fast(_mxfp4_gemm_kernel)[grid](a, sa, b, sb, c, bias if bias is not None else c, M, N, K,
+                                   HAS_BIAS=bias is not None, FMT="e2m1", BLOCK_M=128, BLOCK_N=128, BLOCK_K=128,
+                                   num_warps=8, num_stages=3)
     return c
 
 

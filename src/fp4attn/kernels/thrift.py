@@ -36,6 +36,7 @@ import triton.language as tl
 from ..formats import triton_helpers as _th
 from ..formats.triton_helpers import fake_quant_p
 from ..reference.thrift import budget_to_k
+from ._launch import fast
 from ._tiles import (
     causal_key_range,
     load_bhsd_rows,
@@ -122,16 +123,16 @@ def select(q: torch.Tensor, k: torch.Tensor, *, causal: bool, budget: float):
     for x, m, H, N, nb in ((q, qm, Hq, Nq, nqb), (k, km, Hkv, Nk, nkb)):
         if x.stride(-1) != 1:
             x = x.contiguous()
-        _block_mean_kernel[(nb, B * H)](x, m, x.stride(0), x.stride(1), x.stride(2), H, N, nb, D,
-                                        BS=BLOCK, DP=DP, num_warps=4)
+        fast(_block_mean_kernel)[(nb, B * H)](x, m, x.stride(0), x.stride(1), x.stride(2), H, N, nb, D,
+                                              BS=BLOCK, DP=DP, num_warps=4)
     kk = budget_to_k(budget, nkb, causal)
     kmax = triton.next_power_of_2(kk)
     seli = torch.empty(B, Hq, nqb, kmax, device=q.device, dtype=torch.int32)
     selm = torch.empty(B, Hq, nqb, nkb, device=q.device, dtype=torch.int8)
-    _select_kernel[(nqb, B * Hq)](qm, km, seli, selm, Hq, Hq // Hkv, nqb, nkb, Nq, Nk, kk,
-                                  CAUSAL=causal, NKB_P2=triton.next_power_of_2(nkb),
-                                  CH=max(1, min(DP, 8192 // triton.next_power_of_2(nkb))), DP=DP,
-                                  KMAX_P2=kmax, num_warps=4)
+    fast(_select_kernel)[(nqb, B * Hq)](qm, km, seli, selm, Hq, Hq // Hkv, nqb, nkb, Nq, Nk, kk,
+                                        CAUSAL=causal, NKB_P2=triton.next_power_of_2(nkb),
+                                        CH=max(1, min(DP, 8192 // triton.next_power_of_2(nkb))), DP=DP,
+                                        KMAX_P2=kmax, num_warps=4)
     return seli, selm.bool(), kk
 
 
@@ -248,7 +249,7 @@ def thrift_fwd(q, k, v, *, causal: bool, scale: float, budget: float, selection=
     nqb, nkb = triton.cdiv(Nq, BLOCK), triton.cdiv(Nk, BLOCK)
     out = torch.empty(B, Hq, Nq, D, device=q.device, dtype=q.dtype)
     lse = torch.empty(B, Hq, NQP, device=q.device, dtype=torch.float32)
-    _thrift_fwd_kernel[(nqb, B * Hq)](
+    fast(_thrift_fwd_kernel)[(nqb, B * Hq)](
         qf, kf, vf, qx, kx, vx, seli, selm8, out, lse, *out.stride(),
         scale * LOG2E, Hq, Hq // Hkv, Nq, Nk, NQP, NKP, nqb, nkb, D, kk,
         CAUSAL=causal, KMAX_P2=seli.shape[-1], DP=DP, DOT_F32=interp, N_KT=nkb if interp else 0,
