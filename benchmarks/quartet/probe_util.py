@@ -1,4 +1,4 @@
-"""Shared by the Quartet host-time probes (linear-2026-11-22-s8/probes, linear-2026-11-22-s9/probes):
+"""Shared by the Quartet host-time probes (linear-2026-11-22-s8, -s9, -s11, -s12 probes):
 host microseconds per call, a cProfile summary and the tiny layer they time."""
 import cProfile
 import pstats
@@ -34,12 +34,13 @@ def profile(fn, n, top):
     pstats.Stats(pr).sort_stats("tottime").print_stats(top)
 
 
-def tiny_layer(M=256, K=256, N=256):
-    """x (M, K) and w (N, K) bf16 requiring grad, dy (M, N), a QuartetRNG: a layer whose GPU work is negligible."""
+def tiny_layer(M=256, K=256, N=256, w_scale=0.05):
+    """x (M, K) and w (N, K) bf16 (w times ``w_scale``) requiring grad, dy (M, N), a QuartetRNG: a layer whose
+    GPU work is negligible."""
     from fp4attn.reference.quartet import QuartetRNG
 
     bf = torch.bfloat16
     x = torch.randn(M, K, device="cuda", dtype=bf, requires_grad=True)
-    w = (torch.randn(N, K, device="cuda", dtype=bf) * 0.05).requires_grad_()
+    w = (torch.randn(N, K, device="cuda", dtype=bf) * w_scale).requires_grad_()
     dy = torch.randn(M, N, device="cuda", dtype=bf)
     return x, w, dy, QuartetRNG(0)

@@ -7,13 +7,13 @@ busy (torch.cuda._sleep), so that the host never waits on the GPU; medians over 
 import statistics
 import time
 
+import fp4attn_old
 import torch
 import torch.nn.functional as F
+from fp4attn_old.kernels import quartet as old_q
 
 import fp4attn
-import fp4attn_old
 from fp4attn.kernels import quartet as new_q
-from fp4attn_old.kernels import quartet as old_q
 from fp4attn.reference.quartet import QuartetRNG
 
 bf = torch.bfloat16

@@ -4,13 +4,17 @@ node), the inference forward, the backward body; then torch.profiler's CPU-side 
 per op, CUDA runtime calls included) over 50 training forwards and 50 f+b steps.
 
     PYTHONPATH=src python host_ops.py"""
+import sys
 import time
+from pathlib import Path
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
 from fp4attn.kernels import quartet as kq
-from fp4attn.reference.quartet import QuartetRNG
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # benchmarks/quartet: probe_util
+from probe_util import tiny_layer  # noqa: E402
 
 
 def host_us(fn, n=50, reps=7):
@@ -30,12 +34,7 @@ def host_us(fn, n=50, reps=7):
 
 
 torch.manual_seed(0)
-M = K = N = 256
-bf = torch.bfloat16
-x = torch.randn(M, K, device="cuda", dtype=bf, requires_grad=True)
-w = (torch.randn(N, K, device="cuda", dtype=bf) * K ** -0.5).requires_grad_()
-dy = torch.randn(M, N, device="cuda", dtype=bf)
-rng = QuartetRNG(0)
+x, w, dy, rng = tiny_layer(w_scale=256 ** -0.5)
 train = lambda: kq.QuartetLinearCUDA.apply(x, w, None, rng, 32)  # noqa: E731
 y = train()
 res = {"training forward": host_us(train)}

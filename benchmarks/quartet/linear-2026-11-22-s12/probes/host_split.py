@@ -5,37 +5,25 @@ directly, the inference forward; bf16 F.linear alongside. Then cProfile of the t
     PYTHONPATH=src python host_split.py"""
 import cProfile
 import pstats
-import time
+import sys
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
 from fp4attn.kernels import quartet as kq
-from fp4attn.reference.quartet import QuartetRNG
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # benchmarks/quartet: probe_util
+import probe_util  # noqa: E402
+from probe_util import tiny_layer  # noqa: E402
 
 
-def host_us(fn, n=300, reps=5):
-    for _ in range(20):
-        fn()
-    torch.cuda.synchronize()
-    best = float("inf")
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        t1 = time.perf_counter()
-        torch.cuda.synchronize()
-        best = min(best, (t1 - t0) / n * 1e6)
-    return best
+def host_us(fn):
+    return probe_util.host_us(fn, warmup=20, reps=5, n=300)
 
 
 torch.manual_seed(0)
-M = K = N = 256
-bf = torch.bfloat16
-x = torch.randn(M, K, device="cuda", dtype=bf, requires_grad=True)
-w = (torch.randn(N, K, device="cuda", dtype=bf) * K ** -0.5).requires_grad_()
-dy = torch.randn(M, N, device="cuda", dtype=bf)
-rng = QuartetRNG(0)
+x, w, dy, rng = tiny_layer(w_scale=256 ** -0.5)
 for name, f in (("bf16", lambda: F.linear(x, w)), ("quartet", lambda: kq.QuartetLinearCUDA.apply(x, w, None, rng, 32))):
     fwd = host_us(f)
     y = f()

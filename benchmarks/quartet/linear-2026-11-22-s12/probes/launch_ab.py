@@ -4,39 +4,26 @@ package on PYTHONPATH has it). Run once per package for an A/B:
 
     PYTHONPATH=src python launch_ab.py <tag>"""
 import sys
-import time
+from pathlib import Path
 
 import torch
 import triton
 
 from fp4attn.kernels import quartet as kq
-from fp4attn.reference.quartet import QuartetRNG
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # benchmarks/quartet: probe_util
+import probe_util  # noqa: E402
+from probe_util import tiny_layer  # noqa: E402
 
 tag = sys.argv[1] if len(sys.argv) > 1 else "?"
 
 
-def host_us(fn, n=300, reps=5):
-    for _ in range(20):
-        fn()
-    torch.cuda.synchronize()
-    best = float("inf")
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        t1 = time.perf_counter()
-        torch.cuda.synchronize()
-        best = min(best, (t1 - t0) / n * 1e6)
-    return best
+def host_us(fn, n=300):
+    return probe_util.host_us(fn, warmup=20, reps=5, n=n)
 
 
 torch.manual_seed(0)
-M = K = N = 256
-bf = torch.bfloat16
-x = torch.randn(M, K, device="cuda", dtype=bf, requires_grad=True)
-w = (torch.randn(N, K, device="cuda", dtype=bf) * K ** -0.5).requires_grad_()
-dy = torch.randn(M, N, device="cuda", dtype=bf)
-rng = QuartetRNG(0)
+x, w, dy, rng = tiny_layer(w_scale=256 ** -0.5)
 fb = host_us(lambda: torch.autograd.grad(kq.QuartetLinearCUDA.apply(x, w, None, rng, 32), (x, w), dy))
 with torch.no_grad():
     inf = host_us(lambda: kq.quartet_linear_cuda(x, w, None, rng))
@@ -49,7 +36,7 @@ out = torch.empty(4096, dtype=torch.float32, device="cuda")
 g = (triton.cdiv(4096, 128),)
 jit = host_us(lambda: kq._signs_kernel[g](out, 7, 4096, BLOCK=128), n=1000)
 line = f"[{tag}] _signs_kernel (3 args): JIT path {jit:.1f} us/launch"
-a = torch.randn(256, 256, device="cuda", dtype=bf)
+a = torch.randn(256, 256, device="cuda", dtype=torch.bfloat16)
 seeds, sx, _ = kq.backward_draws(rng, a.device, 256, 0)
 
 
