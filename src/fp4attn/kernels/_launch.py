@@ -18,7 +18,8 @@ extra call through Triton, never a wrong kernel):
 - the keyword arguments' values (constexprs and launch options such as ``num_warps``).
 
 Positional constexprs, callable grids, runtime arguments given by keyword, unhashable keyword values,
-installed launch hooks (profilers) and the interpreter take Triton's own path. The cache is emptied past
+installed launch hooks (profilers), the interpreter and a process without CUDA (``tests/aot_probe.py`` records
+launches to compile them for other targets on CPU machines) take Triton's own path. The cache is emptied past
 ``_MAX_KEYS`` keys (many distinct shapes). ``tests/test_launch.py`` checks the key against Triton's
 binder: equal keys imply equal specializations.
 """
@@ -77,12 +78,13 @@ class FastKernel:
         self._dns = [p.do_not_specialize for p in params]
         self._defaults = {p.name: p.default for p in params if p.has_default}
         self._cache: dict = {}
+        self._triton_path = _INTERPRET or not torch.cuda.is_available()
 
     def __getitem__(self, grid):
         return lambda *args, **meta: self.launch(grid, args, meta)
 
     def launch(self, grid, args, meta):
-        if _INTERPRET or callable(grid) or len(args) > self._first_constexpr or _hooked():
+        if self._triton_path or callable(grid) or len(args) > self._first_constexpr or _hooked():
             return self.fn[grid](*args, **meta)
         dev = torch._C._cuda_getDevice()
         key = (dev, spec_key(args, self._dns), tuple(meta.items()))
