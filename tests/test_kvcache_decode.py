@@ -642,6 +642,39 @@ def test_thrift_decode_kernel_gpu():
 
 @pytest.mark.gpu
 @gpu
+def test_thrift_decode_side_stream_equals_serial_eager_and_in_a_cuda_graph(monkeypatch):
+    """The Gluon path runs Thrift's 16-bit stream on a side CUDA stream, concurrently with the FP4 kernel:
+    the same bits as running both on the current stream, eagerly and replayed from a CUDA graph (the side
+    stream forks from and joins the capture), and the caller's stream waits for both (the result is read
+    on it without synchronizing)."""
+    from fp4attn.kernels import decode as Dk
+
+    B, Hkv, G, D = 2, 2, 4, 128
+    dev = "cuda"
+    lens = [4096 + 7, 1500]
+    k, v = _kv(B, Hkv, max(lens), D, seed=22)
+    c = KVCache.from_dense(k.to(dev), v.to(dev), lengths=lens, keep_16bit=True)
+    q = torch.randn(B, Hkv * G, 1, D, device=dev, dtype=torch.bfloat16)
+    sel = thrift_select(q, c, 0.25)
+    monkeypatch.setattr(Dk, "_THRIFT_STREAMS", "serial")
+    want = Dk.decode_fwd(q, c, scale=D ** -0.5, selection=sel, kernel="gluon")[0]
+    monkeypatch.setattr(Dk, "_THRIFT_STREAMS", "side")
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):  # a non-default caller stream
+        got = Dk.decode_fwd(q, c, scale=D ** -0.5, selection=sel, kernel="gluon")[0]
+        same = torch.equal(got, want)  # read on the caller's stream
+    assert same
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = Dk.decode_fwd(q, c, scale=D ** -0.5, selection=sel, kernel="gluon")[0]
+    out.zero_()
+    g.replay()
+    assert torch.equal(out, want)
+
+
+@pytest.mark.gpu
+@gpu
 def test_thrift_decode_kernel_gpu_small_fp4_tiles_keep_their_precision():
     """Two-level P on the FP4 pages when their P̃ is far below the row max: one 16-bit key scores 10
     above 65472 FP4 keys (P̃ ≈ e^-10 ≈ 4.5e-5, which together carry 3/4 of the weight, with V

@@ -348,6 +348,20 @@ _GLUON_CONFIG = {False: dict(block_n=32, num_warps=1, num_stages=1, per_sm=16, m
                  # Thrift: 64-key tiles (the two-level P̃ tile), the selected pages in the 16-bit stream
                  True: dict(block_n=64, num_warps=1, num_stages=1, per_sm=12, max_tiles=None)}
 _PAGES_16BIT = 32  # pages one program of Thrift's 16-bit stream scans
+# How Thrift's two streams share the GPU: "side" runs the 16-bit kernel on a side CUDA stream, concurrently with the
+# FP4 kernel (the FP4 loop is bound by its integer/conversion work and leaves room for the 16-bit kernel's
+# reads: 5-9% less time at `bench decode`'s shapes on the H200, benchmarks/decode-s13/), "serial" one after the
+# other on the current stream. Same bits either way (each writes its own split slots).
+_THRIFT_STREAMS = os.environ.get("FP4ATTN_THRIFT_STREAMS", "side")
+_SIDE: dict = {}
+
+
+def _side_stream(dev: torch.device) -> torch.cuda.Stream:
+    """One side stream per device for Thrift's 16-bit stream (made on first use)."""
+    s = _SIDE.get(dev)
+    if s is None:
+        s = _SIDE[dev] = torch.cuda.Stream(device=dev)
+    return s
 
 
 @functools.lru_cache(maxsize=None)
@@ -468,13 +482,22 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
     # scale bytes as uint8 (decoded in registers; the interpreter has no float8 either)
     ks, vs = cache.k_scale.view(torch.uint8), cache.v_scale.view(torch.uint8)
     if gluon:
+        side = n16 and _THRIFT_STREAMS == "side"
+        if side:  # the 16-bit partials on a side stream (forked from and joined back into the current one:
+            # the tensors it uses are freed after the join, so the allocator needs no record_stream)
+            cur = torch.cuda.current_stream(dev)
+            s16 = _side_stream(dev)
+            s16.wait_stream(cur)
+            with torch.cuda.stream(s16):
+                _launch_16bit(q, k16, v16, pt, cache.seq_lens, sel, OP, MP, LP, scale, Hkv, NQ, G, maxp, ns_all,
+                              num_splits, n16, B, D, PS, BLOCK_M, interp)
         decode_gluon.launch(q, cache, pt, ks, vs, OP, MP, LP, scale * LOG2E, NQ, G, max(maxp, 1), TPS, num_splits,
                             BLOCK_M, block_n, sel if thrift else None, ns_all)
-        if n16:
-            fast(_decode_16bit_kernel)[(n16, B * Hkv)](
-                q, k16, v16, pt, cache.seq_lens, sel, OP, MP, LP, scale * LOG2E, Hkv, NQ, G, max(maxp, 1),
-                _PAGES_16BIT, ns_all, num_splits, D=D, PS=PS, BLOCK_R=max(16, BLOCK_M), BLOCK_M=BLOCK_M,
-                DOT_F32=interp, num_warps=4)
+        if side:
+            cur.wait_stream(s16)
+        elif n16:
+            _launch_16bit(q, k16, v16, pt, cache.seq_lens, sel, OP, MP, LP, scale, Hkv, NQ, G, maxp, ns_all,
+                          num_splits, n16, B, D, PS, BLOCK_M, interp)
     else:
         fast(_decode_split_kernel)[(num_splits, B * Hkv)](
             q, cache.k_data, ks, cache.v_data, vs, k16, v16, pt,
@@ -490,6 +513,15 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
                                                 BLOCK_S=min(64, max(2, next_pow2(ns_all))), D=D,
                                                 num_warps=4)
     return out, lse
+
+
+def _launch_16bit(q, k16, v16, pt, seq_lens, sel, OP, MP, LP, scale, Hkv, NQ, G, maxp, ns_all, num_splits, n16,
+                  B, D, PS, BLOCK_M, interp):
+    """Thrift's 16-bit stream: the selected pages' partials into split slots num_splits.. of OP/MP/LP."""
+    fast(_decode_16bit_kernel)[(n16, B * Hkv)](
+        q, k16, v16, pt, seq_lens, sel, OP, MP, LP, scale * LOG2E, Hkv, NQ, G, max(maxp, 1),
+        _PAGES_16BIT, ns_all, num_splits, D=D, PS=PS, BLOCK_R=max(16, BLOCK_M), BLOCK_M=BLOCK_M,
+        DOT_F32=interp, num_warps=4)
 
 
 # =================================================================================================
