@@ -621,15 +621,20 @@ def test_decode_kernel_gpu_one_tile_equals_reference(nq, block_n):
     assert _rel(out, ref) <= 4e-3  # bf16 output rounding (2^-9 relative) and summation order
 
 
+def _thrift_gpu_case(seed):
+    """A ragged bf16 cache with its 16-bit copy on the GPU (B=2, Hkv=2, D=128, lengths 4103 and 1500) and
+    one new query token for each of 8 query heads (G=4)."""
+    B, Hkv, G, D = 2, 2, 4, 128
+    lens = [4096 + 7, 1500]
+    k, v = _kv(B, Hkv, max(lens), D, seed=seed)
+    c = KVCache.from_dense(k.to("cuda"), v.to("cuda"), lengths=lens, keep_16bit=True)
+    return torch.randn(B, Hkv * G, 1, D, device="cuda", dtype=torch.bfloat16), c, D
+
+
 @pytest.mark.gpu
 @gpu
 def test_thrift_decode_kernel_gpu():
-    B, Hkv, G, D = 2, 2, 4, 128
-    dev = "cuda"
-    lens = [4096 + 7, 1500]
-    k, v = _kv(B, Hkv, max(lens), D, seed=20)
-    c = KVCache.from_dense(k.to(dev), v.to(dev), lengths=lens, keep_16bit=True)
-    q = torch.randn(B, Hkv * G, 1, D, device=dev, dtype=torch.bfloat16)
+    q, c, D = _thrift_gpu_case(20)
     sel = thrift_select(q, c, 0.05)
     out = fp4attn.decode(q, c, thrift_budget=0.05)
     ref, _ = decode_reference(q, c, scale=D ** -0.5, selection=sel)
@@ -649,12 +654,7 @@ def test_thrift_decode_side_stream_equals_serial_eager_and_in_a_cuda_graph(monke
     on it without synchronizing)."""
     from fp4attn.kernels import decode as Dk
 
-    B, Hkv, G, D = 2, 2, 4, 128
-    dev = "cuda"
-    lens = [4096 + 7, 1500]
-    k, v = _kv(B, Hkv, max(lens), D, seed=22)
-    c = KVCache.from_dense(k.to(dev), v.to(dev), lengths=lens, keep_16bit=True)
-    q = torch.randn(B, Hkv * G, 1, D, device=dev, dtype=torch.bfloat16)
+    q, c, D = _thrift_gpu_case(22)
     sel = thrift_select(q, c, 0.25)
     monkeypatch.setattr(Dk, "_THRIFT_STREAMS", "serial")
     want = Dk.decode_fwd(q, c, scale=D ** -0.5, selection=sel, kernel="gluon")[0]
