@@ -106,7 +106,7 @@ class FastKernel:
         ck = self.fn[grid](*args, **meta)
         if any(k in self._names and k not in self._constexprs for k in meta):
             # a runtime argument by keyword would key the cache by its value (a tensor: by identity)
-            self._first_constexpr = -1  # Triton's own path from now on
+            self._triton_path = True  # Triton's own path from now on
         elif ck is not None and not hasattr(ck, "result"):  # a compiled kernel, not a pending one
             if len(self._cache) >= _MAX_KEYS:
                 self._cache.clear()

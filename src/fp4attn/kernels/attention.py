@@ -155,7 +155,7 @@ from ..formats.triton_helpers import (
     pack_nibbles,
     unpack_nibbles_words,
 )
-from ._launch import fast
+from ._launch import cdiv, fast
 from ._tiles import (
     causal_key_range,
     load_bhsd_rows,
@@ -214,7 +214,7 @@ def head_dim_padded(d: int, path: int = PATH_HOPPER) -> int:
 
 
 def pad_tokens(n: int) -> int:
-    return triton.cdiv(n, N_ALIGN) * N_ALIGN
+    return cdiv(n, N_ALIGN) * N_ALIGN
 
 
 # =================================================================================================

@@ -55,7 +55,7 @@ import triton
 import triton.language as tl
 
 from ..formats.triton_helpers import fake_quant_blocks, fake_quant_p
-from ._launch import fast
+from ._launch import cdiv, fast
 from ._tiles import causal_key_range, load_bhsd_rows, program_rows, softmax_finish, visible
 
 LOG2E = 1.4426950408889634
@@ -92,7 +92,7 @@ def _launch(kernel, tuned, grid, args, meta, config):
 
 
 def pad_tokens(n: int) -> int:
-    return triton.cdiv(n, N_ALIGN) * N_ALIGN
+    return cdiv(n, N_ALIGN) * N_ALIGN
 
 
 def exact_max(fmt: str) -> bool:

@@ -353,6 +353,8 @@ _PAGES_16BIT = 32  # pages one program of Thrift's 16-bit stream scans
 # reads: 5-9% less time at `bench decode`'s shapes on the H200, benchmarks/decode-s13/), "serial" one after the
 # other on the current stream. Same bits either way (each writes its own split slots).
 _THRIFT_STREAMS = os.environ.get("FP4ATTN_THRIFT_STREAMS", "side")
+if _THRIFT_STREAMS not in ("side", "serial"):
+    raise ValueError(f"FP4ATTN_THRIFT_STREAMS: expected 'side' or 'serial', got {_THRIFT_STREAMS!r}")
 _SIDE: dict = {}
 
 

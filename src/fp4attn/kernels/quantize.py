@@ -54,6 +54,7 @@ from ..formats.triton_helpers import (
     exp2i,
     mx_exponent,
 )
+from ._launch import cdiv, next_pow2
 from ._launch import fast as fast_launch  # (this module's _launch takes a ``fast`` flag)
 
 __all__ = ["quantize", "fake_quantize", "dequantize", "global_scales"]
@@ -516,7 +517,7 @@ def global_scales(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     n = xk.numel()
     if n:
         BLOCK = 8192
-        fast_launch(_amax_kernel)[(triton.cdiv(n, BLOCK),)](_kernel_view(xk).reshape(-1), buf, n, BLOCK=BLOCK,
+        fast_launch(_amax_kernel)[(cdiv(n, BLOCK),)](_kernel_view(xk).reshape(-1), buf, n, BLOCK=BLOCK,
                                                               IN_DT=_in_dt(xk.dtype), num_warps=8)
     amax = buf.view(torch.float32)[0]
     s_enc = torch.tensor(core.E4M3_MAX * core.E2M1_MAX, dtype=torch.float32, device=x.device) / amax
@@ -535,7 +536,7 @@ def _launch(x, fmt, dim, scale_mode, global_scale, fake, *, rows_cfg=None, cols_
     L = shape[dim]
     P = math.prod(shape[:dim])
     Q = math.prod(shape[dim + 1:])
-    nblk = triton.cdiv(L, bs)
+    nblk = cdiv(L, bs)
     dev = x.device
 
     if fake:
@@ -578,10 +579,10 @@ def _launch(x, fmt, dim, scale_mode, global_scale, fake, *, rows_cfg=None, cols_
             xk = _kernel_view(x)
             ok = (out.view(torch.int16) if x.dtype != torch.float32 else out) if fake else dummy
         # short rows (e.g. Q/K along a head dim of 64-128): fewer blocks per row, more rows per tile
-        NB = min(cfg["NB"], triton.next_power_of_2(nblk))
-        BM = min(cfg["BM"] * (cfg["NB"] // NB), 64, max(1, triton.next_power_of_2(M)))
-        n_kt = triton.cdiv(nblk, NB)
-        grid = (triton.cdiv(M, BM) * n_kt,)
+        NB = min(cfg["NB"], next_pow2(nblk))
+        BM = min(cfg["BM"] * (cfg["NB"] // NB), 64, max(1, next_pow2(M)))
+        n_kt = cdiv(nblk, NB)
+        grid = (cdiv(M, BM) * n_kt,)
         fast_launch(_rows_kernel)[grid](xk, data if data is not None else dummy,
                                         scales if scales is not None else dummy, ok, senc_arg, decg_arg,
                                         M, L, (L + 1) // 2, nblk, n_kt, BM=BM, NB=NB, LOAD=load,
@@ -591,10 +592,10 @@ def _launch(x, fmt, dim, scale_mode, global_scale, fake, *, rows_cfg=None, cols_
         xk = _kernel_view(x)
         ok = (out.view(torch.int16) if x.dtype != torch.float32 else out) if fake else dummy
         # narrow Q (e.g. V along tokens with a head dim of 64-128): fewer columns, more blocks per tile
-        BQ = min(cfg["BQ"], max(16, triton.next_power_of_2(Q)))
-        NB = min(cfg["NB"] * (cfg["BQ"] // BQ), 16, triton.next_power_of_2(nblk))
-        n_qt = triton.cdiv(Q, BQ)
-        n_bt = triton.cdiv(nblk, NB)
+        BQ = min(cfg["BQ"], max(16, next_pow2(Q)))
+        NB = min(cfg["NB"] * (cfg["BQ"] // BQ), 16, next_pow2(nblk))
+        n_qt = cdiv(Q, BQ)
+        n_bt = cdiv(nblk, NB)
         grid = (P * n_bt * n_qt,)
         kern = _cols_loop_kernel if cfg.get("loop", True) else _cols_kernel
         fast_launch(kern)[grid](xk, data if data is not None else dummy,
@@ -653,7 +654,7 @@ def dequantize(t: FP4Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor
         decg = t.global_scale.float().reshape(1) if glob else data
         ot = out if out_dtype == torch.float32 else out.view(torch.int16)
         BLOCK = 1024
-        fast_launch(_dequant_kernel)[(triton.cdiv(n, BLOCK),)](
+        fast_launch(_dequant_kernel)[(cdiv(n, BLOCK),)](
             data, scales, decg, ot, n, L, Q, L // t.block_size, BLOCK=BLOCK, BS=t.block_size,
             IS_MX=t.fmt == "mxfp4", GLOBAL=glob, OUT_DT=_in_dt(out_dtype), num_warps=4)
     return out if out_dtype == dtype else out.to(dtype)

@@ -36,7 +36,7 @@ import triton.language as tl
 from ..formats import triton_helpers as _th
 from ..formats.triton_helpers import fake_quant_p
 from ..reference.thrift import budget_to_k
-from ._launch import fast
+from ._launch import cdiv, fast, next_pow2
 from ._tiles import (
     causal_key_range,
     load_bhsd_rows,
@@ -116,8 +116,8 @@ def select(q: torch.Tensor, k: torch.Tensor, *, causal: bool, budget: float):
     """(indices (B, Hq, nqb, KMAX) int32 −1 padded, mask (B, Hq, nqb, nkb) bool, k) for bhsd q, k."""
     B, Hq, Nq, D = q.shape
     Hkv, Nk = k.shape[1], k.shape[2]
-    nqb, nkb = triton.cdiv(Nq, BLOCK), triton.cdiv(Nk, BLOCK)
-    DP = triton.next_power_of_2(max(D, 16))
+    nqb, nkb = cdiv(Nq, BLOCK), cdiv(Nk, BLOCK)
+    DP = next_pow2(max(D, 16))
     qm = torch.zeros(B, Hq, nqb, DP, device=q.device, dtype=torch.float32)
     km = torch.zeros(B, Hkv, nkb, DP, device=q.device, dtype=torch.float32)
     for x, m, H, N, nb in ((q, qm, Hq, Nq, nqb), (k, km, Hkv, Nk, nkb)):
@@ -126,12 +126,12 @@ def select(q: torch.Tensor, k: torch.Tensor, *, causal: bool, budget: float):
         fast(_block_mean_kernel)[(nb, B * H)](x, m, x.stride(0), x.stride(1), x.stride(2), H, N, nb, D,
                                               BS=BLOCK, DP=DP, num_warps=4)
     kk = budget_to_k(budget, nkb, causal)
-    kmax = triton.next_power_of_2(kk)
+    kmax = next_pow2(kk)
     seli = torch.empty(B, Hq, nqb, kmax, device=q.device, dtype=torch.int32)
     selm = torch.empty(B, Hq, nqb, nkb, device=q.device, dtype=torch.int8)
     fast(_select_kernel)[(nqb, B * Hq)](qm, km, seli, selm, Hq, Hq // Hkv, nqb, nkb, Nq, Nk, kk,
-                                        CAUSAL=causal, NKB_P2=triton.next_power_of_2(nkb),
-                                        CH=max(1, min(DP, 8192 // triton.next_power_of_2(nkb))), DP=DP,
+                                        CAUSAL=causal, NKB_P2=next_pow2(nkb),
+                                        CH=max(1, min(DP, 8192 // next_pow2(nkb))), DP=DP,
                                         KMAX_P2=kmax, num_warps=4)
     return seli, selm.bool(), kk
 
@@ -246,7 +246,7 @@ def thrift_fwd(q, k, v, *, causal: bool, scale: float, budget: float, selection=
     qf, kf, vf = prep(q, 1, "nvfp4", dot_dtype), prep(k, 1, "nvfp4", dot_dtype), prep(v, 2, "nvfp4", dot_dtype)
     qx, kx, vx = prep(q, 0, "nvfp4", dot_dtype), prep(k, 0, "nvfp4", dot_dtype), prep(v, 0, "nvfp4", dot_dtype)
     NQP, NKP, DP = pad_tokens(Nq), pad_tokens(Nk), head_dim_padded(D)
-    nqb, nkb = triton.cdiv(Nq, BLOCK), triton.cdiv(Nk, BLOCK)
+    nqb, nkb = cdiv(Nq, BLOCK), cdiv(Nk, BLOCK)
     out = torch.empty(B, Hq, Nq, D, device=q.device, dtype=q.dtype)
     lse = torch.empty(B, Hq, NQP, device=q.device, dtype=torch.float32)
     fast(_thrift_fwd_kernel)[(nqb, B * Hq)](
