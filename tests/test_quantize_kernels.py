@@ -183,6 +183,9 @@ CPU_CASES = [  # (shape, dim, dtype): every load mode of the rows kernel, both c
     ((3, 64), -1, F32), ((3, 64), -1, BF16), ((3, 64), -1, F16), ((5, 3, 32), -1, BF16),
     ((2, 64, 3), -2, F32), ((2, 64, 3), -2, BF16), ((2, 64, 3), -2, F16), ((64, 5), 0, BF16),
     ((3, 32, 2, 5), 1, F16),
+    # quantized dim followed by singleton dims only: the rows kernel, whose word view of x failed on a
+    # last dim of size 1 (found by the fourteenth session's GPU fuzz)
+    ((64, 1), 0, F16), ((2, 64, 1, 1), 1, F32), ((64, 1), 0, BF16),
 ]
 
 

@@ -572,8 +572,10 @@ def _launch(x, fmt, dim, scale_mode, global_scale, fake, *, rows_cfg=None, cols_
             load = {torch.bfloat16: _LOAD_BF16W, torch.float16: _LOAD_F16W,
                     torch.float32: _LOAD_F32W}[x.dtype]
             wdt = torch.int64 if x.dtype == torch.float32 else torch.int32
-            xk = x.view(wdt)
-            ok = out.view(wdt) if fake else dummy
+            # flat first: Tensor.view(dtype) needs an even last dim, and the row may run along a
+            # leading dim (e.g. x of shape (L, 1) quantized along dim 0)
+            xk = x.reshape(-1).view(wdt)
+            ok = out.reshape(-1).view(wdt) if fake else dummy
         else:
             load = _LOAD_ELEM
             xk = _kernel_view(x)
