@@ -939,3 +939,20 @@ def test_thrift_16bit_stream_kernel_interpreter_all_selected_is_exact_attention(
     exact = torch.stack([reference.attention(q[b:b + 1], k[b:b + 1, :, :L], v[b:b + 1, :, :L], causal=True,
                                              recipe="bf16")[0] for b, L in enumerate(lens)])
     assert _rel(out, exact) <= 1e-5, _rel(out, exact)
+
+
+@pytest.mark.gpu
+@gpu
+def test_cache_built_with_device_cuda_accepts_cuda0_tensors():
+    """``KVCache(..., device="cuda")`` must take the tensors a user makes with ``device="cuda"`` (which
+    report ``cuda:0``): the cache stores the resolved device. Before the fix every append raised
+    "k and v must be on the cache's device cuda, got cuda:0" (found by the fourteenth session's fuzz)."""
+    B, H, D = 2, 2, 64
+    c = KVCache(B, H, D, device="cuda", keep_16bit=True)
+    assert c.device == torch.device("cuda", torch.cuda.current_device())
+    k, v = _kv(B, H, 40, D)
+    c.append(k.to("cuda"), v.to("cuda"))
+    q = torch.randn(B, 2 * H, 1, D, device="cuda", dtype=torch.bfloat16)
+    out = fp4attn.decode(q, c, thrift_budget=0.25)
+    ref, _ = decode_reference(q, c, scale=D ** -0.5, selection=thrift_select(q, c, 0.25))
+    assert _rel(out, ref) <= 0.02

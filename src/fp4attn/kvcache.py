@@ -101,13 +101,14 @@ class KVCache:
         self.batch_size, self.num_kv_heads, self.head_dim = batch_size, num_kv_heads, head_dim
         self.page_size = page_size
         self.dtype = dtype
-        self.device = torch.device(device) if device is not None else torch.device("cpu")
         self.keep_16bit = bool(keep_16bit)
         self.scale_headroom = float(scale_headroom)
         B, H, D = batch_size, num_kv_heads, head_dim
-        dev = self.device
         self._lens = [0] * B  # host mirror of seq_lens
-        self.seq_lens = torch.zeros(B, dtype=torch.int32, device=dev)
+        self.seq_lens = torch.zeros(B, dtype=torch.int32, device=device if device is not None else "cpu")
+        # the device as tensors report it: "cuda" becomes "cuda:<current index>", so that the device
+        # checks of append/decode accept the tensors a user creates with device="cuda"
+        self.device = dev = self.seq_lens.device
         self._pages: list[list[int]] = [[] for _ in range(B)]
         self.page_table = torch.full((B, 0), -1, dtype=torch.int32, device=dev)
         self.k_tail = torch.zeros(B, H, SLOT, D, dtype=dtype, device=dev)
