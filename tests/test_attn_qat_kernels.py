@@ -137,8 +137,9 @@ def test_interpreter_vs_references(case):
                                      fmt=fmt)
     # the two float64 references agree
     assert rel_l2(ro, mo) < 1e-6
-    # O: the kernel quantizes P~ against the running max (SPEC §3: within tolerance, not bit-equal)
-    assert cosine(o, mo) >= 0.998 and rel_l2(o, mo) <= 0.05
+    # O: the default two-pass forward quantizes P~ against the final row max, the one-shot P~ of
+    # SPEC §3: float32 rounding only (the running-max variant: test_interpreter_running_max_variant)
+    assert rel_l2(o, mo) < 1e-5
     # O' and LSE involve no running-max-dependent rounding: float32-tight
     if hp_o and not naive:
         assert rel_l2(op[:, :, :nq, :D], rop) < 1e-5
@@ -182,12 +183,33 @@ def test_interpreter_dkdv_orientations_agree(case):
 
 
 @pytest.mark.skipif(not INTERPRET, reason="interpreter tests (TRITON_INTERPRET=1)")
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
+@pytest.mark.parametrize("p_qk", [True, False])
+def test_interpreter_dv_padded_keys_stay_out_of_phi(fmt, p_qk):
+    """Non-causal, Nk not a multiple of the block: the zero-padded keys of the last tile have S = 0, so
+    P = exp(-LSE) there. With every real score negative that exceeds every real P of the row, and
+    before the fix it set the ϕ(P) block scale of the last real keys (dV rel. L2 0.03-0.3 vs the
+    reference, found by the fourteenth session's GPU fuzz at Nk = 2). Both dK/dV orientations."""
+    g = torch.Generator().manual_seed(11)
+    B, hq, hkv, nq, nk, D = 1, 2, 1, 24, 5, 32
+    q = torch.randn(B, hq, nq, D, generator=g).abs()
+    k = -torch.randn(B, hkv, nk, D, generator=g).abs()  # S < 0 for every real key
+    v = torch.randn(B, hkv, nk, D, generator=g)
+    do = torch.randn(B, hq, nq, D, generator=g)
+    *_, dv = _run_kernels(q, k, v, do, causal=False, scale=0.2, fmt=fmt,
+                          configs={"dkdv": {"BLOCK_M": 32, "BLOCK_N": 32, "P_QK": p_qk}})
+    *_, mdv = materialized(q, k, v, do, causal=False, scale=0.2, fmt=fmt)
+    assert rel_l2(dv, mdv) < 1e-4  # float32 operands: summation order only
+
+
+@pytest.mark.skipif(not INTERPRET, reason="interpreter tests (TRITON_INTERPRET=1)")
 @pytest.mark.parametrize("case", CPU_CASES[:3], ids=lambda c: "-".join(map(str, c)))
-def test_interpreter_exact_max_is_one_shot(case, monkeypatch):
-    """With the two-pass exact max (default for MXFP4, forced here for all) the forward's P~ is the
-    one-shot P~ of SPEC §3, so O matches the float64 reference to float32 rounding; the running-max
-    variant is 0.02-0.03 away at these sizes (one quantization error of P)."""
-    monkeypatch.setenv("FP4ATTN_QAT_EXACT_MAX", "1")
+def test_interpreter_running_max_variant(case, monkeypatch):
+    """FP4ATTN_QAT_EXACT_MAX=0: the one-pass running-max forward. Early tiles quantize P~ against a
+    smaller max, so O is about one quantization error of P away from the one-shot reference (0.02-0.03
+    here; up to 0.064 in near-uniform rows on the H200, over SPEC §6's 0.05: why the exact max is the
+    default), while LSE involves no quantization and stays float32-tight."""
+    monkeypatch.setenv("FP4ATTN_QAT_EXACT_MAX", "0")
     B, hq, hkv, nq, nk, D, causal, fmt, hp_o, quant_p, naive = case
     g = torch.Generator().manual_seed(sum(case[:6]))
     q = torch.randn(B, hq, nq, D, generator=g)
@@ -197,7 +219,7 @@ def test_interpreter_exact_max_is_one_shot(case, monkeypatch):
     scale = 1.3 / math.sqrt(D)
     o, op, lse, *_ = _run_kernels(q, k, v, do, causal=causal, scale=scale, fmt=fmt, hp_o=True)
     mo, mlse, *_ = materialized(q, k, v, do, causal=causal, scale=scale, fmt=fmt)
-    assert rel_l2(o, mo) < 1e-5
+    assert 1e-3 < rel_l2(o, mo) <= 0.05 and cosine(o, mo) >= 0.998
     fin = torch.isfinite(mlse)
     assert torch.equal(torch.isfinite(lse), fin)
     assert (lse[fin] - mlse[fin]).abs().max().item() < 1e-5
@@ -276,6 +298,9 @@ def _check_case(B, hq, hkv, nq, nk, D, causal, fmt, dtype, layout, hp_o=True, qu
                                    fmt=fmt)
     ob = _bhsd(out, layout)
     assert cosine(ob, ro) >= 0.998 and rel_l2(ob, ro) <= 0.05, (cosine(ob, ro), rel_l2(ob, ro))
+    # the default forward uses the exact row max (the one-shot P~): 16-bit rounding of P~ and of the
+    # output only (0.0017 measured in bf16 on the H200), far inside SPEC §6
+    assert rel_l2(ob, ro) <= 1e-2, rel_l2(ob, ro)
     # own FP4 error vs unquantized attention within 1.05x the reference's
     exact = torch.nn.functional.scaled_dot_product_attention(
         qb.double(), kb.double().repeat_interleave(hq // hkv, 1), vb.double().repeat_interleave(hq // hkv, 1),

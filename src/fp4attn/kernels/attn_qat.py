@@ -11,10 +11,11 @@ Read top to bottom, like the Triton fused-attention tutorial:
    The same kernel in copy mode (no quantization) pads the unquantized q, k, v for ``backward="naive"``.
 
 2. ``_fwd_kernel`` -- Algorithm 2. Per 128-query tile it streams the key/value tiles, computes
-   S = scale·QᶠKᶠᵀ in the exp2 domain, and keeps the online softmax (running max m, running sum l).
-   The three quantities the backward needs are defined once here:
+   S = scale·QᶠKᶠᵀ in the exp2 domain, and keeps the online softmax (running sum l). By default a
+   first pass over the key tiles computes S only, for the final row max m (``exact_max``), so that
+   P̃ is the one-shot P̃ of SPEC §3. The three quantities the backward needs are defined once here:
 
-   * **P̃ = exp(S − m)**, the un-normalized probabilities against the running max. ``l`` sums the
+   * **P̃ = exp(S − m)**, the un-normalized probabilities against the row max. ``l`` sums the
      *unquantized* P̃. ϕ(P̃) is P̃ fake-quantized in registers in blocks of 16 (32) keys
      (``fake_quant_p``: one max per block, float arithmetic), and O accumulates ϕ(P̃)·Vᶠ.
    * **O' = P̃·Vᶠ / l**, the high-precision output (a second PV dot into a second accumulator). It
@@ -36,9 +37,10 @@ Read top to bottom, like the Triton fused-attention tutorial:
      deterministic without atomics.
    * ``_bwd_dq_kernel``: one program per (query tile, query head): dQ = scale · Σ dS Kᶠ.
 
-Padded keys (zero K and V rows beyond Nk) are masked out of the forward softmax; in the backward they
-need no mask (zero V gives dP = 0 there and a zero K adds nothing to dQ; their dK/dV rows are not
-stored). Padded query rows have zero dO and D, hence zero dS.
+Padded keys (zero K and V rows beyond Nk) are masked out of the forward softmax. In the backward
+only ϕ(P) needs them masked (their P = exp(−LSE) would enter the block maxima of the last real keys:
+the KEY_TAIL loop); otherwise zero V gives dP = 0 there, a zero K adds nothing to dQ, and their dK/dV
+rows are not stored. Padded query rows have zero dO and D, hence zero dS.
 
 The launchers take the dot dtype from the buffers: bf16 (fp16 for fp16 inputs) on GPU; the CPU tests
 run the same kernels under ``TRITON_INTERPRET=1`` with float32 buffers (the interpreter has no bf16
@@ -95,20 +97,21 @@ def pad_tokens(n: int) -> int:
     return cdiv(n, N_ALIGN) * N_ALIGN
 
 
-def exact_max(fmt: str) -> bool:
-    """Whether the forward runs the two-pass exact-max variant (EXACT_M in ``_fwd_kernel``).
+def exact_max() -> bool:
+    """Whether the forward runs the two-pass exact-max variant (EXACT_M in ``_fwd_kernel``): yes,
+    for both formats, unless FP4ATTN_QAT_EXACT_MAX=0.
 
     P~'s block quantization is not invariant to the non-power-of-two shift between a running max and
     the final max, so a running-max kernel differs from the one-shot P~ of SPEC §3 by about one
-    quantization error of P. For NVFP4 (fine E4M3 scales) that stays within the §6 tolerance; for
-    MXFP4 (power-of-two scales, blocks of 32) it does not (rel. L2 0.06-0.09 vs the reference on
-    H200 tests), so MXFP4 pays one extra S = QKᵀ pass for the exact max. FP4ATTN_QAT_EXACT_MAX=1/0
-    forces either variant.
+    quantization error of P: for MXFP4 rel. L2 0.06-0.09 vs the reference; for NVFP4 0.03-0.064 at
+    (1, 8, 1024-4096, 64-128) with N(0,1) keys and queries scaled 0.1-3 (cosine down to 0.9980),
+    over SPEC §6's 0.05 in the non-causal and low-temperature cases, while the exact max gives 0.0017
+    everywhere (H200, benchmarks/fuzz-s14/out/qat_running_max.txt). The extra S = QKᵀ pass costs the
+    forward 12-19% and a training step (forward + backward) 4-6% at (4-8, 16, 2048-4096, 64-128).
+    FP4ATTN_QAT_EXACT_MAX=0 keeps the one-pass running-max variant (within about one P quantization
+    error of the reference, not within SPEC §6 everywhere).
     """
-    env = os.environ.get("FP4ATTN_QAT_EXACT_MAX", "")
-    if env not in ("",):
-        return env != "0"
-    return fmt == "mxfp4"
+    return os.environ.get("FP4ATTN_QAT_EXACT_MAX", "") != "0"
 
 
 def quant_block(fmt: str) -> tuple[int, bool]:
@@ -331,7 +334,7 @@ def forward(qf: torch.Tensor, kf: torch.Tensor, vf: torch.Tensor, o: torch.Tenso
           else torch.empty((0,), device=qf.device, dtype=qf.dtype))
     args = (qf, kf, vf, o, op if hp_o else o, lse, *o.stride(), scale * LOG2E, Hq, Hq // Hkv,
             nq, nk, NQP, NKP, d)
-    meta = dict(CAUSAL=causal, HP_O=hp_o, QB=qb, IS_MX=is_mx, DP=DP, EXACT_M=exact_max(fmt))
+    meta = dict(CAUSAL=causal, HP_O=hp_o, QB=qb, IS_MX=is_mx, DP=DP, EXACT_M=exact_max())
     if config is None and not _autotune():
         config = _default_config("fwd", DP)
     _launch(_fwd_kernel, _fwd_tuned, lambda m: (NQP // m["BLOCK_M"], B * Hq), args, meta, config)
@@ -372,14 +375,18 @@ def _load_lse2(LSE, Delta, row_off, offs_m):
 
 @triton.jit
 def _dkdv_inner(dk, dv, k, v, q_base, do_base, LSE, Delta, row_off, offs_n, lo, hi, causal_off,
-                qk_scale, MASK: tl.constexpr, QUANT_P: tl.constexpr, QB: tl.constexpr,
-                IS_MX: tl.constexpr, BLOCK_M: tl.constexpr, DP: tl.constexpr):
+                qk_scale, Nk, MASK: tl.constexpr, KEY_TAIL: tl.constexpr, QUANT_P: tl.constexpr,
+                QB: tl.constexpr, IS_MX: tl.constexpr, BLOCK_M: tl.constexpr, DP: tl.constexpr):
     """dK, dV of one key tile over query tiles [lo, hi).
 
     P is computed as (queries, keys), the orientation of the forward's S, so that the blocks of 16
     (32) keys of ϕ(P) lie along the accumulator's columns: each thread then holds 4 elements of a
     block (the (keys, queries) orientation of the Triton tutorial gives it 2, doubling the per-block
     scale arithmetic). The two products that need Pᵀ / dSᵀ take a transposed register operand.
+
+    KEY_TAIL: the tile reaches past Nk. Its zero-padded keys have S = 0, so P = exp(-LSE) there, which
+    is not zero and would enter the ϕ(P) block maxima of the last real keys: it is zeroed first. (MASK
+    tiles need no such step: the causal mask already hides every key >= Nk from every real query.)
     """
     offs_d = tl.arange(0, DP)
     offs_mb = tl.arange(0, BLOCK_M)
@@ -393,6 +400,8 @@ def _dkdv_inner(dk, dv, k, v, q_base, do_base, LSE, Delta, row_off, offs_n, lo, 
         p = tl.math.exp2(tl.fma(s, qk_scale, -lse[:, None]))  # P = exp(S - LSE)
         if MASK:
             p = tl.where(offs_m[:, None] + causal_off >= offs_n[None, :], p, 0.0)
+        if KEY_TAIL:
+            p = tl.where(offs_n[None, :] < Nk, p, 0.0)
         if QUANT_P:  # phi(P) in blocks along keys, the same rounding as the forward
             p_q = fake_quant_p(p, QB, IS_MX)
         else:
@@ -406,8 +415,8 @@ def _dkdv_inner(dk, dv, k, v, q_base, do_base, LSE, Delta, row_off, offs_n, lo, 
 
 @triton.jit
 def _dkdv_inner_kq(dk, dv, k, v, q_base, do_base, LSE, Delta, row_off, offs_n, lo, hi, causal_off,
-                   qk_scale, MASK: tl.constexpr, QUANT_P: tl.constexpr, QB: tl.constexpr,
-                   IS_MX: tl.constexpr, BLOCK_M: tl.constexpr, DP: tl.constexpr):
+                   qk_scale, Nk, MASK: tl.constexpr, KEY_TAIL: tl.constexpr, QUANT_P: tl.constexpr,
+                   QB: tl.constexpr, IS_MX: tl.constexpr, BLOCK_M: tl.constexpr, DP: tl.constexpr):
     """The same in the (keys, queries) orientation of the Triton tutorial: Pᵀ and dSᵀ come out of
     the dots ready to use, but ϕ needs its blocks along the accumulator's rows (2 elements of a block
     per thread). Autotuning picks the faster orientation per shape."""
@@ -423,6 +432,8 @@ def _dkdv_inner_kq(dk, dv, k, v, q_base, do_base, LSE, Delta, row_off, offs_n, l
         pT = tl.math.exp2(tl.fma(sT, qk_scale, -lse[None, :]))
         if MASK:
             pT = tl.where(offs_m[None, :] + causal_off >= offs_n[:, None], pT, 0.0)
+        if KEY_TAIL:
+            pT = tl.where(offs_n[:, None] < Nk, pT, 0.0)
         if QUANT_P:
             pT_q = tl.trans(fake_quant_p(tl.trans(pT), QB, IS_MX))
         else:
@@ -462,25 +473,34 @@ def _bwd_dkdv_kernel(Qb, Kb, Vb, DOb, LSE, Delta, DK, DV,
         mid = tl.minimum(tl.maximum(mid, lo), NQP)
         lo = tl.minimum(lo, mid)
     else:
+        # only the last key tile has padded keys: all its query tiles run the KEY_TAIL loop [0, mid),
+        # the other tiles the plain loop [mid, NQP) (two sequential loops, one empty, as for the causal
+        # mask: an if/else around two calls doubled the shared memory, beyond the limit at D > 128)
         lo = 0
-        mid = 0
+        mid = tl.where(n0 + BLOCK_N > Nk, NQP, 0)
     for g in range(0, GROUP):
         qh = pid_bh * GROUP + g  # = b * Hq + hk * GROUP + g
         q_off = qh.to(tl.int64) * NQP * DP
         row_off = qh.to(tl.int64) * NQP
+        qb, dob = Qb + q_off, DOb + q_off
         if P_QK:
             if CAUSAL:
-                dk, dv = _dkdv_inner(dk, dv, k, v, Qb + q_off, DOb + q_off, LSE, Delta, row_off, offs_n,
-                                     lo, mid, causal_off, qk_scale, True, QUANT_P, QB, IS_MX, BLOCK_M, DP)
-            dk, dv = _dkdv_inner(dk, dv, k, v, Qb + q_off, DOb + q_off, LSE, Delta, row_off, offs_n,
-                                 mid, NQP, causal_off, qk_scale, False, QUANT_P, QB, IS_MX, BLOCK_M, DP)
+                dk, dv = _dkdv_inner(dk, dv, k, v, qb, dob, LSE, Delta, row_off, offs_n, lo, mid, causal_off,
+                                     qk_scale, Nk, True, False, QUANT_P, QB, IS_MX, BLOCK_M, DP)
+            else:
+                dk, dv = _dkdv_inner(dk, dv, k, v, qb, dob, LSE, Delta, row_off, offs_n, lo, mid, causal_off,
+                                     qk_scale, Nk, False, True, QUANT_P, QB, IS_MX, BLOCK_M, DP)
+            dk, dv = _dkdv_inner(dk, dv, k, v, qb, dob, LSE, Delta, row_off, offs_n, mid, NQP, causal_off,
+                                 qk_scale, Nk, False, False, QUANT_P, QB, IS_MX, BLOCK_M, DP)
         else:
             if CAUSAL:
-                dk, dv = _dkdv_inner_kq(dk, dv, k, v, Qb + q_off, DOb + q_off, LSE, Delta, row_off, offs_n,
-                                        lo, mid, causal_off, qk_scale, True, QUANT_P, QB, IS_MX, BLOCK_M,
-                                        DP)
-            dk, dv = _dkdv_inner_kq(dk, dv, k, v, Qb + q_off, DOb + q_off, LSE, Delta, row_off, offs_n,
-                                    mid, NQP, causal_off, qk_scale, False, QUANT_P, QB, IS_MX, BLOCK_M, DP)
+                dk, dv = _dkdv_inner_kq(dk, dv, k, v, qb, dob, LSE, Delta, row_off, offs_n, lo, mid,
+                                        causal_off, qk_scale, Nk, True, False, QUANT_P, QB, IS_MX, BLOCK_M, DP)
+            else:
+                dk, dv = _dkdv_inner_kq(dk, dv, k, v, qb, dob, LSE, Delta, row_off, offs_n, lo, mid,
+                                        causal_off, qk_scale, Nk, False, True, QUANT_P, QB, IS_MX, BLOCK_M, DP)
+            dk, dv = _dkdv_inner_kq(dk, dv, k, v, qb, dob, LSE, Delta, row_off, offs_n, mid, NQP,
+                                    causal_off, qk_scale, Nk, False, False, QUANT_P, QB, IS_MX, BLOCK_M, DP)
 
     dk = dk * scale
     msk = (offs_n[:, None] < Nk) & (offs_d[None, :] < D)
