@@ -66,6 +66,17 @@ def _empty_out(q: torch.Tensor, layout: str) -> torch.Tensor:
     return torch.empty((B, H, N, D), dtype=q.dtype, device=q.device)
 
 
+def _sdpa_aligned(t: torch.Tensor) -> torch.Tensor:
+    """``t`` itself if its data pointer and strides are 16-byte aligned (last dim contiguous), else a
+    contiguous copy. torch 2.11's SDPA does not check the pointer: on a view 8 bytes off (a slice of a
+    padded or packed projection) its flash / efficient / cuDNN kernels fault with "misaligned address",
+    a sticky CUDA error, and the default dispatch returned NaN (H200, benchmarks/fuzz-s14)."""
+    el = t.element_size()
+    ok = (t.stride(-1) == 1 and t.data_ptr() % 16 == 0
+          and all((s * el) % 16 == 0 for s, n in zip(t.stride()[:-1], t.shape[:-1]) if n > 1))
+    return t if ok else t.contiguous()
+
+
 def _attention_cuda(q, k, v, *, causal, scale, recipe, layout, return_lse, smooth_q, smooth_k, two_level_p):
     """The CUDA path; returns None where the reference must run instead (bf16 cases SDPA lacks)."""
     fmt, quantized, sq, sk, tlp = reference.recipe_flags(recipe, smooth_q, smooth_k, two_level_p)
@@ -73,6 +84,7 @@ def _attention_cuda(q, k, v, *, causal, scale, recipe, layout, return_lse, smoot
         nq, nk = q.shape[2], k.shape[2]
         if return_lse or sq or sk or tlp or (causal and nq != nk):
             return None
+        q, k, v = (_sdpa_aligned(t) for t in (q, k, v))
         out = torch.nn.functional.scaled_dot_product_attention(
             q, k, v, is_causal=causal, scale=scale, enable_gqa=q.shape[1] != k.shape[1])
         return finish(out, None, q.dtype, layout, False)
