@@ -32,6 +32,10 @@ def thrift_attention(q, k, v, *, causal=False, scale=None, budget=0.05, block_si
 
     ``budget`` is the fraction f in (0, 1] of key blocks computed in 16 bits (see
     :func:`fp4attn.reference.budget_to_k` for the causal rule); ``block_size`` tokens per block.
+
+    The 16-bit blocks use the input dtype's operands for float16 / bfloat16 inputs; float32 inputs run
+    them in bfloat16 on CUDA (the CPU reference keeps float32), about 2^-9 relative rounding of q, k, v:
+    e.g. 0.3% rel. L2 at budget 1 on N(0,1) inputs, 1.6% with |q|, |k| ~ 8 (peaked softmax).
     """
     q, k, v, scale = check_attention_args(q, k, v, layout=layout, scale=scale, causal=causal)
     budget = _check_budget(budget)
