@@ -111,14 +111,20 @@ def _bhsd(x, layout):
     return x if layout == "bhsd" else x.transpose(1, 2)
 
 
-def check_attention(c):
-    import fp4attn
-    from fp4attn import reference
+def _qkv(c):
+    """The case's generator, dtype and q, k, v in its layout (|q|, |k| scaled by ``mag``)."""
     gen = torch.Generator(device=DEV).manual_seed(c["seed"])
     dt = DTYPES[c["dtype"]]
     q = _tensor((c["B"], c["hq"], c["nq"], c["D"]), dt, c["layout"], c["noncontig"], gen, c["mag"])
     k = _tensor((c["B"], c["hkv"], c["nk"], c["D"]), dt, c["layout"], c["noncontig"], gen, c["mag"])
     v = _tensor((c["B"], c["hkv"], c["nk"], c["D"]), dt, c["layout"], c["noncontig"], gen, 1.0)
+    return gen, dt, q, k, v
+
+
+def check_attention(c):
+    import fp4attn
+    from fp4attn import reference
+    gen, dt, q, k, v = _qkv(c)
     before = [t.clone() for t in (q, k, v)]
     kw = dict(causal=c["causal"], scale=c["scale"], layout=c["layout"], return_lse=c["ret_lse"])
     if c["op"] == "attention":
@@ -167,11 +173,7 @@ def check_attention(c):
 def check_attn_qat(c):
     import fp4attn
     from fp4attn.reference.attn_qat import attn_qat_reference
-    gen = torch.Generator(device=DEV).manual_seed(c["seed"])
-    dt = DTYPES[c["dtype"]]
-    q = _tensor((c["B"], c["hq"], c["nq"], c["D"]), dt, c["layout"], c["noncontig"], gen, c["mag"])
-    k = _tensor((c["B"], c["hkv"], c["nk"], c["D"]), dt, c["layout"], c["noncontig"], gen, c["mag"])
-    v = _tensor((c["B"], c["hkv"], c["nk"], c["D"]), dt, c["layout"], c["noncontig"], gen, 1.0)
+    gen, dt, q, k, v = _qkv(c)
     do = _tensor((c["B"], c["hq"], c["nq"], c["D"]), dt, c["layout"], False, gen, 1.0)
     leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
     out, lse = fp4attn.attn_qat(*leaves, causal=c["causal"], scale=c["scale"], fmt=c["fmt"], layout=c["layout"],
