@@ -309,6 +309,19 @@ def test_thrift_decode_reference_matches_float64_and_budget_one_is_16bit():
     assert e_thr < e_fp4
 
 
+def test_thrift_decode_before_the_first_page():
+    """Every sequence shorter than a slot (16 tokens): no page exists yet, all tokens are the raw tail,
+    so a Thrift decode equals the plain decode (both attend the tail in 16 bits). The page means used to
+    index the empty page pool (IndexError; found by the fourteenth session's GPU fuzz)."""
+    B, Hkv, G, D = 2, 2, 4, 32
+    k, v = _kv(B, Hkv, 7, D, dtype=torch.float32, seed=12)
+    c = KVCache.from_dense(k, v, lengths=[7, 3], keep_16bit=True, page_size=128, dtype=torch.float32)
+    q = torch.randn(B, Hkv * G, 3, D, generator=torch.Generator().manual_seed(13))
+    assert c.block_means().abs().sum() > 0  # the tail's mean, not zeros
+    for f in (0.05, 1.0):
+        assert torch.equal(fp4attn.decode(q, c, thrift_budget=f), fp4attn.decode(q, c))
+
+
 def test_thrift_select_top_k_pages():
     B, Hkv, D = 1, 1, 16
     k, v = _kv(B, Hkv, 64 * 5 + 10, D, dtype=torch.float32, seed=12)
@@ -956,3 +969,18 @@ def test_cache_built_with_device_cuda_accepts_cuda0_tensors():
     out = fp4attn.decode(q, c, thrift_budget=0.25)
     ref, _ = decode_reference(q, c, scale=D ** -0.5, selection=thrift_select(q, c, 0.25))
     assert _rel(out, ref) <= 0.02
+
+
+@pytest.mark.gpu
+@gpu
+def test_thrift_decode_gpu_before_the_first_page():
+    """The CUDA path of the same case (the device page selection over an empty page pool)."""
+    B, Hkv, G, D = 2, 2, 4, 64
+    k, v = _kv(B, Hkv, 7, D, seed=12)
+    c = KVCache.from_dense(k.to("cuda"), v.to("cuda"), lengths=[7, 3], keep_16bit=True, page_size=128)
+    q = torch.randn(B, Hkv * G, 3, D, device="cuda", dtype=torch.bfloat16)
+    plain = fp4attn.decode(q, c)
+    ref, _ = decode_reference(q, c, scale=D ** -0.5)
+    assert _rel(plain, ref) <= 4e-3  # tail only: 16-bit attention, bf16 output rounding
+    for f in (0.05, 1.0):
+        assert _rel(fp4attn.decode(q, c, thrift_budget=f), ref) <= 4e-3

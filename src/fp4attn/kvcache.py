@@ -435,14 +435,18 @@ class KVCache:
         pt = pt.clamp(min=0)
         nfull = lens // ps
         j = torch.arange(npg, device=dev)
-        out = self.k_page_mean[pt].permute(0, 2, 1, 3)  # (B, H, npg, D)
+        means, k16 = self.k_page_mean, self.k16
+        if means.shape[0] == 0:  # no page yet (every sequence shorter than a slot): one zero page
+            means = means.new_zeros((1, *means.shape[1:]))
+            k16 = k16.new_zeros((1, *k16.shape[1:]))
+        out = means[pt].permute(0, 2, 1, 3)  # (B, H, npg, D)
         out = torch.where((j.view(1, -1) < nfull.view(-1, 1)).view(B, 1, npg, 1), out, torch.zeros_like(out))
         # the partial page of each sequence: committed tokens of that page (16-bit copy) + the tail
         pidx = nfull.clamp(max=npg - 1)
         ppage = pt.gather(1, pidx.view(B, 1)).view(B)
         comm = lens - lens % SLOT
         in_page = (comm - nfull * ps).clamp(min=0)
-        tok = self.k16[ppage].float()  # (B, H, ps, D)
+        tok = k16[ppage].float()  # (B, H, ps, D)
         tok = tok * (torch.arange(ps, device=dev).view(1, ps) < in_page.view(B, 1)).view(B, 1, ps, 1)
         tail = self.k_tail.float() * (torch.arange(SLOT, device=dev).view(1, SLOT)
                                       < (lens - comm).view(B, 1)).view(B, 1, SLOT, 1)
