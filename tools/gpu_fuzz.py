@@ -41,7 +41,8 @@ DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
 def draw_case(rng, i):
-    op = rng.choices(["attention", "thrift", "attn_qat", "decode", "quantize"], [40, 12, 18, 18, 12])[0]
+    op = rng.choices(["attention", "thrift", "attn_qat", "decode", "quantize", "quartet"],
+                     [40, 12, 18, 18, 12, 10])[0]
     c = {"id": i, "op": op, "seed": rng.randrange(1 << 30)}
     if op in ("attention", "thrift", "attn_qat"):
         hq, hkv = rng.choice([(1, 1), (2, 2), (4, 1), (6, 2), (8, 4), (3, 3)])
@@ -75,6 +76,12 @@ def draw_case(rng, i):
                  append=rng.random() < 0.4)
         c["lens"] = [max(c["nq"], rng.choice([1, 16, 17, 64, 65, 300, 1000, 2049, rng.randrange(1, 5000)]))
                      for _ in range(c["B"])]
+    elif op == "quartet":
+        g = rng.choice([32, 32, 64, 128])
+        c.update(group=g, K=g * rng.choice([1, 2, 3, 8]), N=rng.choice([16, 32, 48, 96, 100, 256]),
+                 lead=[rng.choice([1, 2, 3, 7, 64, 129]) for _ in range(rng.choice([1, 2]))],
+                 dtype=rng.choice(list(DTYPES)), bias=rng.random() < 0.5, grad=rng.random() < 0.5,
+                 noncontig=rng.random() < 0.3)
     else:
         nd = rng.choice([1, 2, 3, 4])
         fmt = rng.choice(["nvfp4", "mxfp4"])
@@ -293,8 +300,37 @@ def check_quantize(c):
     return ok, r
 
 
+def check_quartet(c):
+    from fp4attn.nn import QuartetLinear
+    from fp4attn.reference.quartet import quartet_forward
+    torch.manual_seed(c["seed"])
+    dt = DTYPES[c["dtype"]]
+    layer = QuartetLinear(c["K"], c["N"], bias=c["bias"], hadamard_group=c["group"]).to(DEV, dt)
+    if c["noncontig"]:
+        x = torch.randn(*c["lead"], 2 * c["K"], device=DEV, dtype=dt)[..., ::2]
+    else:
+        x = torch.randn(*c["lead"], c["K"], device=DEV, dtype=dt)
+    r = {}
+    if c["grad"]:
+        xg = x.detach().clone().requires_grad_(True)
+        y = layer(xg)
+        y.float().square().sum().backward()
+        r["grads_finite"] = bool(torch.isfinite(xg.grad).all() and torch.isfinite(layer.weight.grad).all())
+    else:
+        with torch.no_grad():
+            y = layer(x)
+        r["grads_finite"] = True
+    b = layer.bias.detach().float() if c["bias"] else None
+    ref, _ = quartet_forward(x.detach().float(), layer.weight.detach().float(), b, c["group"])
+    r["shape_ok"] = tuple(y.shape) == (*c["lead"], c["N"]) and y.dtype == dt
+    r["cos"], r["rel"] = cosine(y, ref), rel_l2(y, ref)
+    # FP8 tensor cores on exactly embedded MXFP4 values: summation order and the output dtype only
+    eps = {torch.bfloat16: 8e-3, torch.float16: 2e-3, torch.float32: 1e-4}[dt]
+    return r["shape_ok"] and r["grads_finite"] and r["rel"] <= eps, r
+
+
 CHECKS = {"attention": check_attention, "thrift": check_attention, "attn_qat": check_attn_qat,
-          "decode": check_decode, "quantize": check_quantize}
+          "decode": check_decode, "quantize": check_quantize, "quartet": check_quartet}
 
 
 def worker(shard, n_shards, cases, out_dir):
