@@ -79,7 +79,7 @@ class KVCache:
         k_global_scale, v_global_scale: FP32 decode scales (a number or a tensor broadcastable to
             (B, Hkv)); ``None`` (default) fixes them per sequence at its first append.
         scale_headroom: headroom factor of the automatic global scales.
-        initial_pages: pool capacity to allocate up front (pages; it grows by doubling).
+        initial_pages: pool capacity to allocate up front (pages, at least 1; it grows by doubling).
     """
 
     def __init__(self, batch_size: int, num_kv_heads: int, head_dim: int, *, dtype=torch.bfloat16,
@@ -128,7 +128,10 @@ class KVCache:
             self._scale_set = [True] * B
         self._num_used = 0
         self._capacity = 0
-        self._alloc_pool(max(0, int(initial_pages)))
+        # at least one page: readers map unused page-table entries (-1) to page 0 (masked out after
+        # the read), which must exist even before the first page is used (every sequence shorter
+        # than a slot): block_means, the decode and page-score kernels
+        self._alloc_pool(max(1, int(initial_pages)))
 
     # ------------------------------------------------------------------------------------------
     # pool management
@@ -435,18 +438,14 @@ class KVCache:
         pt = pt.clamp(min=0)
         nfull = lens // ps
         j = torch.arange(npg, device=dev)
-        means, k16 = self.k_page_mean, self.k16
-        if means.shape[0] == 0:  # no page yet (every sequence shorter than a slot): one zero page
-            means = means.new_zeros((1, *means.shape[1:]))
-            k16 = k16.new_zeros((1, *k16.shape[1:]))
-        out = means[pt].permute(0, 2, 1, 3)  # (B, H, npg, D)
+        out = self.k_page_mean[pt].permute(0, 2, 1, 3)  # (B, H, npg, D)
         out = torch.where((j.view(1, -1) < nfull.view(-1, 1)).view(B, 1, npg, 1), out, torch.zeros_like(out))
         # the partial page of each sequence: committed tokens of that page (16-bit copy) + the tail
         pidx = nfull.clamp(max=npg - 1)
         ppage = pt.gather(1, pidx.view(B, 1)).view(B)
         comm = lens - lens % SLOT
         in_page = (comm - nfull * ps).clamp(min=0)
-        tok = k16[ppage].float()  # (B, H, ps, D)
+        tok = self.k16[ppage].float()  # (B, H, ps, D)
         tok = tok * (torch.arange(ps, device=dev).view(1, ps) < in_page.view(B, 1)).view(B, 1, ps, 1)
         tail = self.k_tail.float() * (torch.arange(SLOT, device=dev).view(1, SLOT)
                                       < (lens - comm).view(B, 1)).view(B, 1, SLOT, 1)
