@@ -231,12 +231,13 @@ class KVCache:
         """One token per sequence (a generation step) in one kernel launch
         (:mod:`fp4attn.kernels.kvcache`): the same storage, bit for bit, as the general path."""
         from .kernels import kvcache as kk
+        from .ops._dispatch import on_device
 
         ps = self.page_size
         for b, L in enumerate(self._lens):
             if L % SLOT == SLOT - 1:  # this token completes a slot: its page must exist
                 self._ensure_pages(b, -(-(L + 1) // ps))
-        with torch.no_grad():
+        with torch.no_grad(), on_device(k):
             kk.append_one(self, k, v)
             if self.keep_16bit:
                 done = [self._pages[b][(L + 1) // ps - 1] for b, L in enumerate(self._lens) if (L + 1) % ps == 0]

@@ -23,6 +23,7 @@ import warnings
 import torch
 from torch import nn
 
+from ..ops._dispatch import on_device
 from ..reference.quartet import HADAMARD_GROUPS, QuartetLinearFunction, QuartetRNG, quartet_quantize_operand
 
 __all__ = ["QuartetLinear", "quartet_linear", "swap_linear_layers"]
@@ -98,8 +99,9 @@ def _apply(x, weight, bias, rng, hadamard_group, module=None):
         raise TypeError(f"x.dtype ({x.dtype}) must equal weight.dtype ({weight.dtype}), as in nn.Linear")
     kq = _kernels() if x.is_cuda else None
     if kq is not None and kq.supported(x, weight, hadamard_group):
-        wq = module._cached_weight("cuda", weight) if module is not None else None
-        return kq.quartet_linear_cuda(x, weight, bias, rng, hadamard_group, wq)
+        with on_device(x):  # the backward runs on the autograd engine's thread of x's device
+            wq = module._cached_weight("cuda", weight) if module is not None else None
+            return kq.quartet_linear_cuda(x, weight, bias, rng, hadamard_group, wq)
     wq = module._cached_weight("reference", weight) if module is not None else None
     return QuartetLinearFunction.apply(x, weight, bias, rng, hadamard_group, wq)
 

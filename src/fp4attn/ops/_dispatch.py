@@ -5,6 +5,7 @@ Set ``FP4ATTN_FORCE_REFERENCE=1`` to run the reference on CUDA too (debugging, A
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 
@@ -28,3 +29,19 @@ def use_kernels(*tensors: torch.Tensor) -> bool:
 
 def device_capability(t: torch.Tensor) -> tuple[int, int]:
     return torch.cuda.get_device_capability(t.device)
+
+
+def on_device(t: torch.Tensor):
+    """``with on_device(t):`` makes ``t``'s CUDA device the current one for the block (a no-op context
+    when it already is, or for a CPU tensor).
+
+    Triton launches a kernel on the *current* device and its current stream, not on its arguments'
+    device. Without this, a call with tensors on cuda:1 while cuda:0 is current (a model split over
+    GPUs, e.g. transformers' ``device_map="auto"``, which never calls ``torch.cuda.set_device``) would
+    launch on cuda:0 with pointers into cuda:1's memory: an illegal-address fault, a sticky CUDA error.
+    Every CUDA branch of the public ops (and of ``KVCache`` and the Quartet layers) runs under it.
+    """
+    d = t.device
+    if d.type != "cuda" or d.index is None or d.index == torch.cuda.current_device():
+        return contextlib.nullcontext()
+    return torch.cuda.device(d)

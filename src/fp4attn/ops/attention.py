@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from .. import reference
-from ._dispatch import use_kernels
+from ._dispatch import on_device, use_kernels
 from ._validate import check_attention_args, check_bool, check_choice, from_bhsd
 
 
@@ -45,7 +45,7 @@ def attention(q, k, v, *, causal=False, scale=None, recipe="nvfp4", layout="bhsd
     for name, val in (("smooth_q", smooth_q), ("smooth_k", smooth_k), ("two_level_p", two_level_p)):
         check_bool(name, val, allow_none=True)
     if use_kernels(q, k, v):
-        with torch.no_grad():
+        with torch.no_grad(), on_device(q):
             res = _attention_cuda(q, k, v, causal=causal, scale=scale, recipe=recipe, layout=layout,
                                   return_lse=return_lse, smooth_q=smooth_q, smooth_k=smooth_k,
                                   two_level_p=two_level_p)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from ._dispatch import use_kernels
+from ._dispatch import on_device, use_kernels
 from ._validate import check_attention_args, check_bool, check_choice, check_fmt, from_bhsd
 
 BACKWARDS = ("qat", "naive")
@@ -60,7 +60,7 @@ def _attn_qat_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: boo
     from ..kernels.attn_qat import attn_qat_fwd_bhsd
     qb, kb, vb = _bhsd(q, layout), _bhsd(k, layout), _bhsd(v, layout)
     o = _empty_like_layout(qb.shape, layout, q.dtype, q.device)
-    with torch.cuda.device(q.device):
+    with on_device(q):
         qf, kf, vf, op, lse = attn_qat_fwd_bhsd(qb, kb, vb, o, causal=causal, scale=scale, fmt=fmt,
                                                 hp_o=high_precision_o and not naive)
     return _bhsd(o, layout), lse, op, qf, kf, vf
@@ -94,7 +94,7 @@ def _attn_qat_bwd(do: torch.Tensor, o_for_delta: torch.Tensor, qb: torch.Tensor,
     B, Hq, Nq, D = shape_q
     Hkv, Nk = shape_k[1], shape_k[2]
     dev = do.device
-    with torch.cuda.device(dev):
+    with on_device(do):
         if raw_inputs:
             dt = K.dot_dtype_for(dtype)
             qb = K.prep(_bhsd(qb, layout), 0, fmt, dt)

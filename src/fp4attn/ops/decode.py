@@ -33,7 +33,7 @@ import torch
 from ..formats.core import fake_quantize_values
 from ..kvcache import SLOT, KVCache
 from ..reference.common import expand_kv, lse_of, normalize, quantize_p, softmax_numerator
-from ._dispatch import use_kernels
+from ._dispatch import on_device, use_kernels
 from ._validate import check_bool, check_choice, check_scale
 
 RECIPES = ("nvfp4",)
@@ -172,7 +172,7 @@ def decode(q, cache: KVCache, *, scale=None, recipe: str = "nvfp4", thrift_budge
     """
     qb, scale, thrift_budget = _check(q, cache, scale, recipe, thrift_budget, layout, return_lse)
     D = qb.shape[-1]
-    with torch.no_grad():
+    with torch.no_grad(), on_device(qb):
         kernel_ok = (use_kernels(qb) and qb.dtype != torch.float64 and D >= 16 and (D & (D - 1)) == 0
                      and cache.page_size % 64 == 0)
         if kernel_ok:

@@ -6,7 +6,7 @@ import torch
 
 from ..formats import core
 from ..formats.core import FP4Tensor
-from ._dispatch import use_kernels
+from ._dispatch import on_device, use_kernels
 
 
 def quantize(x: torch.Tensor, fmt: str = "nvfp4", dim: int = -1, *, scale_mode: str = "rceil",
@@ -20,7 +20,8 @@ def quantize(x: torch.Tensor, fmt: str = "nvfp4", dim: int = -1, *, scale_mode: 
     d = core._norm_dim(dim, x.dim())
     if use_kernels(x):
         from ..kernels import quantize as kq
-        return kq.quantize(x, fmt, d, scale_mode=scale_mode, global_scale=global_scale)
+        with on_device(x):
+            return kq.quantize(x, fmt, d, scale_mode=scale_mode, global_scale=global_scale)
     return core.quantize_reference(x, fmt, d, scale_mode=scale_mode, global_scale=global_scale)
 
 
@@ -28,7 +29,8 @@ class _FakeQuantizeKernelSTE(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, fmt, dim, scale_mode, global_scale):
         from ..kernels import quantize as kq
-        return kq.fake_quantize(x, fmt, dim, scale_mode=scale_mode, global_scale=global_scale)
+        with on_device(x):
+            return kq.fake_quantize(x, fmt, dim, scale_mode=scale_mode, global_scale=global_scale)
 
     @staticmethod
     def backward(ctx, g):

@@ -11,7 +11,7 @@ import numbers
 import torch
 
 from .. import reference
-from ._dispatch import use_kernels
+from ._dispatch import on_device, use_kernels
 from ._validate import check_attention_args, check_bool, check_fmt
 from .attention import finish
 
@@ -44,7 +44,7 @@ def thrift_attention(q, k, v, *, causal=False, scale=None, budget=0.05, block_si
     if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 16 \
             or block_size % 16:
         raise ValueError(f"block_size must be a positive multiple of 16, got {block_size!r}")
-    with torch.no_grad():
+    with torch.no_grad(), on_device(q):
         if use_kernels(q, k, v) and fmt == "nvfp4" and block_size == 64 and q.dtype != torch.float64:
             from ..kernels.thrift import thrift_fwd
             out, lse = thrift_fwd(q, k, v, causal=causal, scale=scale, budget=budget)
