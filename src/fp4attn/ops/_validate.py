@@ -98,3 +98,12 @@ def check_attention_args(q, k, v, *, layout="bhsd", scale=None, causal=False):
 def from_bhsd(x: torch.Tensor, layout: str) -> torch.Tensor:
     """bhsd result -> the caller's layout, contiguous."""
     return (x.transpose(1, 2) if layout == "bshd" else x).contiguous()
+
+
+def fake_outputs(q: torch.Tensor, layout: str, return_lse: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Fake (meta) results of an attention custom op for bhsd ``q`` (B, Hq, Nq, D): out contiguous in
+    ``layout`` with q's dtype, lse (B, Hq, Nq) float32 (empty without ``return_lse``), as the CUDA
+    implementations return them (``ops.attention.op_outputs``)."""
+    B, H, N, D = q.shape
+    shape = (B, N, H, D) if layout == "bshd" else (B, H, N, D)
+    return q.new_empty(shape), q.new_empty((B, H, N) if return_lse else (0,), dtype=torch.float32)

@@ -4,15 +4,20 @@ Validation here. CUDA tensors (Triton available, ``FP4ATTN_FORCE_REFERENCE`` uns
 kernels of :mod:`fp4attn.kernels.attention` for nvfp4 / mxfp4 / sage3 and any override flags
 (fp16/fp8 tensor cores on Hopper, ``tl.dot_scaled`` on Blackwell); ``bf16`` runs PyTorch SDPA where
 it has the same semantics (no LSE requested, causal only with Nq == Nk) and the reference otherwise.
-Everything else (CPU tensors) runs :mod:`fp4attn.reference` (same semantics, SPEC §3)."""
+Everything else (CPU tensors) runs :mod:`fp4attn.reference` (same semantics, SPEC §3).
+
+Under tracing the FP4 kernels run as the ``torch.library`` custom op ``fp4attn::attention_fp4`` (with a
+fake implementation), so ``torch.compile(fullgraph=True)`` traces a model calling ``attention`` without
+graph breaks, also with CUDA graphs (``mode="reduce-overhead"``); eager calls skip the op's dispatch
+(``_dispatch.traced``)."""
 
 from __future__ import annotations
 
 import torch
 
 from .. import reference
-from ._dispatch import on_device, use_kernels
-from ._validate import check_attention_args, check_bool, check_choice, from_bhsd
+from ._dispatch import on_device, traced, use_kernels
+from ._validate import check_attention_args, check_bool, check_choice, fake_outputs, from_bhsd
 
 
 def finish(out, lse, q_dtype, layout, return_lse):
@@ -44,11 +49,14 @@ def attention(q, k, v, *, causal=False, scale=None, recipe="nvfp4", layout="bhsd
     check_bool("return_lse", return_lse)
     for name, val in (("smooth_q", smooth_q), ("smooth_k", smooth_k), ("two_level_p", two_level_p)):
         check_bool(name, val, allow_none=True)
-    if use_kernels(q, k, v):
-        with torch.no_grad(), on_device(q):
-            res = _attention_cuda(q, k, v, causal=causal, scale=scale, recipe=recipe, layout=layout,
-                                  return_lse=return_lse, smooth_q=smooth_q, smooth_k=smooth_k,
-                                  two_level_p=two_level_p)
+    on_gpu = (q.is_cuda and k.is_cuda and v.is_cuda) if torch.compiler.is_compiling() else use_kernels(q, k, v)
+    if on_gpu:
+        fmt, quantized, sq, sk, tlp = reference.recipe_flags(recipe, smooth_q, smooth_k, two_level_p)
+        if quantized:
+            args = (q, k, v, causal, scale, fmt, sq, sk, tlp, layout, return_lse)
+            out, lse = torch.ops.fp4attn.attention_fp4(*args) if traced(q, k, v) else _attention_fp4_impl(*args)
+            return (out, lse) if return_lse else out
+        res = _attention_bf16_sdpa(q, k, v, causal=causal, scale=scale, layout=layout, return_lse=return_lse)
         if res is not None:
             return res
     with torch.no_grad():
@@ -56,6 +64,14 @@ def attention(q, k, v, *, causal=False, scale=None, recipe="nvfp4", layout="bhsd
                                        smooth_q=smooth_q, smooth_k=smooth_k, two_level_p=two_level_p,
                                        return_lse=True)
     return finish(out, lse, q.dtype, layout, return_lse)
+
+
+def op_outputs(out, lse, q_dtype, layout, return_lse):
+    """(out, lse) as the FP4 custom ops return them: lse contiguous float32, or an empty tensor when the
+    caller did not ask for it (no copy of the padded LSE: one launch less per call)."""
+    if return_lse:
+        return finish(out, lse, q_dtype, layout, True)
+    return finish(out, None, q_dtype, layout, False), lse.new_empty(0)
 
 
 def _empty_out(q: torch.Tensor, layout: str) -> torch.Tensor:
@@ -77,20 +93,40 @@ def _sdpa_aligned(t: torch.Tensor) -> torch.Tensor:
     return t if ok else t.contiguous()
 
 
-def _attention_cuda(q, k, v, *, causal, scale, recipe, layout, return_lse, smooth_q, smooth_k, two_level_p):
-    """The CUDA path; returns None where the reference must run instead (bf16 cases SDPA lacks)."""
-    fmt, quantized, sq, sk, tlp = reference.recipe_flags(recipe, smooth_q, smooth_k, two_level_p)
-    if not quantized:
-        nq, nk = q.shape[2], k.shape[2]
-        if return_lse or sq or sk or tlp or (causal and nq != nk):
-            return None
+def _attention_bf16_sdpa(q, k, v, *, causal, scale, layout, return_lse):
+    """The ``bf16`` recipe on CUDA through SDPA; None where the reference must run instead (cases SDPA
+    lacks: LSE requested, causal with Nq != Nk)."""
+    nq, nk = q.shape[2], k.shape[2]
+    if return_lse or (causal and nq != nk):
+        return None
+    if not torch.compiler.is_compiling():  # data_ptr() is not traceable; compiled graphs get no check
         q, k, v = (_sdpa_aligned(t) for t in (q, k, v))
+    with torch.no_grad():
         out = torch.nn.functional.scaled_dot_product_attention(
             q, k, v, is_causal=causal, scale=scale, enable_gqa=q.shape[1] != k.shape[1])
-        return finish(out, None, q.dtype, layout, False)
+    return finish(out, None, q.dtype, layout, False)
+
+
+def _attention_fp4_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float, fmt: str,
+                        smooth_q: bool, smooth_k: bool, two_level_p: bool, layout: str, return_lse: bool
+                        ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The FP4 kernels on bhsd views q, k, v (any strides, validated by ``attention``): returns (out in
+    the caller's ``layout`` and q's dtype, contiguous; lse (B, Hq, Nq) float32, or an empty tensor
+    without ``return_lse``: no copy of the padded LSE then)."""
     from ..kernels.attention import attention_fwd
 
-    out = _empty_out(q, layout)
-    out, lse = attention_fwd(q, k, v, causal=causal, scale=scale, fmt=fmt, smooth_q=sq, smooth_k=sk,
-                             two_level_p=tlp, out=out)
-    return finish(out, lse, q.dtype, layout, return_lse)
+    with torch.no_grad(), on_device(q):
+        out = _empty_out(q, layout)
+        out, lse = attention_fwd(q, k, v, causal=causal, scale=scale, fmt=fmt, smooth_q=smooth_q,
+                                 smooth_k=smooth_k, two_level_p=two_level_p, out=out)
+        return op_outputs(out, lse, q.dtype, layout, return_lse)
+
+
+# what tracing sees (``traced``): the same implementation as one opaque op with a fake (meta) version
+_attention_fp4 = torch.library.custom_op("fp4attn::attention_fp4", _attention_fp4_impl, mutates_args=(),
+                                         device_types="cuda")
+
+
+@_attention_fp4.register_fake
+def _(q, k, v, causal, scale, fmt, smooth_q, smooth_k, two_level_p, layout, return_lse):
+    return fake_outputs(q, layout, return_lse)

@@ -1,7 +1,9 @@
 """Public ``thrift_attention`` (ThriftAttention, SPEC §3): validation, then kernel or reference.
 
 CUDA tensors with ``fmt="nvfp4"``, ``block_size=64`` and D <= 256 run the Triton selection kernel and the
-fused mixed-precision kernel (:mod:`fp4attn.kernels.thrift`); everything else runs the reference."""
+fused mixed-precision kernel (:mod:`fp4attn.kernels.thrift`), under tracing as the ``torch.library`` custom
+op ``fp4attn::thrift_attention_fp4`` (``torch.compile(fullgraph=True)`` traces it; see ``ops/attention.py``);
+everything else runs the reference."""
 
 from __future__ import annotations
 
@@ -11,9 +13,9 @@ import numbers
 import torch
 
 from .. import reference
-from ._dispatch import on_device, use_kernels
-from ._validate import check_attention_args, check_bool, check_fmt
-from .attention import finish
+from ._dispatch import on_device, traced, use_kernels
+from ._validate import check_attention_args, check_bool, check_fmt, fake_outputs
+from .attention import finish, op_outputs
 
 
 def _check_budget(budget) -> float:
@@ -44,11 +46,32 @@ def thrift_attention(q, k, v, *, causal=False, scale=None, budget=0.05, block_si
     if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 16 \
             or block_size % 16:
         raise ValueError(f"block_size must be a positive multiple of 16, got {block_size!r}")
-    with torch.no_grad(), on_device(q):
-        if use_kernels(q, k, v) and fmt == "nvfp4" and block_size == 64 and q.dtype != torch.float64:
-            from ..kernels.thrift import thrift_fwd
-            out, lse = thrift_fwd(q, k, v, causal=causal, scale=scale, budget=budget)
-        else:
-            out, lse = reference.thrift_attention(q, k, v, causal=causal, scale=scale, budget=budget,
-                                                  block_size=block_size, fmt=fmt, return_lse=True)
+    on_gpu = (q.is_cuda and k.is_cuda and v.is_cuda) if torch.compiler.is_compiling() else use_kernels(q, k, v)
+    if on_gpu and fmt == "nvfp4" and block_size == 64 and q.dtype != torch.float64:
+        args = (q, k, v, causal, scale, budget, layout, return_lse)
+        out, lse = torch.ops.fp4attn.thrift_attention_fp4(*args) if traced(q, k, v) else _thrift_fp4_impl(*args)
+        return (out, lse) if return_lse else out
+    with torch.no_grad():
+        out, lse = reference.thrift_attention(q, k, v, causal=causal, scale=scale, budget=budget,
+                                              block_size=block_size, fmt=fmt, return_lse=True)
     return finish(out, lse, q.dtype, layout, return_lse)
+
+
+def _thrift_fp4_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,
+                     budget: float, layout: str, return_lse: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """The Thrift kernels on bhsd views q, k, v (validated by ``thrift_attention``): (out in the caller's
+    ``layout`` and q's dtype, contiguous; lse (B, Hq, Nq) float32 or, without ``return_lse``, empty)."""
+    from ..kernels.thrift import thrift_fwd
+
+    with torch.no_grad(), on_device(q):
+        out, lse = thrift_fwd(q, k, v, causal=causal, scale=scale, budget=budget)
+        return op_outputs(out, lse, q.dtype, layout, return_lse)
+
+
+_thrift_attention_fp4 = torch.library.custom_op("fp4attn::thrift_attention_fp4", _thrift_fp4_impl, mutates_args=(),
+                                                device_types="cuda")
+
+
+@_thrift_attention_fp4.register_fake
+def _(q, k, v, causal, scale, budget, layout, return_lse):
+    return fake_outputs(q, layout, return_lse)
