@@ -1,10 +1,11 @@
-"""``torch.compile`` over the inference ops ``attention`` and ``thrift_attention``.
+"""``torch.compile`` over the ops ``attention``, ``thrift_attention``, ``quantize`` and ``fake_quantize``.
 
-On CUDA their kernels run inside the custom ops ``fp4attn::attention_fp4`` and
-``fp4attn::thrift_attention_fp4``: checked with ``torch.library.opcheck`` and by compiling a small
-function with ``fullgraph=True`` (Inductor, and CUDA graphs through ``mode="reduce-overhead"``), whose
-results must equal the eager call bit for bit. CPU (CI): the reference path traces with
-``fullgraph=True`` (Dynamo with the eager backend) and gives the eager results.
+On CUDA, under tracing, their kernels run as the custom ops ``fp4attn::attention_fp4``,
+``fp4attn::thrift_attention_fp4``, ``fp4attn::quantize`` and ``fp4attn::fake_quantize``: checked with
+``torch.library.opcheck`` and by compiling small functions with ``fullgraph=True`` (Inductor, and CUDA
+graphs through ``mode="reduce-overhead"``), whose results (and the straight-through gradient of
+``fake_quantize``) must equal the eager call bit for bit. CPU (CI): the reference paths trace with
+``fullgraph=True`` (Dynamo with the eager backend) and give the eager results.
 """
 
 import os
@@ -16,6 +17,7 @@ import torch  # noqa: E402
 
 import fp4attn  # noqa: E402
 import fp4attn.ops.attention  # noqa: E402,F401  (registers the custom ops; fp4attn imports them lazily)
+import fp4attn.ops.quantize  # noqa: E402,F401
 import fp4attn.ops.thrift  # noqa: E402,F401
 
 HAS_CUDA = torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") in ("", "0")
@@ -55,6 +57,50 @@ def test_cpu_thrift_reference_path_traces_fullgraph():
     q, k, v = _qkv(1, 2, 1, 130, 32, torch.float32, "cpu")
     f = _model(fp4attn.thrift_attention, causal=True, budget=0.5)
     _equal_results(torch.compile(f, backend="eager", fullgraph=True)(q, k, v), f(q, k, v))
+
+
+def _quant_model(fmt, dim, global_scale):
+    def f(x):
+        t = fp4attn.quantize(x, fmt, dim=dim, global_scale=global_scale)
+        y = fp4attn.fake_quantize(x * 2.0, fmt, dim=dim, global_scale=global_scale)
+        g = t.global_scale if global_scale else x.new_ones(())
+        return t.data, t.scales.view(torch.uint8), g, y.float().sum(dim) + 1.0
+    return f
+
+
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
+def test_cpu_quantize_reference_path_traces_fullgraph(fmt):
+    torch._dynamo.reset()
+    x = torch.randn(64, 96, generator=torch.Generator().manual_seed(3))
+    f = _quant_model(fmt, 0, fmt == "nvfp4")
+    _equal_results(torch.compile(f, backend="eager", fullgraph=True)(x), f(x))
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
+def test_gpu_quantize_ops_opcheck_and_compile(fmt):
+    torch._dynamo.reset()
+    x = torch.randn(64, 96, generator=torch.Generator().manual_seed(4)).to(torch.bfloat16).cuda()
+    gs = fmt == "nvfp4"
+    for dim in (0, 1):
+        torch.library.opcheck(torch.ops.fp4attn.quantize.default, (x, fmt, dim, "rceil", gs))
+        xr = x.float().requires_grad_()
+        torch.library.opcheck(torch.ops.fp4attn.fake_quantize.default, (xr, fmt, dim, "rceil", gs))
+        f = _quant_model(fmt, dim, gs)
+        _equal_results(torch.compile(f, fullgraph=True)(x), f(x))
+    # the straight-through gradient, compiled and eager
+
+    def loss(x):
+        return (fp4attn.fake_quantize(x, fmt, dim=-1) ** 2).sum()
+
+    grads = []
+    for fn in (loss, torch.compile(loss, fullgraph=True)):
+        xr = x.float().requires_grad_()
+        fn(xr).backward()
+        grads.append(xr.grad)
+    assert torch.equal(grads[0], grads[1])
+    assert torch.equal(grads[0], 2 * fp4attn.fake_quantize(x.float(), fmt, dim=-1))
 
 
 @gpu

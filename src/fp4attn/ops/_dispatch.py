@@ -27,6 +27,14 @@ def use_kernels(*tensors: torch.Tensor) -> bool:
     return all(t.is_cuda for t in tensors) and triton_available()
 
 
+def kernels_for(*tensors: torch.Tensor) -> bool:
+    """``use_kernels`` for an op that also runs under tracing: while Dynamo compiles, CUDA inputs take the
+    kernel path (its custom op) without reading the environment."""
+    if torch.compiler.is_compiling():
+        return all(t.is_cuda for t in tensors)
+    return use_kernels(*tensors)
+
+
 def device_capability(t: torch.Tensor) -> tuple[int, int]:
     return torch.cuda.get_device_capability(t.device)
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 
 from .. import reference
-from ._dispatch import on_device, traced, use_kernels
+from ._dispatch import kernels_for, on_device, traced
 from ._validate import check_attention_args, check_bool, check_choice, fake_outputs, from_bhsd
 
 
@@ -49,7 +49,7 @@ def attention(q, k, v, *, causal=False, scale=None, recipe="nvfp4", layout="bhsd
     check_bool("return_lse", return_lse)
     for name, val in (("smooth_q", smooth_q), ("smooth_k", smooth_k), ("two_level_p", two_level_p)):
         check_bool(name, val, allow_none=True)
-    on_gpu = (q.is_cuda and k.is_cuda and v.is_cuda) if torch.compiler.is_compiling() else use_kernels(q, k, v)
+    on_gpu = kernels_for(q, k, v)
     if on_gpu:
         fmt, quantized, sq, sk, tlp = reference.recipe_flags(recipe, smooth_q, smooth_k, two_level_p)
         if quantized:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from ._dispatch import on_device, use_kernels
+from ._dispatch import kernels_for, on_device
 from ._validate import check_attention_args, check_bool, check_choice, check_fmt, from_bhsd
 
 BACKWARDS = ("qat", "naive")
@@ -182,8 +182,7 @@ def attn_qat(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool 
     check_bool("quantize_p_in_backward", quantize_p_in_backward)
     check_bool("return_lse", return_lse)
     qb, kb, vb, scale = check_attention_args(q, k, v, layout=layout, scale=scale, causal=causal)
-    on_gpu = (q.is_cuda and k.is_cuda and v.is_cuda) if torch.compiler.is_compiling() \
-        else use_kernels(q, k, v)
+    on_gpu = kernels_for(q, k, v)
     if on_gpu and q.dtype != torch.float64:
         o, lse, *_ = torch.ops.fp4attn.attn_qat_fwd(q, k, v, causal, scale, fmt, layout, high_precision_o,
                                                     quantize_p_in_backward, backward == "naive")
