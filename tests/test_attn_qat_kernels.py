@@ -226,6 +226,25 @@ def test_interpreter_running_max_variant(case, monkeypatch):
 
 
 @pytest.mark.skipif(not INTERPRET, reason="interpreter tests (TRITON_INTERPRET=1)")
+@pytest.mark.parametrize("case", [CPU_CASES[0], CPU_CASES[2], (1, 2, 1, 33, 200, 32, True, "nvfp4")],
+                         ids=lambda c: "-".join(map(str, c[:8])))
+def test_interpreter_wide_max_pass_is_bit_identical(case, monkeypatch):
+    """The row-max pass on wider key tiles (``max_pass_block_n``: 64 under the interpreter, so the key
+    range splits into 64-key tiles, a 32-key remainder and the masked tail) gives the same maxima, hence
+    the same O, O', LSE and gradients bit for bit, as the pass on the attention tiles (0)."""
+    B, hq, hkv, nq, nk, D, causal, fmt = case[:8]
+    g = torch.Generator().manual_seed(7)
+    q, do = (torch.randn(B, hq, nq, D, generator=g) for _ in range(2))
+    k, v = (torch.randn(B, hkv, nk, D, generator=g) for _ in range(2))
+    assert K.max_pass_block_n(D) == 64
+    wide = _run_kernels(q, k, v, do, causal=causal, scale=0.2, fmt=fmt)
+    monkeypatch.setenv("FP4ATTN_QAT_MAX_BN", "0")
+    narrow = _run_kernels(q, k, v, do, causal=causal, scale=0.2, fmt=fmt)
+    for a, b in zip(wide, narrow):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.skipif(not INTERPRET, reason="interpreter tests (TRITON_INTERPRET=1)")
 @pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
 def test_interpreter_prepass_bit_exact(fmt):
     """The pre-pass writes exactly fake_quantize(q, dim=-1) / fake_quantize(v, dim=tokens), zero padded."""

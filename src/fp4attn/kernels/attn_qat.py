@@ -248,7 +248,8 @@ def _fwd_kernel(Qf, Kf, Vf, O, OP, LSE,
                 so_b, so_h, so_n, so_d,
                 qk_scale, Hq, GROUP, Nq, Nk, NQP, NKP, D,
                 CAUSAL: tl.constexpr, HP_O: tl.constexpr, QB: tl.constexpr, IS_MX: tl.constexpr,
-                EXACT_M: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DP: tl.constexpr):
+                EXACT_M: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DP: tl.constexpr,
+                MAX_BN: tl.constexpr = 0):
     start_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
     b = pid_bh // Hq
@@ -271,7 +272,12 @@ def _fwd_kernel(Qf, Kf, Vf, O, OP, LSE,
     causal_off = Nk - Nq  # bottom-right: query i sees keys j <= i + Nk - Nq
     hi, full_end = causal_key_range(m0, Nq, Nk, BLOCK_M, BLOCK_N, CAUSAL)
     if EXACT_M:  # pass 1: the final row max, so that P~ is the one-shot P~ of SPEC §3
-        m_i = _fwd_rowmax(m_i, q, k_base, offs_m, 0, full_end, Nk, causal_off, qk_scale, False, CAUSAL,
+        mid = 0
+        if MAX_BN > BLOCK_N:  # wider key tiles for the S-only pass (the maxima do not depend on the tiles)
+            mid = full_end // MAX_BN * MAX_BN
+            m_i = _fwd_rowmax(m_i, q, k_base, offs_m, 0, mid, Nk, causal_off, qk_scale, False, CAUSAL,
+                              MAX_BN, DP)
+        m_i = _fwd_rowmax(m_i, q, k_base, offs_m, mid, full_end, Nk, causal_off, qk_scale, False, CAUSAL,
                           BLOCK_N, DP)
         m_i = _fwd_rowmax(m_i, q, k_base, offs_m, full_end, hi, Nk, causal_off, qk_scale, True, CAUSAL,
                           BLOCK_N, DP)
@@ -297,6 +303,22 @@ def _fwd_kernel(Qf, Kf, Vf, O, OP, LSE,
                  op.to(OP.dtype.element_ty))
 
 
+def max_pass_block_n(dp: int) -> int:
+    """Key tile of the EXACT_M row-max pass (S only) when it differs from the attention pass's: the
+    maxima, hence the outputs, are bit-identical whatever the tiles. 256 keys at DP = 128 (H200,
+    autotuned configs, processes A/B at (16,16,4096,128): forward nvfp4 -0.3%, causal -2.5%, mxfp4
+    -3.4% / -1.9% time; with the fixed default config -5% to -8%). Not at DP = 64 (autotuned: +6-8%
+    slower), nor at DP = 256 (out of shared memory); 0 = the attention tile there. 64 under the
+    interpreter, so that CPU tests run the split of the key range (benchmarks/qat/maxbn-s15).
+    ``FP4ATTN_QAT_MAX_BN`` overrides."""
+    env = os.environ.get("FP4ATTN_QAT_MAX_BN", "")
+    if env:
+        return int(env)
+    if _interpret():
+        return 64
+    return 256 if dp == 128 else 0
+
+
 def _fwd_configs():
     cfgs = []
     # (ptxas spills at D=128 on sm_90, bytes: 128x64/8w 388, 128x32/8w 8, 64x64/8w 204; 4 warps with
@@ -315,7 +337,7 @@ def _prune_fwd(configs, named_args, **kwargs):
     return configs
 
 
-_fwd_tuned = triton.autotune(_fwd_configs(), key=["NKP", "CAUSAL", "HP_O", "QB", "DP", "EXACT_M"],
+_fwd_tuned = triton.autotune(_fwd_configs(), key=["NKP", "CAUSAL", "HP_O", "QB", "DP", "EXACT_M", "MAX_BN"],
                              prune_configs_by={"early_config_prune": _prune_fwd})(_fwd_kernel)
 
 
@@ -335,6 +357,8 @@ def forward(qf: torch.Tensor, kf: torch.Tensor, vf: torch.Tensor, o: torch.Tenso
     args = (qf, kf, vf, o, op if hp_o else o, lse, *o.stride(), scale * LOG2E, Hq, Hq // Hkv,
             nq, nk, NQP, NKP, d)
     meta = dict(CAUSAL=causal, HP_O=hp_o, QB=qb, IS_MX=is_mx, DP=DP, EXACT_M=exact_max())
+    if meta["EXACT_M"]:
+        meta["MAX_BN"] = max_pass_block_n(DP)
     if config is None and not _autotune():
         config = _default_config("fwd", DP)
     _launch(_fwd_kernel, _fwd_tuned, lambda m: (NQP // m["BLOCK_M"], B * Hq), args, meta, config)
