@@ -6,7 +6,7 @@ current around their kernels (``ops._dispatch.on_device``). A model split over G
 as the current device, then on copies of its inputs on cuda:1 with cuda:0 still current (and the
 reverse), and checks that the results lie on the inputs' device, equal the cuda:0 results bit for bit
 (same GPU model, deterministic kernels) and that the current device is unchanged afterwards. Without the
-guard these calls launched on the wrong device (an illegal memory access: a sticky CUDA error).
+guard these calls launched on the current device, and Triton refused the other device's pointers.
 """
 
 import pytest

@@ -46,7 +46,8 @@ def on_device(t: torch.Tensor):
     Triton launches a kernel on the *current* device and its current stream, not on its arguments'
     device. Without this, a call with tensors on cuda:1 while cuda:0 is current (a model split over
     GPUs, e.g. transformers' ``device_map="auto"``, which never calls ``torch.cuda.set_device``) would
-    launch on cuda:0 with pointers into cuda:1's memory: an illegal-address fault, a sticky CUDA error.
+    launch on cuda:0 with pointers into cuda:1's memory, which Triton 3.6 refuses ("Pointer argument
+    (at 0) cannot be accessed from Triton (cpu tensor?)", 2× H200, benchmarks/multidevice-s15).
     Every CUDA branch of the public ops (and of ``KVCache`` and the Quartet layers) runs under it.
     """
     d = t.device
