@@ -44,6 +44,33 @@ def _equal_results(a, b):
         assert torch.equal(x, y)
 
 
+def test_call_op_takes_the_custom_op_only_when_traced():
+    """``_dispatch.call_op``: the implementation itself for plain eager tensors (no custom-op dispatch
+    cost), the custom op under Dynamo and for tensor subclasses (FakeTensor: export, make_fx)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from fp4attn.ops._dispatch import call_op
+
+    seen = []
+
+    def op(x, n):
+        seen.append("op")
+        return x + n
+
+    def impl(x, n):
+        seen.append("impl")
+        return x + n
+
+    x = torch.ones(3)
+    assert torch.equal(call_op(op, impl, x, 2), x + 2) and seen == ["impl"]
+    with FakeTensorMode() as mode:
+        call_op(op, impl, mode.from_tensor(x), 2)
+    assert seen == ["impl", "op"]
+    torch._dynamo.reset()
+    torch.compile(lambda x: call_op(op, impl, x, 2), backend="eager", fullgraph=True)(x)
+    assert seen[-1] == "op"
+
+
 @pytest.mark.parametrize("recipe", ["nvfp4", "mxfp4", "sage3", "bf16"])
 def test_cpu_reference_path_traces_fullgraph(recipe):
     torch._dynamo.reset()

@@ -57,9 +57,13 @@ def on_device(t: torch.Tensor):
 
 
 def traced(*tensors: torch.Tensor) -> bool:
-    """Whether the call is being traced (``torch.compile``, ``torch.export``, ``make_fx``: Dynamo is
-    compiling or an input is a tensor subclass such as a FakeTensor). The inference ops then go through
-    their ``torch.library`` custom ops, which tracing sees as one opaque node; plain eager calls run the
-    same implementation directly, without the ~30-40 µs of host time a custom op's dispatch adds per
-    call (H200 host, benchmarks/compile-s15)."""
+    """Whether the call is being traced (``torch.compile``, ``torch.export``, ``make_fx``): Dynamo is
+    compiling or an input is a tensor subclass such as a FakeTensor."""
     return torch.compiler.is_compiling() or any(type(t) is not torch.Tensor for t in tensors)
+
+
+def call_op(op, impl, *args):
+    """``op(*args)``, a ``torch.library`` custom op that tracing sees as one opaque node, while the call
+    is ``traced``; else ``impl(*args)``, the same implementation called directly, without the 25-45 µs
+    of host time a custom op's dispatch adds per eager call (H200 host, benchmarks/compile-s15)."""
+    return op(*args) if traced(*(a for a in args if isinstance(a, torch.Tensor))) else impl(*args)

@@ -9,14 +9,14 @@ Everything else (CPU tensors) runs :mod:`fp4attn.reference` (same semantics, SPE
 Under tracing the FP4 kernels run as the ``torch.library`` custom op ``fp4attn::attention_fp4`` (with a
 fake implementation), so ``torch.compile(fullgraph=True)`` traces a model calling ``attention`` without
 graph breaks, also with CUDA graphs (``mode="reduce-overhead"``); eager calls skip the op's dispatch
-(``_dispatch.traced``)."""
+(``_dispatch.call_op``)."""
 
 from __future__ import annotations
 
 import torch
 
 from .. import reference
-from ._dispatch import kernels_for, on_device, traced
+from ._dispatch import call_op, kernels_for, on_device
 from ._validate import check_attention_args, check_bool, check_choice, fake_outputs, from_bhsd
 
 
@@ -49,12 +49,11 @@ def attention(q, k, v, *, causal=False, scale=None, recipe="nvfp4", layout="bhsd
     check_bool("return_lse", return_lse)
     for name, val in (("smooth_q", smooth_q), ("smooth_k", smooth_k), ("two_level_p", two_level_p)):
         check_bool(name, val, allow_none=True)
-    on_gpu = kernels_for(q, k, v)
-    if on_gpu:
+    if kernels_for(q, k, v):
         fmt, quantized, sq, sk, tlp = reference.recipe_flags(recipe, smooth_q, smooth_k, two_level_p)
         if quantized:
-            args = (q, k, v, causal, scale, fmt, sq, sk, tlp, layout, return_lse)
-            out, lse = torch.ops.fp4attn.attention_fp4(*args) if traced(q, k, v) else _attention_fp4_impl(*args)
+            out, lse = call_op(torch.ops.fp4attn.attention_fp4, _attention_fp4_impl, q, k, v, causal, scale, fmt,
+                               sq, sk, tlp, layout, return_lse)
             return (out, lse) if return_lse else out
         res = _attention_bf16_sdpa(q, k, v, causal=causal, scale=scale, layout=layout, return_lse=return_lse)
         if res is not None:
@@ -122,7 +121,7 @@ def _attention_fp4_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causa
         return op_outputs(out, lse, q.dtype, layout, return_lse)
 
 
-# what tracing sees (``traced``): the same implementation as one opaque op with a fake (meta) version
+# what tracing sees (``call_op``): the same implementation as one opaque op with a fake (meta) version
 _attention_fp4 = torch.library.custom_op("fp4attn::attention_fp4", _attention_fp4_impl, mutates_args=(),
                                          device_types="cuda")
 

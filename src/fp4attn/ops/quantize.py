@@ -1,6 +1,6 @@
 """Public quantize / fake_quantize: validation, then Triton on CUDA, the PyTorch formats elsewhere.
 
-Under tracing (``torch.compile``, export: ``_dispatch.traced``) the CUDA kernels run as the custom ops
+Under tracing (``torch.compile``, export: ``_dispatch.call_op``) the CUDA kernels run as the custom ops
 ``fp4attn::quantize`` and ``fp4attn::fake_quantize`` (the latter with its straight-through gradient), so
 compiled models trace them with ``fullgraph=True``; eager calls run the kernels directly."""
 
@@ -10,7 +10,7 @@ import torch
 
 from ..formats import core
 from ..formats.core import FP4Tensor
-from ._dispatch import kernels_for, on_device, traced
+from ._dispatch import call_op, kernels_for, on_device
 
 
 def quantize(x: torch.Tensor, fmt: str = "nvfp4", dim: int = -1, *, scale_mode: str = "rceil",
@@ -23,12 +23,8 @@ def quantize(x: torch.Tensor, fmt: str = "nvfp4", dim: int = -1, *, scale_mode: 
     core._check_fmt(fmt, scale_mode, global_scale)
     d = core._norm_dim(dim, x.dim())
     if kernels_for(x):
-        if traced(x):
-            data, scales, g = torch.ops.fp4attn.quantize(x, fmt, d, scale_mode, global_scale)
-            return FP4Tensor(data, scales, g if global_scale else None, fmt, d, x.shape, x.dtype)
-        from ..kernels import quantize as kq
-        with on_device(x):
-            return kq.quantize(x, fmt, d, scale_mode=scale_mode, global_scale=global_scale)
+        data, scales, g = call_op(torch.ops.fp4attn.quantize, _quantize_impl, x, fmt, d, scale_mode, global_scale)
+        return FP4Tensor(data, scales, g if global_scale else None, fmt, d, x.shape, x.dtype)
     return core.quantize_reference(x, fmt, d, scale_mode=scale_mode, global_scale=global_scale)
 
 
@@ -100,7 +96,6 @@ def fake_quantize(x: torch.Tensor, fmt: str = "nvfp4", dim: int = -1, *, scale_m
     core._check_fmt(fmt, scale_mode, global_scale)
     d = core._norm_dim(dim, x.dim())
     if kernels_for(x):
-        if traced(x):
-            return torch.ops.fp4attn.fake_quantize(x, fmt, d, scale_mode, global_scale)
-        return _FakeQuantizeKernelSTE.apply(x, fmt, d, scale_mode, global_scale)
+        return call_op(torch.ops.fp4attn.fake_quantize, _FakeQuantizeKernelSTE.apply, x, fmt, d, scale_mode,
+                       global_scale)
     return core.fake_quantize_reference(x, fmt, d, scale_mode=scale_mode, global_scale=global_scale)

@@ -13,7 +13,7 @@ import numbers
 import torch
 
 from .. import reference
-from ._dispatch import kernels_for, on_device, traced
+from ._dispatch import call_op, kernels_for, on_device
 from ._validate import check_attention_args, check_bool, check_fmt, fake_outputs
 from .attention import finish, op_outputs
 
@@ -46,10 +46,9 @@ def thrift_attention(q, k, v, *, causal=False, scale=None, budget=0.05, block_si
     if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 16 \
             or block_size % 16:
         raise ValueError(f"block_size must be a positive multiple of 16, got {block_size!r}")
-    on_gpu = kernels_for(q, k, v)
-    if on_gpu and fmt == "nvfp4" and block_size == 64 and q.dtype != torch.float64:
-        args = (q, k, v, causal, scale, budget, layout, return_lse)
-        out, lse = torch.ops.fp4attn.thrift_attention_fp4(*args) if traced(q, k, v) else _thrift_fp4_impl(*args)
+    if kernels_for(q, k, v) and fmt == "nvfp4" and block_size == 64 and q.dtype != torch.float64:
+        out, lse = call_op(torch.ops.fp4attn.thrift_attention_fp4, _thrift_fp4_impl, q, k, v, causal, scale, budget,
+                           layout, return_lse)
         return (out, lse) if return_lse else out
     with torch.no_grad():
         out, lse = reference.thrift_attention(q, k, v, causal=causal, scale=scale, budget=budget,
