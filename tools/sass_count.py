@@ -15,7 +15,7 @@ instructions between the branch target and the branch, by opcode class, plus reg
 
     PYTHONPATH=src python tools/sass_count.py [fwd|dkdv|decode|decode_gl|decode_gl_thrift|quest|queste5|sr|
                                                fp8conv|prepq|prepk|prepv ...]
-                                              [--fmt nvfp4|mxfp4] [--smooth] [--dump DIR]
+                                              attn|attnmax ...] [--fmt nvfp4|mxfp4] [--smooth] [--dump DIR]
 
 The first loop with the most HGMMA/HMMA instructions is the main (unmasked) key-tile loop of the
 forward (the MXFP4 forward's row-max pre-pass loop has fewer) / the query-tile loop of dK/dV; it is the
@@ -172,6 +172,13 @@ def recorded_cases(which, fmt="nvfp4", smooth=False):
             q = torch.randn(1, 2, 256, 128, dtype=torch.bfloat16)
             Ka.quantize_qkv(q, torch.randn_like(q), torch.randn_like(q), fmt=fmt, path=Ka.PATH_HOPPER,
                             staged=True, smooth_q=smooth, smooth_k=smooth)
+        if "attn" in which or "attnmax" in which:  # the attention pass / row-max pass at D = 128
+            from fp4attn.kernels import attention as Ka
+            q = torch.randn(1, 2, 256, 128, dtype=torch.bfloat16)
+            pk = Ka.quantize_qkv(q, q, q, fmt=fmt, path=Ka.PATH_HOPPER, staged=True, smooth_q=smooth,
+                                 smooth_k=smooth)
+            Ka.attention_packed(pk, causal=False, scale=0.088, two_level_p=smooth, B=1, Hq=2, Hkv=2,
+                                out=torch.empty_like(q))
         rec = list(aot_probe._RECORDED)
     finally:
         JITFunction.run = run
@@ -179,9 +186,11 @@ def recorded_cases(which, fmt="nvfp4", smooth=False):
              "decode_gl_thrift": "_decode_split_kernel_gl", "quest": "_quest_mxfp4_kernel",
              "queste5": "_quest_mxfp4_kernel", "sr": "_sr_mxfp4_kernel",
              "fp8conv": "_mx_to_fp8_kernel", "prepq": "_prep_qk_kernel", "prepk": "_prep_qk_kernel",
-             "prepv": "_prep_v_kernel"}
+             "prepv": "_prep_v_kernel", "attn": "_attn_fwd_kernel", "attnmax": "_attn_fwd_kernel"}
     for w in which:
         hits = [(fn, args, kwargs) for fn, args, kwargs in rec if fn.__name__ == names.get(w)]
+        if w in ("attn", "attnmax"):  # PMAX 1: the row-max pass; the attention pass: 2 (0: two-level)
+            hits = [h for h in hits if (h[2]["PMAX"] == 1) == (w == "attnmax")]
         if w == "prepk":  # the K launch comes after Q's
             hits = hits[1:]
         if w.startswith("decode_gl"):  # the FP4 / the Thrift variant
@@ -189,6 +198,9 @@ def recorded_cases(which, fmt="nvfp4", smooth=False):
         if w in ("quest", "queste5"):  # packed MXFP4 (OUT 0) / E5M2 (OUT 1) output
             hits = [h for h in hits if h[2].get("OUT") == (w == "queste5")]
         for fn, args, kwargs in hits:
+            if w.startswith("attn"):
+                yield w, fn, args, kwargs, None
+                break
             if w.startswith("prep"):
                 rows = kwargs["BLOCK_T"]
                 cols = kwargs.get("DC", kwargs["DP"])
@@ -210,7 +222,7 @@ def main():
     a = ap.parse_args()
     cases = [(*c, None) for c in kernel_cases(a.fmt, a.which)]
     ap_rec = ("decode", "decode_gl", "decode_gl_thrift", "quest", "queste5", "sr", "fp8conv", "prepq", "prepk",
-              "prepv")
+              "prepv", "attn", "attnmax")
     cases += list(recorded_cases([w for w in a.which if w in ap_rec], a.fmt, a.smooth))
     for name, fn, args, meta, per_thread in cases:
         ck = compile_like_launch(fn, args, meta)
