@@ -4,7 +4,8 @@ Usage: PYTHONPATH=src python benchmarks/fusedmax-s16/probe_pipe.py"""
 import probe_regs as P
 
 B64 = dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=3)
-P.SHAPES = [(16, 16, 4096, 128, False), (16, 16, 4096, 128, True), (4, 16, 16384, 128, False), (16, 16, 4096, 64, False)]
+P.SHAPES = [(16, 16, 4096, 128, False), (16, 16, 4096, 128, True), (4, 16, 16384, 128, False),
+            (16, 16, 4096, 64, False)]
 P.VARIANTS = {
     "default": dict(B64, PIPE=0),
     "pipe": dict(B64, PIPE=1),

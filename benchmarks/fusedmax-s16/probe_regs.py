@@ -26,11 +26,14 @@ def inputs(B, H, N, D):
 
 
 def fn(pk, shape, cfg):
+    """A variant's call; ``cfg`` is a tile config, plus ``fused_max`` for probe_fused.py (needs the patch)."""
     from fp4attn.kernels import attention as A
     B, H, N, D, causal = shape
+    cfg = dict(cfg)
+    extra = {"fused_max": cfg.pop("fused_max")} if "fused_max" in cfg else {}
     out = torch.empty(B, H, N, D, device="cuda", dtype=torch.bfloat16)
     return (lambda: A.attention_packed(pk, causal=causal, scale=D ** -0.5, two_level_p=False, B=B, Hq=H, Hkv=H,
-                                       out=out, online=False, config=cfg)), out
+                                       out=out, online=False, config=cfg, **extra)), out
 
 
 def warm(job):
@@ -63,8 +66,8 @@ def main():
         q, k, v = inputs(B, H, N, D)
         from torch.nn.attention import SDPBackend, sdpa_kernel
         with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-            tc = do_bench(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal),
-                          warmup=25, rep=100)
+            tc = do_bench(lambda q=q, k=k, v=v, c=causal: torch.nn.functional.scaled_dot_product_attention(
+                q, k, v, is_causal=c), warmup=25, rep=100)
         for fmt in FMTS:
             pk = A.quantize_qkv(q, k, v, fmt=fmt)
             fns, ref = {}, None
