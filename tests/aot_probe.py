@@ -23,8 +23,8 @@ os.environ["FP4ATTN_AUTOTUNE"] = "0"
 import torch  # noqa: E402
 import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
-from triton.compiler import ASTSource  # noqa: E402
-from triton.runtime.jit import JITFunction  # noqa: E402
+from triton.compiler import ASTSource, make_backend  # noqa: E402
+from triton.runtime.jit import JITFunction, create_function_from_signature  # noqa: E402
 
 _TYPES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16", torch.uint8: "u8",
           torch.int32: "i32", torch.int64: "i64", torch.int8: "i8", torch.int16: "i16",
@@ -38,7 +38,32 @@ def _record(self, *args, **kwargs):
     _RECORDED.append((self, args, kwargs))
 
 
+def _source(fn, sig, consts, attrs=None):
+    if getattr(fn, "is_gluon", lambda: False)():  # a Gluon kernel (explicit layouts)
+        from triton.experimental.gluon._runtime import GluonASTSource
+        return GluonASTSource(fn, sig, consts, attrs)
+    return ASTSource(fn, sig, consts, attrs)
+
+
+def compile_bound(fn, args, kwargs, cap):
+    """triton.compile with the signature, constants and attributes a real launch would give, from Triton's
+    own binder (pointer and integer arguments divisible by 16 get ``tt.divisibility=16``, integers equal to
+    1 become constants; TMA tensor descriptors are typed by their block and layout)."""
+    target = GPUTarget("cuda", cap, 32)
+    backend = make_backend(target)
+    binder = create_function_from_signature(fn.signature, fn.params, backend)
+    bound, spec, _ = binder(*args, **kwargs)
+    names = [p.name for p in fn.params]
+    sig = {n: s[0] for n, s in zip(names, spec)}
+    consts = {(i,): v for i, (s, v) in enumerate(zip(sig.values(), bound.values())) if s == "constexpr"}
+    attrs = {(i,): backend.parse_attr(s[1]) for i, s in enumerate(spec) if isinstance(s[1], str)}
+    opts = {k: v for k, v in kwargs.items() if k in ("num_warps", "num_stages", "maxnreg")}
+    return triton.compile(_source(fn, sig, consts, attrs), target=target, options=opts)
+
+
 def compile_launch(fn, args, kwargs, cap):
+    if any(type(a).__name__ == "TensorDescriptor" for a in args):
+        return compile_bound(fn, args, kwargs, cap)
     names = [p.name for p in fn.params]
     bound = dict(zip(names, args))
     bound.update({k: v for k, v in kwargs.items() if k in names})
@@ -59,10 +84,7 @@ def compile_launch(fn, args, kwargs, cap):
         else:
             raise TypeError(f"{fn.__name__}: argument {p.name} of type {type(v).__name__}")
     opts = {k: v for k, v in kwargs.items() if k in ("num_warps", "num_stages", "maxnreg")}
-    if getattr(fn, "is_gluon", lambda: False)():  # a Gluon kernel (explicit layouts)
-        from triton.experimental.gluon._runtime import GluonASTSource
-        return triton.compile(GluonASTSource(fn, sig, consts), target=GPUTarget("cuda", cap, 32), options=opts)
-    return triton.compile(ASTSource(fn, sig, consts), target=GPUTarget("cuda", cap, 32), options=opts)
+    return triton.compile(_source(fn, sig, consts), target=GPUTarget("cuda", cap, 32), options=opts)
 
 
 # ------------------------------------------------------------------------------------ families
@@ -93,6 +115,14 @@ def fam_attention():
     for fmt, staged, kw in (("nvfp4", True, {}), ("mxfp4", True, {}),
                             ("nvfp4", False, dict(smooth_q=True, smooth_k=True, two_level_p=True))):
         A.attention_fwd(q, k, v, causal=True, scale=0.1, fmt=fmt, path=A.PATH_HOPPER, staged=staged, **kw)
+    # the Gluon attention pass (Hopper, nvfp4), D 128 and 64, causal or not
+    if A.attention_gluon.HAVE_GLUON:
+        A.attention_gluon.supported = lambda **kw: True  # CPU tensors stand in for CUDA ones
+        os.environ["FP4ATTN_ATTN_KERNEL"] = "gluon"  # also at D = 64 (auto picks it at D = 128)
+        for d, causal in ((128, False), (64, True)):
+            qd, kd = torch.randn(1, 4, 256, d, dtype=torch.bfloat16), torch.randn(1, 2, 256, d, dtype=torch.bfloat16)
+            A.attention_fwd(qd, kd, kd, causal=causal, scale=0.1, path=A.PATH_HOPPER, staged=True)
+        del os.environ["FP4ATTN_ATTN_KERNEL"]
 
 
 def fam_thrift():

@@ -552,6 +552,65 @@ def test_gpu_staged_operands(recipe):
     spec_check(o2.float(), q.float(), k.float(), v.float(), causal=True, recipe=recipe)
 
 
+GLUON_CASES = [
+    # B, hq, hkv, nq, nk, D, causal
+    (2, 4, 2, 1000, 1000, 128, False),
+    (2, 4, 2, 1000, 1000, 128, True),
+    (1, 2, 2, 517, 333, 128, True),  # Nq > Nk: rows that see no key
+    (1, 4, 1, 333, 517, 64, True),
+    (1, 4, 4, 128, 4096, 128, False),  # many key tiles per program: every ring slot reused
+    (1, 2, 2, 70, 70, 128, False),  # fewer key tiles than ring slots
+]
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", GLUON_CASES, ids=str)
+def test_gpu_gluon_attention_pass_equals_triton(case):
+    """The Gluon attention pass (``attention_gluon``: asynchronous wgmma, TMA ring) vs the Triton pass on the
+    same quantized operands and row maxima. Not bit-identical: the Gluon pass forms S·scale − m with one
+    fma where the Triton pass rounds S·scale first, so a P̃ value on an E4M3/E2M1 rounding boundary can take
+    the neighbouring code (measured on the H200: ~1e-5 relative L2, 0 on most small shapes). The bound
+    2e-4 is 20x that and ~1000x below the FP4 error itself."""
+    B, hq, hkv, nq, nk, D, causal = case
+    q, k, v = make_qkv(B, hq, hkv, nq, nk, D, dtype=torch.bfloat16, seed=nq + nk + D)
+    if not A.attention_gluon.supported(is_mx=False, two_level=False, smooth_q=False, staged=True, dp=D,
+                                       device=q.device):
+        pytest.skip("the Gluon attention pass needs an sm_90 GPU and Triton's Gluon")
+    pk = A.quantize_qkv(q, k, v, fmt="nvfp4", staged=True)
+    res = {}
+    for kern in ("triton", "gluon", "auto"):
+        out = torch.empty_like(q)
+        lse = A.attention_packed(pk, causal=causal, scale=D ** -0.5, two_level_p=False, B=B, Hq=hq, Hkv=hkv,
+                                 out=out, kernel=kern)
+        res[kern] = out, lse[:, :, :nq]
+    (o_t, l_t), (o_g, l_g) = res["triton"], res["gluon"]
+    fin = torch.isfinite(l_t)
+    assert torch.equal(fin, torch.isfinite(l_g))
+    assert (~fin).any() == (causal and nq > nk)
+    torch.testing.assert_close(l_g[fin], l_t[fin], rtol=0, atol=1e-5)
+    assert rel_l2(o_g.float(), o_t.float()) < 2e-4
+    assert torch.equal(o_g[~fin], o_t[~fin])  # rows without a visible key: 0
+    # "auto" (what fp4attn.attention runs) takes the Gluon pass at D = 128, the Triton pass at D = 64
+    want = res["gluon"] if A.attention_gluon.preferred(D) else res["triton"]
+    assert A.attention_gluon.preferred(D) == (D == 128)
+    assert torch.equal(res["auto"][0], want[0]) and torch.equal(res["auto"][1], want[1])
+
+
+def test_gluon_attention_kernel_choice_errors():
+    """``kernel`` is validated; "gluon" where the Gluon pass cannot run (CPU tensors, mxfp4 / two-level /
+    smooth_q, online softmax) raises instead of silently running the Triton pass."""
+    q, k, v = make_qkv(1, 2, 2, 64, 64, 64, device="cpu")
+    pk = A.quantize_qkv(q, k, v, fmt="nvfp4", path=A.PATH_INTERP)
+    kw = dict(causal=False, scale=0.125, two_level_p=False, B=1, Hq=2, Hkv=2, out=torch.empty_like(q))
+    with pytest.raises(ValueError, match="kernel: expected"):
+        A.attention_packed(pk, kernel="cuda", **kw)
+    with pytest.raises(ValueError, match="kernel='gluon'"):
+        A.attention_packed(pk, kernel="gluon", **kw)
+    assert not A.attention_gluon.supported(is_mx=True, two_level=False, smooth_q=False, staged=True, dp=128,
+                                           device=torch.device("cpu"))
+
+
 @gpu
 @pytest.mark.gpu
 @pytest.mark.parametrize("recipe", ["mxfp4", "sage3"])

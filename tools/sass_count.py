@@ -38,29 +38,19 @@ os.environ["FP4ATTN_AUTOTUNE"] = "0"
 import torch  # noqa: E402
 import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
-from triton.compiler import ASTSource, make_backend  # noqa: E402
-from triton.runtime.jit import create_function_from_signature  # noqa: E402
 
 from fp4attn.kernels import attn_qat as K  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+import aot_probe  # noqa: E402
 
 BIN = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
 TARGET = GPUTarget("cuda", 90, 32)
 
 
 def compile_like_launch(fn, args, kwargs):
-    """triton.compile with the signature, constants and attributes a real launch would use."""
-    backend = make_backend(TARGET)
-    binder = create_function_from_signature(fn.signature, fn.params, backend)
-    bound, spec, _ = binder(*args, **kwargs)
-    names = [p.name for p in fn.params]
-    sig = {n: s[0] for n, s in zip(names, spec)}
-    consts = {(i,): v for i, (s, v) in enumerate(zip(sig.values(), bound.values())) if s == "constexpr"}
-    attrs = {(i,): backend.parse_attr(s[1]) for i, s in enumerate(spec) if isinstance(s[1], str)}
-    opts = {k: v for k, v in kwargs.items() if k in ("num_warps", "num_stages", "maxnreg")}
-    if getattr(fn, "is_gluon", lambda: False)():  # a Gluon kernel (decode_gluon)
-        from triton.experimental.gluon._runtime import GluonASTSource
-        return triton.compile(GluonASTSource(fn, sig, consts, attrs), target=TARGET, options=opts)
-    return triton.compile(ASTSource(fn, sig, consts, attrs), target=TARGET, options=opts)
+    """triton.compile for sm_90 with the signature, constants and attributes a real launch would use."""
+    return aot_probe.compile_bound(fn, args, kwargs, 90)
 
 
 def cuobjdump(ck, flag):
@@ -97,7 +87,9 @@ def loops(ins):
     idx = {a: i for i, (a, _, _) in enumerate(ins)}
     res = []
     for i, (a, op, text) in enumerate(ins):
-        if op.startswith("BRA"):
+        # a loop's back edge is predicated; an unconditional backward BRA returns from an out-of-line
+        # block (Gluon's mbarrier spin loops) and spans no loop
+        if op.startswith("BRA") and text.startswith("@"):
             m = re.search(r"0x([0-9a-f]+)", text)
             if m and int(m.group(1), 16) <= a and int(m.group(1), 16) in idx:
                 res.append((idx[int(m.group(1), 16)], i))
@@ -132,10 +124,8 @@ def kernel_cases(fmt, which):
 
 def recorded_cases(which, fmt="nvfp4", smooth=False):
     """(name, fn, args, kwargs, values per thread or None) of launches recorded from the public launchers."""
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
     from triton.runtime.jit import JITFunction
 
-    import aot_probe
     from fp4attn.kernels import decode as Kd
     from fp4attn.kernels import quartet as Kq
     from fp4attn.kvcache import KVCache
@@ -172,13 +162,17 @@ def recorded_cases(which, fmt="nvfp4", smooth=False):
             q = torch.randn(1, 2, 256, 128, dtype=torch.bfloat16)
             Ka.quantize_qkv(q, torch.randn_like(q), torch.randn_like(q), fmt=fmt, path=Ka.PATH_HOPPER,
                             staged=True, smooth_q=smooth, smooth_k=smooth)
-        if "attn" in which or "attnmax" in which:  # the attention pass / row-max pass at D = 128
+        if "attn" in which or "attnmax" in which or "attn_gl" in which:  # attention / row-max pass, D = 128
             from fp4attn.kernels import attention as Ka
             q = torch.randn(1, 2, 256, 128, dtype=torch.bfloat16)
             pk = Ka.quantize_qkv(q, q, q, fmt=fmt, path=Ka.PATH_HOPPER, staged=True, smooth_q=smooth,
                                  smooth_k=smooth)
             Ka.attention_packed(pk, causal=False, scale=0.088, two_level_p=smooth, B=1, Hq=2, Hkv=2,
-                                out=torch.empty_like(q))
+                                out=torch.empty_like(q), kernel="triton")
+            if "attn_gl" in which:  # the Gluon attention pass (nvfp4); CPU tensors stand in for CUDA ones
+                Ka.attention_gluon.supported = lambda **kw: True
+                Ka.attention_packed(pk, causal=False, scale=0.088, two_level_p=False, B=1, Hq=2, Hkv=2,
+                                    out=torch.empty_like(q), kernel="gluon")
         rec = list(aot_probe._RECORDED)
     finally:
         JITFunction.run = run
@@ -186,7 +180,8 @@ def recorded_cases(which, fmt="nvfp4", smooth=False):
              "decode_gl_thrift": "_decode_split_kernel_gl", "quest": "_quest_mxfp4_kernel",
              "queste5": "_quest_mxfp4_kernel", "sr": "_sr_mxfp4_kernel",
              "fp8conv": "_mx_to_fp8_kernel", "prepq": "_prep_qk_kernel", "prepk": "_prep_qk_kernel",
-             "prepv": "_prep_v_kernel", "attn": "_attn_fwd_kernel", "attnmax": "_attn_fwd_kernel"}
+             "prepv": "_prep_v_kernel", "attn": "_attn_fwd_kernel", "attnmax": "_attn_fwd_kernel",
+             "attn_gl": "_attn_fwd_kernel_gl"}
     for w in which:
         hits = [(fn, args, kwargs) for fn, args, kwargs in rec if fn.__name__ == names.get(w)]
         if w in ("attn", "attnmax"):  # PMAX 1: the row-max pass; the attention pass: 2 (0: two-level)
@@ -222,7 +217,7 @@ def main():
     a = ap.parse_args()
     cases = [(*c, None) for c in kernel_cases(a.fmt, a.which)]
     ap_rec = ("decode", "decode_gl", "decode_gl_thrift", "quest", "queste5", "sr", "fp8conv", "prepq", "prepk",
-              "prepv", "attn", "attnmax")
+              "prepv", "attn", "attnmax", "attn_gl")
     cases += list(recorded_cases([w for w in a.which if w in ap_rec], a.fmt, a.smooth))
     for name, fn, args, meta, per_thread in cases:
         ck = compile_like_launch(fn, args, meta)

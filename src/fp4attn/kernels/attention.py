@@ -155,6 +155,7 @@ from ..formats.triton_helpers import (
     pack_nibbles,
     unpack_nibbles_words,
 )
+from . import attention_gluon
 from ._launch import cdiv, fast
 from ._tiles import (
     causal_key_range,
@@ -976,7 +977,8 @@ def default_max_config(dp: int, path: int, is_mx: bool = False) -> dict | None:
 
 def attention_packed(pk: PackedQKV, *, causal: bool, scale: float, two_level_p: bool, B: int, Hq: int,
                      Hkv: int, out: torch.Tensor, online: bool | None = None,
-                     config: dict | None = None, max_config: dict | None = None) -> torch.Tensor:
+                     config: dict | None = None, max_config: dict | None = None,
+                     kernel: str | None = None, gluon_config: dict | None = None) -> torch.Tensor:
     """Main kernel on the pre-pass buffers; writes ``out`` (a bhsd view, any strides) and returns
     the padded LSE (B, Hq, NQP) float32 (natural log, relative to the smoothed K if smooth_k).
 
@@ -987,6 +989,10 @@ def attention_packed(pk: PackedQKV, *, causal: bool, scale: float, two_level_p: 
     (N=1024, D=128) that alone moves the output by ~0.05 relative L2 for nvfp4 and ~0.12 for mxfp4
     against the reference (its error against exact attention is the same as the reference's). Two-level
     P is invariant to the max (P̃/s1 = 2688·exp(S − tile max)), so it always runs one pass.
+
+    ``kernel`` (default ``FP4ATTN_ATTN_KERNEL`` or "auto"): which kernel runs the attention pass with
+    the exact row max: "triton" (``_attn_fwd_kernel``), "gluon" (``attention_gluon``: asynchronous
+    wgmma, sm_90, the recipes it supports) or "auto" (Gluon where supported).
     """
     qb, is_mx = quant_block(pk.fmt)
     NQP, DP = pk.qc.shape[2], pk.qc.shape[3] * 2
@@ -1015,7 +1021,20 @@ def attention_packed(pk: PackedQKV, *, causal: bool, scale: float, two_level_p: 
     meta = dict(CAUSAL=causal, IS_MX=is_mx, TWO_LEVEL=two_level_p, STAGED=staged, SMOOTH_Q=smooth_q, PATH=pk.path,
                 QB=qb, DP=DP)
 
+    kernel = kernel or os.environ.get("FP4ATTN_ATTN_KERNEL", "auto")
+    if kernel not in ("auto", "gluon", "triton"):
+        raise ValueError(f"kernel: expected 'auto', 'gluon' or 'triton', got {kernel!r}")
+    gluon_ok = not online and pk.path == PATH_HOPPER and attention_gluon.supported(
+        is_mx=is_mx, two_level=two_level_p, smooth_q=smooth_q, staged=staged, dp=DP, device=out.device)
+    if kernel == "gluon" and not gluon_ok:
+        raise ValueError("kernel='gluon': the Gluon attention pass runs single-level nvfp4 on sm_90 "
+                         "(staged operands, D <= 128, no smooth_q, exact row max)")
+    use_gluon = gluon_ok and (kernel == "gluon" or (kernel == "auto" and attention_gluon.preferred(DP)))
+
     def launch(pmax, cfg, i0, n):
+        if pmax == 2 and use_gluon:
+            attention_gluon.launch(args, causal=causal, B=B, Hq=Hq, cfg=gluon_config or attention_gluon.DEFAULT)
+            return
         c = dict(cfg)
         extra = {k: c.pop(k) for k in ("num_warps", "num_stages", "maxnreg") if k in c}
         assert SMOOTH_Q_BLOCK % c["BLOCK_M"] == 0 and c["BLOCK_N"] % qb == 0 and N_ALIGN % c["BLOCK_N"] == 0, cfg

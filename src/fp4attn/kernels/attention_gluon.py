@@ -1,0 +1,271 @@
+"""The attention pass of ``fp4attn.attention`` on Hopper written in Gluon (issue 4): asynchronous wgmma.
+
+Same inputs, numerics and outputs as ``attention._attn_fwd_kernel`` with ``PMAX=2`` (single-level P̃
+quantized against the exact row max from the row-max pass) on the staged operands of the Hopper path
+(K̂ and V̂ᵀ in fp16, exact NVFP4 values; see ``attention``'s module docstring). Triton 3.6 issues every
+``tl.dot`` as a wgmma it waits for at once, so per warp group QKᵀ, the P̃ rounding and P·V run one after
+the other and the pass is latency-bound (BENCHMARKS.md, issue 4, sixteenth session). Here every step is
+explicit. Per key tile t, in one warp group (64 query rows):
+
+1. wait for K̂ tile t+1 (TMA into an ``NS``-slot ring, one mbarrier per slot) and issue S(t+1) = Q̂K̂ᵀ
+   asynchronously (Q̂ decoded to fp16 into shared memory once per program);
+2. wait until only that wgmma is outstanding: P·V of tile t-1 is done, so its V̂ᵀ slot is refilled
+   (``NV`` slots; with one, V̂ᵀ tile t arrives while step 3 runs) and its ϕ(P̃) registers are free;
+3. round P̃ of tile t (its S came in at the end of the previous iteration) on the ALUs while the tensor
+   cores compute S(t+1);
+4. issue O += ϕ(P̃)·V̂ asynchronously, ϕ(P̃) from registers (the wgmma A operand: no shared memory);
+5. wait for S(t+1) (all but the newest group) and refill its K̂ slot.
+
+With the exact row max (``PMAX=2``) nothing rescales the accumulator, so the P·V products chain on it
+without a wait. The score scale and the row max enter as one fma (S·scale − m); the Triton kernel rounds
+S·scale first, so ~1e-5 relative L2 of the outputs differ (a P̃ code flips where a value sits on a rounding
+boundary; GPU tests). The P̃ rounding is the shared ``fake_quant_p``; the masks, the non-finite flags and the
+epilogue follow the Triton kernel (``_tiles`` helpers). GPU only (Gluon has no interpreter): the CPU
+tests run the Triton kernel; the GPU tests compare both.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from ..formats.triton_helpers import e2m1_decode_f16, e4m3_decode_f16, fake_quant_p
+from ._tiles import causal_key_range, softmax_finish, visible
+
+try:  # Gluon ships with Triton >= 3.5
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.hopper import (
+        fence_async_shared,
+        mbarrier,
+        tma,
+        warpgroup_mma,
+        warpgroup_mma_wait,
+    )
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+    HAVE_GLUON = True
+except ImportError:  # pragma: no cover - older Triton: the Triton kernel serves every device
+    HAVE_GLUON = False
+
+
+if HAVE_GLUON:
+
+    @gluon.jit
+    def _p_tile(s_acc, m_use, qk_scale, l_i, start_n, offs_m, keys0, Nk, causal_off, full_end,
+                CAUSAL: gl.constexpr, QB: gl.constexpr, P_L: gl.constexpr):
+        """P̃ of one score tile against the exact row max (masked past ``full_end``), the row sums of the
+        unquantized P̃, and ϕ(P̃) in fp16 in the layout of the P·V wgmma's A operand."""
+        s = gl.fma(s_acc, qk_scale, -m_use[:, None])  # S·scale − m (log2 domain), one rounding
+        if start_n >= full_end:
+            s = gl.where(visible(start_n + keys0, offs_m, Nk, causal_off, CAUSAL), s, float("-inf"))
+        p = gl.exp2(s)
+        l_i = l_i + gl.sum(p, 1)
+        p16 = gl.convert_layout(fake_quant_p(p, QB, False).to(gl.float16), P_L)
+        return p16, l_i
+
+    @gluon.jit
+    def _load(desc, smem, bar, r, c, slot):
+        """TMA of the tile at (r, c) of ``desc`` into ring slot ``slot``, completing on its mbarrier."""
+        mbarrier.expect(bar.index(slot), desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(desc, [r, c], bar.index(slot), smem.index(slot))
+
+    @gluon.jit
+    def _pv_done(acc, p16, v_desc, v_smem, v_bar, vrow, t, n_tiles, BLOCK_N: gl.constexpr, NV: gl.constexpr,
+                 PENDING: gl.constexpr):
+        """Wait for the P·V product of tile t - 1 (all but PENDING newer groups), then refill its V̂ᵀ slot
+        (and free the registers of its ϕ(P̃))."""
+        acc, p16 = warpgroup_mma_wait(PENDING, deps=[acc, p16])
+        gl.thread_barrier()
+        if t >= 1:
+            if t - 1 + NV < n_tiles:
+                _load(v_desc, v_smem, v_bar, vrow, (t - 1 + NV) * BLOCK_N, (t - 1) % NV)
+        return acc, p16
+
+    @gluon.jit
+    def _step(t, s_cur, acc, p16, l_i, q_smem, k_desc, k_smem, k_bar, v_desc, v_smem, v_bar, krow, vrow, n_tiles,
+              zero_s, m_use, qk_scale, offs_m, keys0, Nk, causal_off, full_end, CAUSAL: gl.constexpr,
+              QB: gl.constexpr, P_L: gl.constexpr, BLOCK_N: gl.constexpr, NS: gl.constexpr, NV: gl.constexpr):
+        """Key tile t of the loop (t + 1 < n_tiles): issue S of tile t + 1, round P̃ of tile t (its S is
+        ``s_cur``), issue its P·V, return S of tile t + 1."""
+        nxt = (t + 1) % NS
+        # S of the next tile, on the tensor cores while this tile's P̃ is rounded
+        mbarrier.wait(k_bar.index(nxt), ((t + 1) // NS) & 1)
+        s_tok = warpgroup_mma(q_smem, k_smem.index(nxt).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+        acc, p16 = _pv_done(acc, p16, v_desc, v_smem, v_bar, vrow, t, n_tiles, BLOCK_N, NV, 1)
+        p16, l_i = _p_tile(s_cur, m_use, qk_scale, l_i, t * BLOCK_N, offs_m, keys0, Nk, causal_off, full_end,
+                           CAUSAL, QB, P_L)
+        mbarrier.wait(v_bar.index(t % NV), (t // NV) & 1)
+        acc = warpgroup_mma(p16, v_smem.index(t % NV).permute((1, 0)), acc, is_async=True)
+        # all but the newest group (this P·V) done: the next S; its K̂ slot is free
+        s_next, acc = warpgroup_mma_wait(1, deps=[s_tok, acc])
+        gl.thread_barrier()
+        if t + 1 + NS < n_tiles:
+            _load(k_desc, k_smem, k_bar, krow + (t + 1 + NS) * BLOCK_N, 0, nxt)
+        return s_next, acc, p16, l_i
+
+    @gluon.jit
+    def _attn_fwd_kernel_gl(Qc, Qs, k_desc, v_desc, O, LSE, MBUF, QBAD, KVBAD,
+                            so_b, so_h, so_n, so_d,
+                            qk_scale, Hq, GROUP, Nq, Nk, NQP, NKP, D,
+                            CAUSAL: gl.constexpr, QB: gl.constexpr,
+                            BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, DP: gl.constexpr, NS: gl.constexpr,
+                            NV: gl.constexpr, UNROLL: gl.constexpr, Q_SL: gl.constexpr, num_warps: gl.constexpr):
+        S_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                      instr_shape=[16, BLOCK_N, 16])
+        O_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                      instr_shape=[16, DP, 16])
+        P_L: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=O_L, k_width=2)
+        LQ: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [num_warps, 1], [1, 0])
+        ROW: gl.constexpr = gl.SliceLayout(1, S_L)
+
+        start_m = gl.program_id(0)
+        pid_bh = gl.program_id(1)
+        b = pid_bh // Hq
+        h = pid_bh % Hq
+        kv_bh = b * (Hq // GROUP) + h // GROUP  # GQA: no repeated K/V in memory
+        m0 = start_m * BLOCK_M
+
+        # ---- Q̂ (exact fp16) into shared memory, once per program ------------------------------------
+        qr = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, LQ))
+        qd = gl.arange(0, DP, layout=gl.SliceLayout(0, LQ))
+        qrow = pid_bh.to(gl.int64) * NQP + qr
+        byte = gl.load(Qc + qrow[:, None] * (DP // 2) + (qd // 2)[None, :]).to(gl.int32)
+        code = (byte >> ((qd % 2) * 4)[None, :]) & 0xF  # element 2i: low nibble of byte i
+        sb = gl.load(Qs + qrow[:, None] * (DP // QB) + (qd // QB)[None, :])
+        q_smem = gl.allocate_shared_memory(gl.float16, [BLOCK_M, DP], Q_SL,
+                                           e2m1_decode_f16(code) * e4m3_decode_f16(sb))
+
+        # ---- the K̂ / V̂ᵀ ring -------------------------------------------------------------------------
+        k_smem = gl.allocate_shared_memory(gl.float16, [NS, BLOCK_N, DP], k_desc.layout)
+        v_smem = gl.allocate_shared_memory(gl.float16, [NV, DP, BLOCK_N], v_desc.layout)
+        k_bar = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())
+        v_bar = gl.allocate_shared_memory(gl.int64, [NV, 1], mbarrier.MBarrierLayout())
+        for i in gl.static_range(NS):
+            mbarrier.init(k_bar.index(i), count=1)
+        for i in gl.static_range(NV):
+            mbarrier.init(v_bar.index(i), count=1)
+        fence_async_shared()
+
+        causal_off = Nk - Nq  # bottom-right: query i sees keys j <= i + Nk - Nq
+        hi, full_end = causal_key_range(m0, Nq, Nk, BLOCK_M, BLOCK_N, CAUSAL)
+        n_tiles = gl.cdiv(hi, BLOCK_N)
+        krow = kv_bh * NKP  # first row of this kv head in the (B·Hkv·NKP, DP) view of K̂
+        vrow = kv_bh * DP  # ... in the (B·Hkv·DP, NKP) view of V̂ᵀ
+        for i in gl.static_range(NS):
+            if i < n_tiles:
+                _load(k_desc, k_smem, k_bar, krow + i * BLOCK_N, 0, i)
+        for i in gl.static_range(NV):
+            if i < n_tiles:
+                _load(v_desc, v_smem, v_bar, vrow, i * BLOCK_N, i)
+
+        offs_m = m0 + gl.arange(0, BLOCK_M, layout=ROW)
+        keys0 = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, S_L))
+        m_i = gl.load(MBUF + pid_bh.to(gl.int64) * NQP + offs_m)  # exact row max (log2 domain)
+        m_use = gl.where(m_i == float("-inf"), 0.0, m_i)
+        l_i = gl.zeros([BLOCK_M], gl.float32, ROW)
+        acc = gl.zeros([BLOCK_M, DP], gl.float32, O_L)
+        zero_s = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, S_L)
+
+        if n_tiles > 0:
+            mbarrier.wait(k_bar.index(0), 0)
+            s_tok = warpgroup_mma(q_smem, k_smem.index(0).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+            s_cur = warpgroup_mma_wait(0, deps=[s_tok])
+            gl.thread_barrier()
+            if NS < n_tiles:  # slot 0 is free: K̂ tile NS (the loop refills the slot of tile t + 1)
+                _load(k_desc, k_smem, k_bar, krow + NS * BLOCK_N, 0, 0)
+            p16 = gl.zeros([BLOCK_M, BLOCK_N], gl.float16, P_L)
+            # tiles 0 .. n_tiles - 2 (each with a next tile); UNROLL = 2: two per iteration, the next scores
+            # alternating between two register sets instead of being copied back every tile
+            for t in range(0, n_tiles - UNROLL, UNROLL):
+                for u in gl.static_range(UNROLL):
+                    s_cur, acc, p16, l_i = _step(t + u, s_cur, acc, p16, l_i, q_smem, k_desc, k_smem, k_bar, v_desc,
+                                                 v_smem, v_bar, krow, vrow, n_tiles, zero_s, m_use, qk_scale, offs_m,
+                                                 keys0, Nk, causal_off, full_end, CAUSAL, QB, P_L, BLOCK_N, NS, NV)
+            if UNROLL == 2:
+                if (n_tiles - 1) % 2 == 1:
+                    s_cur, acc, p16, l_i = _step(n_tiles - 2, s_cur, acc, p16, l_i, q_smem, k_desc, k_smem, k_bar,
+                                                 v_desc, v_smem, v_bar, krow, vrow, n_tiles, zero_s, m_use, qk_scale,
+                                                 offs_m, keys0, Nk, causal_off, full_end, CAUSAL, QB, P_L, BLOCK_N,
+                                                 NS, NV)
+            t = n_tiles - 1
+            acc, p16 = _pv_done(acc, p16, v_desc, v_smem, v_bar, vrow, t, n_tiles, BLOCK_N, NV, 0)
+            p16, l_i = _p_tile(s_cur, m_use, qk_scale, l_i, t * BLOCK_N, offs_m, keys0, Nk, causal_off, full_end,
+                               CAUSAL, QB, P_L)
+            mbarrier.wait(v_bar.index(t % NV), (t // NV) & 1)
+            acc = warpgroup_mma(p16, v_smem.index(t % NV).permute((1, 0)), acc, is_async=True)
+            acc, p16 = warpgroup_mma_wait(0, deps=[acc, p16])
+        for i in gl.static_range(NS):
+            mbarrier.invalidate(k_bar.index(i))
+        for i in gl.static_range(NV):
+            mbarrier.invalidate(v_bar.index(i))
+
+        # ---- epilogue: non-finite flags, LSE, O = acc / l (as the Triton kernel) -----------------------
+        seen = l_i != 0.0
+        flags = KVBAD + pid_bh.to(gl.int64) * (DP + 2)
+        kbad = 2147483647 - gl.load(flags)  # first non-finite key of the kv head (2**31 - 1: none)
+        if CAUSAL:
+            row_nan = kbad <= offs_m + causal_off
+        else:
+            row_nan = kbad < Nk
+        row_nan = seen & (row_nan | (gl.load(QBAD + pid_bh.to(gl.int64) * NQP + offs_m) != 0))
+        inv_l, lse = softmax_finish(gl.where(row_nan, float("nan"), l_i), m_i)
+        gl.store(LSE + pid_bh.to(gl.int64) * NQP + offs_m, lse)
+        o = acc * gl.convert_layout(inv_l, gl.SliceLayout(1, O_L))[:, None]
+        dd = gl.arange(0, DP, layout=gl.SliceLayout(0, O_L))
+        om = gl.convert_layout(offs_m, gl.SliceLayout(1, O_L))
+        if gl.load(flags + 1) != 0:  # some V channel of the kv head is non-finite (rare)
+            col_nan = gl.load(flags + 2 + dd) != 0
+            seen_o = gl.convert_layout(seen, gl.SliceLayout(1, O_L))
+            o = gl.where(seen_o[:, None] & col_nan[None, :], float("nan"), o)
+        o_ptrs = (O + b.to(gl.int64) * so_b + h.to(gl.int64) * so_h + om[:, None].to(gl.int64) * so_n
+                  + dd[None, :] * so_d)
+        gl.store(o_ptrs, o.to(O.dtype.element_ty), mask=(om[:, None] < Nq) & (dd[None, :] < D))
+
+
+def supported(*, is_mx: bool, two_level: bool, smooth_q: bool, staged: bool, dp: int, device) -> bool:
+    """Whether this kernel can run the attention pass: single-level NVFP4 (``nvfp4``) on the staged fp16
+    operands, D padded to 64 or 128, an sm_90 GPU."""
+    if not (HAVE_GLUON and staged and not is_mx and not two_level and not smooth_q and dp in (64, 128)):
+        return False
+    return device.type == "cuda" and torch.cuda.get_device_capability(device) == (9, 0)
+
+
+def preferred(dp: int) -> bool:
+    """Whether ``kernel="auto"`` picks it: at D = 128 (H200, BENCHMARKS.md, seventeenth session: 5-7% faster
+    than the Triton pass non-causal, equal causal); at D = 64 the Triton pass was ~1% faster."""
+    return dp == 128
+
+
+@functools.lru_cache(maxsize=None)
+def _smem_layouts(block_m: int, block_n: int, dp: int):
+    f16 = gl.float16
+    return (gl.NVMMASharedLayout.get_default_for([block_m, dp], f16),
+            gl.NVMMASharedLayout.get_default_for([block_n, dp], f16),
+            gl.NVMMASharedLayout.get_default_for([dp, block_n], f16))
+
+
+# 64x64 tiles, one warp group, a 2-slot K̂ ring and one V̂ᵀ slot (loaded while P̃ is rounded): 168 registers
+# and 64 KiB of shared memory, 3 programs per SM. From the H200 sweep (benchmarks/gluon-attn-s17): a 3-slot K̂
+# ring or 2 V̂ᵀ slots (2 programs per SM) 7-20% slower, two tiles per loop iteration (no copies of S, but 212
+# registers: 2 programs per SM) 0-6% slower, 128-key tiles (255 registers) ~1% slower, a 128-register cap
+# (4 programs per SM, spills) 1.7x slower at D = 128.
+DEFAULT = {"BLOCK_M": 64, "BLOCK_N": 64, "NS": 2, "NV": 1, "UNROLL": 1, "num_warps": 4}
+
+
+def launch(args, *, causal: bool, B: int, Hq: int, cfg: dict):
+    """The PMAX=2 pass of ``attention.attention_packed`` on this kernel (``args``: that launcher's
+    argument tuple, staged operands, no smooth_q)."""
+    (qc, qs, _kc, _ks, _vc, _vs, _vexp, _table, out, lse, mbuf, kh, vh, qbad, kvbad, so_b, so_h, so_n, so_d,
+     qk_scale, _hq, group, nq, nk, nqp, nkp, d) = args
+    bm, bn, ns, nv = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["NS"], cfg["NV"]
+    dp = kh.shape[-1]
+    q_sl, k_sl, v_sl = _smem_layouts(bm, bn, dp)
+    k_desc = TensorDescriptor(kh, [kh.numel() // dp, dp], [dp, 1], [bn, dp], k_sl)
+    v_desc = TensorDescriptor(vh, [vh.numel() // nkp, nkp], [nkp, 1], [dp, bn], v_sl)
+    grid = (nqp // bm, B * Hq)
+    _attn_fwd_kernel_gl[grid](qc.view(torch.uint8), qs, k_desc, v_desc, out, lse, mbuf, qbad, kvbad,
+                              so_b, so_h, so_n, so_d, qk_scale, Hq, group, nq, nk, nqp, nkp, d,
+                              CAUSAL=causal, QB=16, BLOCK_M=bm, BLOCK_N=bn, DP=dp, NS=ns, NV=nv,
+                              UNROLL=cfg["UNROLL"], Q_SL=q_sl,
+                              num_warps=cfg["num_warps"], **{k: cfg[k] for k in ("maxnreg",) if k in cfg})
