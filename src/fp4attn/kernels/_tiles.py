@@ -139,3 +139,23 @@ def softmax_finish(l_i, m_i):
     inv_l = tl.where(empty, 0.0, 1.0 / tl.where(empty, 1.0, l_i))
     lse = tl.where(empty, float("-inf"), (m_i + tl.math.log2(tl.where(empty, 1.0, l_i))) * 0.6931471805599453)
     return inv_l, lse
+
+
+@triton.jit
+def finish_rows(l_i, m_i, offs_m, KVBAD, QBAD, pid_bh, NQP, Nk, causal_off, LSE, DP: tl.constexpr,
+                CAUSAL: tl.constexpr):
+    """Epilogue rows of the FP4 attention kernels (``attention``'s module docstring, "Non-finite inputs"):
+    from the pre-pass flags of query head ``pid_bh``, a NaN/Inf query row, or a key row the row sees, makes
+    the row's l (hence its output and LSE) NaN; stores the LSE. Returns (seen: rows with a visible key,
+    1/l, the head's flag pointer: flags[1] != 0 when some V channel is non-finite, flags[2 + d] per channel)."""
+    seen = l_i != 0.0
+    flags = KVBAD + pid_bh.to(tl.int64) * (DP + 2)
+    kbad = 2147483647 - tl.load(flags)  # first non-finite key of the kv head (2**31 - 1: none)
+    if CAUSAL:
+        row_nan = kbad <= offs_m + causal_off
+    else:
+        row_nan = kbad < Nk
+    row_nan = seen & (row_nan | (tl.load(QBAD + pid_bh.to(tl.int64) * NQP + offs_m) != 0))
+    inv_l, lse = softmax_finish(tl.where(row_nan, float("nan"), l_i), m_i)  # NaN l: NaN 1/l and LSE
+    tl.store(LSE + pid_bh.to(tl.int64) * NQP + offs_m, lse)
+    return seen, inv_l, flags

@@ -159,10 +159,10 @@ from . import attention_gluon
 from ._launch import cdiv, fast
 from ._tiles import (
     causal_key_range,
+    finish_rows,
     load_bhsd_rows,
     online_softmax_step,
     program_rows,
-    softmax_finish,
     two_level_scale,
     two_level_step,
     visible,
@@ -917,16 +917,7 @@ def _attn_fwd_kernel(Qc, Qs, Kc, Ks, Vc, Vs, VEXP, QCORR, O, LSE, MBUF, KH, VH, 
     # output row and its LSE; a NaN/Inf V element makes its channel NaN in every row (0·NaN for masked
     # keys too). Rows that see no key stay 0 / -inf. Indexed by query head (pid_bh), not kv_bh: a value
     # live across the loops would shift the register allocation of these 255-register kernels.
-    seen = l_i != 0.0
-    flags = KVBAD + pid_bh.to(tl.int64) * (DP + 2)
-    kbad = 2147483647 - tl.load(flags)  # first non-finite key of the kv head (2**31 - 1: none)
-    if CAUSAL:
-        row_nan = kbad <= offs_m + causal_off
-    else:
-        row_nan = kbad < Nk
-    row_nan = seen & (row_nan | (tl.load(QBAD + pid_bh.to(tl.int64) * NQP + offs_m) != 0))
-    inv_l, lse = softmax_finish(tl.where(row_nan, float("nan"), l_i), m_i)  # NaN l: NaN 1/l and LSE
-    tl.store(LSE + pid_bh.to(tl.int64) * NQP + offs_m, lse)
+    seen, inv_l, flags = finish_rows(l_i, m_i, offs_m, KVBAD, QBAD, pid_bh, NQP, Nk, causal_off, LSE, DP, CAUSAL)
     if TWO_LEVEL:  # acc is in units of the last tile's s1 (two_level_step)
         inv_l = inv_l * two_level_scale(tau, m_i)
         if IS_MX and PATH != 2:

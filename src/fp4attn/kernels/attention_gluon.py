@@ -31,7 +31,7 @@ import functools
 import torch
 
 from ..formats.triton_helpers import e2m1_decode_f16, e4m3_decode_f16, fake_quant_p
-from ._tiles import causal_key_range, softmax_finish, visible
+from ._tiles import causal_key_range, finish_rows, visible
 
 try:  # Gluon ships with Triton >= 3.5
     from triton.experimental import gluon
@@ -85,23 +85,29 @@ if HAVE_GLUON:
     @gluon.jit
     def _step(t, s_cur, acc, p16, l_i, q_smem, k_desc, k_smem, k_bar, v_desc, v_smem, v_bar, krow, vrow, n_tiles,
               zero_s, m_use, qk_scale, offs_m, keys0, Nk, causal_off, full_end, CAUSAL: gl.constexpr,
-              QB: gl.constexpr, P_L: gl.constexpr, BLOCK_N: gl.constexpr, NS: gl.constexpr, NV: gl.constexpr):
-        """Key tile t of the loop (t + 1 < n_tiles): issue S of tile t + 1, round P̃ of tile t (its S is
-        ``s_cur``), issue its P·V, return S of tile t + 1."""
+              QB: gl.constexpr, P_L: gl.constexpr, BLOCK_N: gl.constexpr, NS: gl.constexpr, NV: gl.constexpr,
+              LAST: gl.constexpr):
+        """Key tile t of the loop (its S is ``s_cur``): issue S of tile t + 1 (unless LAST), round P̃ of
+        tile t, issue its P·V; return S of tile t + 1 (LAST: ``s_cur``; every wgmma done)."""
         nxt = (t + 1) % NS
-        # S of the next tile, on the tensor cores while this tile's P̃ is rounded
-        mbarrier.wait(k_bar.index(nxt), ((t + 1) // NS) & 1)
-        s_tok = warpgroup_mma(q_smem, k_smem.index(nxt).permute((1, 0)), zero_s, use_acc=False, is_async=True)
-        acc, p16 = _pv_done(acc, p16, v_desc, v_smem, v_bar, vrow, t, n_tiles, BLOCK_N, NV, 1)
+        if not LAST:  # S of the next tile, on the tensor cores while this tile's P̃ is rounded
+            mbarrier.wait(k_bar.index(nxt), ((t + 1) // NS) & 1)
+            s_tok = warpgroup_mma(q_smem, k_smem.index(nxt).permute((1, 0)), zero_s, use_acc=False,
+                                  is_async=True)
+        acc, p16 = _pv_done(acc, p16, v_desc, v_smem, v_bar, vrow, t, n_tiles, BLOCK_N, NV, 0 if LAST else 1)
         p16, l_i = _p_tile(s_cur, m_use, qk_scale, l_i, t * BLOCK_N, offs_m, keys0, Nk, causal_off, full_end,
                            CAUSAL, QB, P_L)
         mbarrier.wait(v_bar.index(t % NV), (t // NV) & 1)
         acc = warpgroup_mma(p16, v_smem.index(t % NV).permute((1, 0)), acc, is_async=True)
-        # all but the newest group (this P·V) done: the next S; its K̂ slot is free
-        s_next, acc = warpgroup_mma_wait(1, deps=[s_tok, acc])
-        gl.thread_barrier()
-        if t + 1 + NS < n_tiles:
-            _load(k_desc, k_smem, k_bar, krow + (t + 1 + NS) * BLOCK_N, 0, nxt)
+        if LAST:
+            acc, p16 = warpgroup_mma_wait(0, deps=[acc, p16])
+            s_next = s_cur
+        else:
+            # all but the newest group (this P·V) done: the next S; its K̂ slot is free
+            s_next, acc = warpgroup_mma_wait(1, deps=[s_tok, acc])
+            gl.thread_barrier()
+            if t + 1 + NS < n_tiles:
+                _load(k_desc, k_smem, k_bar, krow + (t + 1 + NS) * BLOCK_N, 0, nxt)
         return s_next, acc, p16, l_i
 
     @gluon.jit
@@ -179,38 +185,27 @@ if HAVE_GLUON:
             # alternating between two register sets instead of being copied back every tile
             for t in range(0, n_tiles - UNROLL, UNROLL):
                 for u in gl.static_range(UNROLL):
-                    s_cur, acc, p16, l_i = _step(t + u, s_cur, acc, p16, l_i, q_smem, k_desc, k_smem, k_bar, v_desc,
-                                                 v_smem, v_bar, krow, vrow, n_tiles, zero_s, m_use, qk_scale, offs_m,
-                                                 keys0, Nk, causal_off, full_end, CAUSAL, QB, P_L, BLOCK_N, NS, NV)
+                    s_cur, acc, p16, l_i = _step(t + u, s_cur, acc, p16, l_i, q_smem, k_desc, k_smem, k_bar,
+                                                 v_desc, v_smem, v_bar, krow, vrow, n_tiles, zero_s, m_use, qk_scale,
+                                                 offs_m, keys0, Nk, causal_off, full_end, CAUSAL, QB, P_L, BLOCK_N,
+                                                 NS, NV, False)
             if UNROLL == 2:
                 if (n_tiles - 1) % 2 == 1:
                     s_cur, acc, p16, l_i = _step(n_tiles - 2, s_cur, acc, p16, l_i, q_smem, k_desc, k_smem, k_bar,
                                                  v_desc, v_smem, v_bar, krow, vrow, n_tiles, zero_s, m_use, qk_scale,
                                                  offs_m, keys0, Nk, causal_off, full_end, CAUSAL, QB, P_L, BLOCK_N,
-                                                 NS, NV)
-            t = n_tiles - 1
-            acc, p16 = _pv_done(acc, p16, v_desc, v_smem, v_bar, vrow, t, n_tiles, BLOCK_N, NV, 0)
-            p16, l_i = _p_tile(s_cur, m_use, qk_scale, l_i, t * BLOCK_N, offs_m, keys0, Nk, causal_off, full_end,
-                               CAUSAL, QB, P_L)
-            mbarrier.wait(v_bar.index(t % NV), (t // NV) & 1)
-            acc = warpgroup_mma(p16, v_smem.index(t % NV).permute((1, 0)), acc, is_async=True)
-            acc, p16 = warpgroup_mma_wait(0, deps=[acc, p16])
+                                                 NS, NV, False)
+            s_cur, acc, p16, l_i = _step(n_tiles - 1, s_cur, acc, p16, l_i, q_smem, k_desc, k_smem, k_bar, v_desc,
+                                         v_smem, v_bar, krow, vrow, n_tiles, zero_s, m_use, qk_scale, offs_m, keys0,
+                                         Nk, causal_off, full_end, CAUSAL, QB, P_L, BLOCK_N, NS, NV, True)
         for i in gl.static_range(NS):
             mbarrier.invalidate(k_bar.index(i))
         for i in gl.static_range(NV):
             mbarrier.invalidate(v_bar.index(i))
 
         # ---- epilogue: non-finite flags, LSE, O = acc / l (as the Triton kernel) -----------------------
-        seen = l_i != 0.0
-        flags = KVBAD + pid_bh.to(gl.int64) * (DP + 2)
-        kbad = 2147483647 - gl.load(flags)  # first non-finite key of the kv head (2**31 - 1: none)
-        if CAUSAL:
-            row_nan = kbad <= offs_m + causal_off
-        else:
-            row_nan = kbad < Nk
-        row_nan = seen & (row_nan | (gl.load(QBAD + pid_bh.to(gl.int64) * NQP + offs_m) != 0))
-        inv_l, lse = softmax_finish(gl.where(row_nan, float("nan"), l_i), m_i)
-        gl.store(LSE + pid_bh.to(gl.int64) * NQP + offs_m, lse)
+        seen, inv_l, flags = finish_rows(l_i, m_i, offs_m, KVBAD, QBAD, pid_bh, NQP, Nk, causal_off, LSE, DP,
+                                         CAUSAL)
         o = acc * gl.convert_layout(inv_l, gl.SliceLayout(1, O_L))[:, None]
         dd = gl.arange(0, DP, layout=gl.SliceLayout(0, O_L))
         om = gl.convert_layout(offs_m, gl.SliceLayout(1, O_L))
