@@ -62,7 +62,9 @@ def compile_bound(fn, args, kwargs, cap):
 
 
 def compile_launch(fn, args, kwargs, cap):
-    if any(type(a).__name__ == "TensorDescriptor" for a in args):
+    # TMA descriptors, and Gluon kernels (explicit layouts: compiled with the 16-byte pointer alignment a
+    # real launch specializes on, which their vectorized and asynchronous copies rely on): Triton's binder
+    if getattr(fn, "is_gluon", lambda: False)() or any(type(a).__name__ == "TensorDescriptor" for a in args):
         return compile_bound(fn, args, kwargs, cap)
     names = [p.name for p in fn.params]
     bound = dict(zip(names, args))

@@ -1,0 +1,54 @@
+"""Shared by this folder's probes: the output log, one decode benchmark case and the timing table."""
+import os
+
+import torch
+
+import fp4attn
+
+SHAPES = [(8, 32, 8, 32768, 128), (1, 32, 8, 131072, 128)]  # (B, Hq, Hkv, context, D) of `bench decode`
+
+
+def logger(name):
+    """print() that also appends to $OUT/<name>."""
+    log = open(os.path.join(os.environ.get("OUT", "/tmp"), name), "w")
+
+    def P(*a):
+        s = " ".join(str(x) for x in a)
+        print(s, flush=True)
+        log.write(s + "\n")
+        log.flush()
+    return P
+
+
+def decode_case(B, Hq, Hkv, N, D, keep_16bit=False, generator=None):
+    """bf16 K, V (B, Hkv, N, D), one new query token q (B, Hq, 1, D), their FP4 cache and a cuDNN SDPA call."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    kw = dict(device="cuda", dtype=torch.bfloat16, generator=generator)
+    k = torch.randn(B, Hkv, N, D, **kw)
+    v = torch.randn(B, Hkv, N, D, **kw)
+    q = torch.randn(B, Hq, 1, D, **kw)
+    cache = fp4attn.KVCache.from_dense(k, v, keep_16bit=keep_16bit)
+
+    def cudnn():
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+    return q, k, v, cache, cudnn
+
+
+def print_times(P, shape, res, width=18):
+    """res: name -> list of ms (one per repetition); the best of each, and its ratio to cuDNN's if timed."""
+    cu = min(res["cudnn"]) if "cudnn" in res else None
+    P(f"shape {shape}")
+    for name, ts in res.items():
+        ratio = f"  x cudnn {cu / min(ts):.2f}" if cu else ""
+        P(f"  {name:{width}s} {min(ts):.4f} ms{ratio}   ({', '.join(f'{t:.4f}' for t in ts)})")
+
+
+def ragged_case(B, Hq, Hkv, lens, D, NQ):
+    """A ragged FP4 cache (bf16 K with 8 large channels, V) of the given lengths and NQ new query tokens."""
+    k = torch.randn(B, Hkv, max(lens), D, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn(B, Hkv, max(lens), D, device="cuda", dtype=torch.bfloat16)
+    k[:, :, :, :8] *= 8
+    cache = fp4attn.KVCache.from_dense(k, v, lengths=lens)
+    return torch.randn(B, Hq, NQ, D, device="cuda", dtype=torch.bfloat16), cache
