@@ -343,7 +343,8 @@ _CONFIGS = {False: dict(block_n=32, num_warps=1, num_stages=2, per_sm=12, max_ti
             True: dict(block_n=64, num_warps=2, num_stages=2, per_sm=2, max_tiles=16)}
 # The Gluon kernel (decode_gluon, sm_90): one warp per program (128 registers), 32-key tiles, 16
 # programs per SM in one wave (H200 sweeps of 2026-11-22 in benchmarks/decode-s10/: 64-key tiles, 8-28
-# programs per SM, register caps of 88-112, register or L2 prefetch of later tiles were all slower).
+# programs per SM, register caps of 88-112, register or L2 prefetch of later tiles were all slower; a cp.async
+# ring of the next tiles in shared memory was no faster, benchmarks/decode-s18/: the loop is ALU-bound).
 _GLUON_CONFIG = {False: dict(block_n=32, num_warps=1, num_stages=1, per_sm=16, max_tiles=None),
                  # Thrift: 64-key tiles (the two-level P̃ tile), the selected pages in the 16-bit stream
                  True: dict(block_n=64, num_warps=1, num_stages=1, per_sm=12, max_tiles=None)}
