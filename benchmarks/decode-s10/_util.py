@@ -6,6 +6,10 @@ import torch
 import fp4attn
 
 SHAPES = [(8, 32, 8, 32768, 128), (1, 32, 8, 131072, 128)]  # (B, Hq, Hkv, context, D) of `bench decode`
+# ragged correctness cases (B, Hq, Hkv, lengths, D, new tokens)
+RAGGED_CASES = [(3, 8, 2, [300, 1000, 77], 128, 1), (3, 8, 2, [300, 1000, 77], 64, 2), (2, 32, 8, [4100, 2000], 128, 1),
+                (2, 16, 4, [700, 1500], 128, 4), (2, 4, 4, [513, 64], 128, 1), (2, 8, 4, [4099, 31], 64, 3),
+                (2, 16, 2, [1234, 2222], 128, 2)]
 
 
 def logger(name):

@@ -5,17 +5,14 @@ import torch
 from fp4attn.kernels.decode import decode_fwd
 from fp4attn.bench.common import graph_time_ms
 sys.path.insert(0, os.path.dirname(__file__))
-from _util import SHAPES, decode_case, logger, print_times, ragged_case  # noqa: E402
+from _util import RAGGED_CASES, SHAPES, decode_case, logger, print_times, ragged_case  # noqa: E402
 
 P = logger("probe2.txt")
 
 torch.manual_seed(0)
 dev = "cuda"
 worst = 0.0
-for (B, Hq, Hkv, lens, D, NQ) in [(3, 8, 2, [300, 1000, 77], 128, 1), (3, 8, 2, [300, 1000, 77], 64, 2),
-                                  (2, 32, 8, [4100, 2000], 128, 1), (2, 16, 4, [700, 1500], 128, 4),
-                                  (2, 4, 4, [513, 64], 128, 1), (2, 8, 4, [4099, 31], 64, 3),
-                                  (2, 16, 2, [1234, 2222], 128, 2)]:
+for (B, Hq, Hkv, lens, D, NQ) in RAGGED_CASES:
     q, cache = ragged_case(B, Hq, Hkv, lens, D, NQ)
     sc = D ** -0.5
     for ns in (1, 3):

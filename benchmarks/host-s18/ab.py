@@ -4,7 +4,6 @@ alternating rounds; medians and minima per variant. $OUT/ab_inproc.txt."""
 import os
 import statistics
 import sys
-import time
 
 import torch
 
@@ -13,24 +12,15 @@ import fp4attn
 sys.path.insert(0, os.environ.get("OLD_SRC", ".ab_old/src"))
 import fp4attn_old  # noqa: E402
 
-OUT = os.environ.get("OUT", "/tmp")
-log = open(os.path.join(OUT, "ab_inproc.txt"), "w")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _util import host_us as _host_us  # noqa: E402
+from _util import logger  # noqa: E402
 
-
-def P(*a):
-    s = " ".join(str(x) for x in a)
-    print(s, flush=True)
-    log.write(s + "\n")
+P = logger("ab_inproc.txt")
 
 
 def host_us(fn, n=200):
-    torch.cuda.synchronize()
-    t = time.perf_counter()
-    for _ in range(n):
-        fn()
-    t1 = time.perf_counter()
-    torch.cuda.synchronize()
-    return (t1 - t) / n * 1e6
+    return _host_us(fn, n, 0)
 
 
 def case(B, Hq, Hkv, ctx, D, rounds=12):

@@ -1,10 +1,7 @@
 """Host-time breakdown of one eager fp4attn.decode call (B=1, Hq=32, Hkv=8, D=128, 256-token cache): the op,
 decode_fwd alone, each launch alone, and a cumulative cProfile. $OUT/breakdown.txt, $OUT/profile_cum.txt."""
-import cProfile
-import io
 import os
-import pstats
-import time
+import sys
 
 import torch
 
@@ -12,26 +9,16 @@ import fp4attn
 from fp4attn.kernels import decode as Dk
 from fp4attn.kvcache import KVCache
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _util import host_us as _host_us  # noqa: E402
+from _util import logger, profile_to  # noqa: E402
+
 OUT = os.environ.get("OUT", "/tmp")
-log = open(os.path.join(OUT, "breakdown.txt"), "w")
+P = logger("breakdown.txt")
 
 
-def P(*a):
-    s = " ".join(str(x) for x in a)
-    print(s, flush=True)
-    log.write(s + "\n")
-
-
-def host_us(fn, n=400):
-    for _ in range(30):
-        fn()
-    torch.cuda.synchronize()
-    t = time.perf_counter()
-    for _ in range(n):
-        fn()
-    t1 = time.perf_counter()
-    torch.cuda.synchronize()
-    return (t1 - t) / n * 1e6, (time.perf_counter() - t) / n * 1e6
+def host_us(fn):
+    return _host_us(fn, 400, 30)
 
 
 torch.manual_seed(0)
@@ -41,20 +28,13 @@ for D, ctx in ((128, 256), (64, 256), (128, 8192)):
     q = torch.randn(1, 32, 1, D, device="cuda", dtype=torch.bfloat16)
     sc = D ** -0.5
     P(f"D={D} ctx={ctx}")
-    P("  fp4attn.decode           enqueue %.1f wall %.1f us" % host_us(lambda q=q, c=c: fp4attn.decode(q, c)))
-    P("  decode_fwd               enqueue %.1f wall %.1f us" % host_us(
+    P("  fp4attn.decode           %.1f us" % host_us(lambda q=q, c=c: fp4attn.decode(q, c)))
+    P("  decode_fwd               %.1f us" % host_us(
         lambda q=q, c=c, s=sc: Dk.decode_fwd(q, c, scale=s)))
-    P("  decode_fwd triton kernel enqueue %.1f wall %.1f us" % host_us(
+    P("  decode_fwd triton kernel %.1f us" % host_us(
         lambda q=q, c=c, s=sc: Dk.decode_fwd(q, c, scale=s, kernel="triton")))
-    P("  torch.empty x4           enqueue %.1f wall %.1f us" % host_us(
+    P("  torch.empty x4           %.1f us" % host_us(
         lambda: [torch.empty(1024, device="cuda") for _ in range(4)]))
-    P("  empty kernel launch      enqueue %.1f wall %.1f us" % host_us(lambda q=q: q.add_(0)))
+    P("  empty kernel launch      %.1f us" % host_us(lambda q=q: q.add_(0)))
     if D == 128 and ctx == 256:
-        pr = cProfile.Profile()
-        pr.enable()
-        for _ in range(300):
-            fp4attn.decode(q, c)
-        pr.disable()
-        s = io.StringIO()
-        pstats.Stats(pr, stream=s).sort_stats("cumulative").print_stats(40)
-        open(os.path.join(OUT, "profile_cum.txt"), "w").write(s.getvalue())
+        profile_to(os.path.join(OUT, "profile_cum.txt"), lambda q=q, c=c: fp4attn.decode(q, c), 300, "cumulative", 40)

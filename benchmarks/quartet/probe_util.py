@@ -23,15 +23,15 @@ def host_us(fn, warmup=50, reps=5, n=200):
     return best
 
 
-def profile(fn, n, top):
-    """cProfile of ``n`` calls of ``fn``, the ``top`` entries by own time printed."""
+def profile(fn, n, top, stream=None, sort="tottime"):
+    """cProfile of ``n`` calls of ``fn``, the ``top`` entries by ``sort`` (own time) printed (to ``stream``)."""
     pr = cProfile.Profile()
     pr.enable()
     for _ in range(n):
         fn()
     pr.disable()
     torch.cuda.synchronize()
-    pstats.Stats(pr).sort_stats("tottime").print_stats(top)
+    pstats.Stats(pr, stream=stream).sort_stats(sort).print_stats(top)
 
 
 def tiny_layer(M=256, K=256, N=256, w_scale=0.05):
