@@ -172,12 +172,13 @@ def decode(q, cache: KVCache, *, scale=None, recipe: str = "nvfp4", thrift_budge
     """
     qb, scale, thrift_budget = _check(q, cache, scale, recipe, thrift_budget, layout, return_lse)
     D = qb.shape[-1]
-    chunks = batch_chunks(qb.shape[0], qb.shape[1]) if use_kernels(qb) else None
+    kernels = use_kernels(qb)
+    chunks = batch_chunks(qb.shape[0], qb.shape[1]) if kernels else None
     if chunks:  # more (sequence, head) pairs than one launch grid holds: one call per batch chunk
         return cat_batch([decode(q[c], cache._batch_view(c), scale=scale, recipe=recipe, thrift_budget=thrift_budget,
                                  layout=layout, return_lse=return_lse, num_splits=num_splits) for c in chunks])
     with torch.no_grad(), on_device(qb):
-        kernel_ok = (use_kernels(qb) and qb.dtype != torch.float64 and D >= 16 and (D & (D - 1)) == 0
+        kernel_ok = (kernels and qb.dtype != torch.float64 and D >= 16 and (D & (D - 1)) == 0
                      and cache.page_size % 64 == 0)
         if kernel_ok:
             from ..kernels.decode import decode_fwd, select_pages
