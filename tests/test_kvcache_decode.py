@@ -930,6 +930,7 @@ def test_thrift_16bit_stream_kernel_interpreter_all_selected_is_exact_attention(
     """Thrift's 16-bit stream kernel (the Gluon path's selected pages) with every page selected, merged by
     the reduce kernel with the raw tail and no FP4 partials: plain attention over the 16-bit copy."""
     from fp4attn.kernels import decode as Dk
+    from fp4attn.kernels._launch import head_grid
 
     B, Hkv, G, nq, D = 2, 2, 2, 2, 32
     lens = [200, 77]
@@ -942,9 +943,9 @@ def test_thrift_16bit_stream_kernel_interpreter_all_selected_is_exact_attention(
     OP, MP = torch.empty(B * Hkv * n16 * BM, D), torch.empty(B * Hkv * n16 * BM)
     LP = torch.empty_like(MP)
     qk = D ** -0.5 * Dk.LOG2E
-    Dk._decode_16bit_kernel[(n16, B * Hkv)](q, c.k16, c.v16, c.page_table, c.seq_lens, sel, OP, MP, LP, qk, Hkv,
-                                            nq, G, maxp, ppp, n16, 0, D=D, PS=c.page_size, BLOCK_R=16, BLOCK_M=BM,
-                                            DOT_F32=True)
+    Dk._decode_16bit_kernel[head_grid(n16, B * Hkv)](
+        q, c.k16, c.v16, c.page_table, c.seq_lens, sel, OP, MP, LP, qk, Hkv, nq, G, maxp, ppp, n16, 0, D=D,
+        PS=c.page_size, BLOCK_R=16, BLOCK_M=BM, DOT_F32=True)
     out = torch.empty(B, Hkv * G, nq, D)
     lse = torch.empty(B, Hkv * G, nq)
     Dk._decode_reduce_kernel[(B * Hkv * G * nq,)](OP, MP, LP, q, c.k_tail, c.v_tail, c.seq_lens, out, lse, qk, n16,

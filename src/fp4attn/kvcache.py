@@ -44,7 +44,6 @@ runs as one Triton launch (:mod:`fp4attn.kernels.kvcache`, the same storage bit 
 
 from __future__ import annotations
 
-import copy
 import math
 import os
 from collections.abc import Sequence
@@ -457,17 +456,6 @@ class KVCache:
         bi = torch.arange(B, device=dev)
         out[bi, :, pidx] = torch.where(has_part, part, out[bi, :, pidx])
         return out
-
-    def _batch_view(self, rows: slice) -> KVCache:
-        """A read-only view of the sequences ``rows`` (a step-1 slice) for the decode kernels: the
-        per-sequence state sliced, the page pool shared (no copy). ``decode`` uses it to split a batch
-        with more (sequence, kv head) pairs than one launch grid holds; never append to a view."""
-        view = copy.copy(self)
-        for name in ("_lens", "_scale_set", "_pages", "seq_lens", "page_table", "k_tail", "v_tail",
-                     "k_global_scale", "v_global_scale"):
-            setattr(view, name, getattr(self, name)[rows])
-        view.batch_size = len(view._lens)
-        return view
 
     # ------------------------------------------------------------------------------------------
     # generation helpers

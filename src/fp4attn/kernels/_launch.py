@@ -51,6 +51,27 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+# CUDA limits gridDim.y and gridDim.z to 65535 (gridDim.x to 2^31 - 1).
+GRID_YZ_MAX = 65535
+
+
+def head_grid(tiles: int, heads: int) -> tuple[int, int, int]:
+    """The launch grid (tiles, y, z) of a kernel that takes its flat (batch, head) index from
+    ``_tiles.head_program`` (z·y + the program's y index): ``tiles`` programs along axis 0 for each of the
+    ``heads`` = B·H pairs, which axes 1 and 2 hold as an exact factorization y·z = B·H with both at most
+    65535 (usually y = B·H, z = 1). The block order is the (tiles, B·H) grid's: programs that share a
+    head's K/V run close together in time."""
+    if heads <= GRID_YZ_MAX:
+        return (tiles, heads, 1)
+    # the largest y <= the limit that divides B·H (e.g. y = H·d, z = B/d); none for B·H with no divisor in
+    # [B·H / 65535, 65535], e.g. a prime B·H > 65535 (one head of a prime batch)
+    for z in range(-(-heads // GRID_YZ_MAX), GRID_YZ_MAX + 1):
+        if heads % z == 0:
+            return (tiles, heads // z, z)
+    raise ValueError(f"{heads} (batch, head) pairs do not factor into two launch-grid axes of at most "
+                     f"{GRID_YZ_MAX} each; pad or split the batch")
+
+
 def next_pow2(n: int) -> int:
     """``triton.next_power_of_2`` for host code (0 for 0, as Triton's)."""
     return 1 << (n - 1).bit_length() if n > 0 else 0

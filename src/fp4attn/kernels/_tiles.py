@@ -5,19 +5,26 @@ import triton.language as tl
 
 
 @triton.jit
+def head_program():
+    """(t, bh): the tile index t (grid axis 0) and the flat (batch, head) index bh of a program on a
+    ``_launch.head_grid`` grid, which folds B·H over axes 1 and 2 (y·z = B·H) so that B·H may exceed CUDA's
+    limit of 65535 per axis; the block order is that of a (tiles, B·H) grid."""
+    return tl.program_id(0), tl.program_id(2) * tl.num_programs(1) + tl.program_id(1)
+
+
+@triton.jit
 def program_rows(H, BLOCK: tl.constexpr):
-    """The tile of a program on a (token tiles, B·H) grid over a (B, H, N, ·) tensor:
+    """The tile of a program on a (token tiles, B·H) ``head_grid`` over a (B, H, N, ·) tensor:
     (tile index t, flat head index bh, b, h, the tile's BLOCK token indices t·BLOCK ...)."""
-    t = tl.program_id(0)
-    bh = tl.program_id(1)
+    t, bh = head_program()
     return t, bh, bh // H, bh % H, t * BLOCK + tl.arange(0, BLOCK)
 
 
 @triton.jit
 def kv_head_program(LENS, Hkv):
-    """The sequence and kv head of a decode program on a (·, B·Hkv) grid: (pid_bh, b, h, L = its length,
-    C = L - L % 16: its committed (quantized) tokens; the rest is the raw 16-bit tail)."""
-    pid_bh = tl.program_id(1)
+    """The sequence and kv head of a decode program on a (·, B·Hkv) ``head_grid``: (pid_bh, b, h, L = its
+    length, C = L - L % 16: its committed (quantized) tokens; the rest is the raw 16-bit tail)."""
+    _, pid_bh = head_program()
     b = pid_bh // Hkv
     h = pid_bh % Hkv
     L = tl.load(LENS + b)

@@ -156,10 +156,11 @@ from ..formats.triton_helpers import (
     unpack_nibbles_words,
 )
 from . import attention_gluon
-from ._launch import cdiv, fast
+from ._launch import cdiv, fast, head_grid
 from ._tiles import (
     causal_key_range,
     finish_rows,
+    head_program,
     load_bhsd_rows,
     online_softmax_step,
     program_rows,
@@ -343,20 +344,22 @@ def _prep_v_kernel(X, sx_b, sx_h, sx_n, sx_d, C, S, VEXP, VH, KVF, H, N, D, NP, 
     NaN/±Inf (their elements get finite codes, as in ``_prep_qk_kernel``): KVF[q head, 2 + c] = 1 and
     KVF[q head, 1] = 1 (int32 (B, H·GROUP, 2 + DP)) for each of the GROUP query heads of this kv head.
 
-    A program takes BLOCK_T tokens × DC channels (grid (NP/BLOCK_T, B·H, DP/DC)). The blocks run along
+    A program takes BLOCK_T tokens × DC channels (grid (NP/BLOCK_T · DP/DC, B·H): axis 0 the token tile
+    and channel chunk, the chunk fastest). The blocks run along
     tokens while V is stored token-major, so the tile is loaded as (R, BLOCK_T/QB, QB/R, DC) with
     element [r, j, g, c] = token j·QB + g·R + r: Triton lays a load out with 8 channels per thread, the
     lanes and warps over the middle axes (the launcher sizes them to cover them exactly) and the first
     axis in registers, so each thread holds R consecutive tokens of its channels and a block spans R
     registers × QB/R lanes of one warp. Permuted and reshaped to (blocks·DC, QB) (a relabeling, no data
     movement) it goes through the same ``_quant_rows`` as Q and K, with in-thread block reductions."""
-    pid_t = tl.program_id(0)
-    pid_bh = tl.program_id(1)
+    NC: tl.constexpr = DP // DC
+    pid_tc, pid_bh = head_program()
+    pid_t = pid_tc // NC
     b = pid_bh // H
     h = pid_bh % H
     G: tl.constexpr = QB // R
     NB: tl.constexpr = BLOCK_T // QB
-    ch = tl.program_id(2) * DC + tl.arange(0, DC)  # (DC,) channels
+    ch = (pid_tc % NC) * DC + tl.arange(0, DC)  # (DC,) channels
     tok = (pid_t * BLOCK_T + tl.arange(0, G)[:, None, None, None] * R + tl.arange(0, NB)[None, :, None, None] * QB
            + tl.arange(0, R)[None, None, :, None])  # (G, NB, R, 1) token of [g, j, r, .]
     c4 = ch[None, None, None, :]
@@ -435,11 +438,9 @@ def smooth_q_corr(pk: "PackedQKV", i0: int, nqbc: int, out: torch.Tensor | None 
             else pk.qbar)  # unused pointer without smooth_k
     bt, cqb, nw = _CORR_CFG["block_t"], _CORR_CFG["cqb"], _CORR_CFG["num_warps"]
     bt = bt if DP <= 128 else bt // 2
-    fast(_smooth_q_corr_kernel)[(NKP // bt, B * Hkv)](k, *k.stride(), ksub, pk.qbar, out, Hkv, pk.nk, pk.d, NKP, NQB,
-                                                      Hq // Hkv, i0, nqbc, pk.nq,
-                                                      SUB_MODE=1 if pk.kbar is not None else 0,
-                                                      CAUSAL=causal, CQB=cqb, BLOCK_T=bt,
-                                                      DP=DP, num_warps=nw)
+    fast(_smooth_q_corr_kernel)[head_grid(NKP // bt, B * Hkv)](
+        k, *k.stride(), ksub, pk.qbar, out, Hkv, pk.nk, pk.d, NKP, NQB, Hq // Hkv, i0, nqbc, pk.nq,
+        SUB_MODE=1 if pk.kbar is not None else 0, CAUSAL=causal, CQB=cqb, BLOCK_T=bt, DP=DP, num_warps=nw)
     return out
 
 
@@ -611,24 +612,22 @@ def quantize_qkv(q, k, v, *, fmt: str = "nvfp4", smooth_q: bool = False, smooth_
     bq, bt = bq // wide, bt // wide
     if smooth_q:  # Q: tiles of 128 rows when smoothing (the q̄ blocks)
         bq, nwq = SMOOTH_Q_BLOCK, cfg["q_smooth_warps"]
-    fast(_prep_qk_kernel)[(NQP // bq, B * Hq)](q, *q.stride(), qc, qs, qs, qbar, qs, qbad, kvbad, qkb, ksub, Hq, Nq, D,
-                                               NQP, g, SUB_MODE=2 if smooth_q else 0, QK_SHIFT=smooth_k, BAD_MODE=1,
-                                               PACKED=True, STAGE=False, QB=qb, IS_MX=is_mx, BLOCK_T=bq, DP=DP,
-                                               num_warps=nwq)
-    fast(_prep_qk_kernel)[(NKP // bt, B * Hkv)](k, *k.stride(), kc if not stage else ks, ks, ksub, ks,
-                                                kh if stage else ks, ks, kvbad, ks, ks, Hkv, Nk, D, NKP, g,
-                                                SUB_MODE=1 if smooth_k else 0, QK_SHIFT=False, BAD_MODE=2,
-                                                PACKED=not stage, STAGE=stage, QB=qb, IS_MX=is_mx, BLOCK_T=bt, DP=DP,
-                                                num_warps=nw)
+    fast(_prep_qk_kernel)[head_grid(NQP // bq, B * Hq)](
+        q, *q.stride(), qc, qs, qs, qbar, qs, qbad, kvbad, qkb, ksub, Hq, Nq, D, NQP, g,
+        SUB_MODE=2 if smooth_q else 0, QK_SHIFT=smooth_k, BAD_MODE=1, PACKED=True, STAGE=False, QB=qb, IS_MX=is_mx,
+        BLOCK_T=bq, DP=DP, num_warps=nwq)
+    fast(_prep_qk_kernel)[head_grid(NKP // bt, B * Hkv)](
+        k, *k.stride(), kc if not stage else ks, ks, ksub, ks, kh if stage else ks, ks, kvbad, ks, ks, Hkv, Nk, D,
+        NKP, g, SUB_MODE=1 if smooth_k else 0, QK_SHIFT=False, BAD_MODE=2, PACKED=not stage, STAGE=stage, QB=qb,
+        IS_MX=is_mx, BLOCK_T=bt, DP=DP, num_warps=nw)
     # V: 128 tokens x dc channels per program, r consecutive tokens x 8 channels per thread (see
     # _prep_v_kernel; r = 4: no register spill at D = 128 but ~15% more instructions per element)
     dc, r = cfg["v"]
     dc = min(DP, dc)
-    fast(_prep_v_kernel)[(NKP // 128, B * Hkv, DP // dc)](v, *v.stride(), vc if not stage_v else ks,
-                                                          vs if not stage_v else ks, vexp, vh if stage_v else ks, kvbad,
-                                                          Hkv, Nk, D, NKP, g, PACKED=not stage_v, STAGE=stage_v, QB=qb,
-                                                          IS_MX=is_mx, R=r, BLOCK_T=128, DC=dc, DP=DP,
-                                                          num_warps=128 * dc // (r * 256))
+    fast(_prep_v_kernel)[head_grid(NKP // 128 * (DP // dc), B * Hkv)](
+        v, *v.stride(), vc if not stage_v else ks, vs if not stage_v else ks, vexp, vh if stage_v else ks, kvbad,
+        Hkv, Nk, D, NKP, g, PACKED=not stage_v, STAGE=stage_v, QB=qb, IS_MX=is_mx, R=r, BLOCK_T=128, DC=dc, DP=DP,
+        num_warps=128 * dc // (r * 256))
     if stage and is_mx:
         vh = _stage_v(vc, vs, vexp, is_mx, qb, path)
         vc = vs = none
@@ -844,8 +843,8 @@ def _attn_fwd_kernel(Qc, Qs, Kc, Ks, Vc, Vs, VEXP, QCORR, O, LSE, MBUF, KH, VH, 
                      CAUSAL: tl.constexpr, IS_MX: tl.constexpr, TWO_LEVEL: tl.constexpr, STAGED: tl.constexpr,
                      SMOOTH_Q: tl.constexpr, PATH: tl.constexpr, QB: tl.constexpr,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DP: tl.constexpr):
-    start_m = tl.program_id(0) + I0 * (128 // BLOCK_M)  # I0: first 128-query block of this launch
-    pid_bh = tl.program_id(1)
+    pid_m, pid_bh = head_program()
+    start_m = pid_m + I0 * (128 // BLOCK_M)  # I0: first 128-query block of this launch
     b = pid_bh // Hq
     h = pid_bh % Hq
     kv_bh = (b * (Hq // GROUP) + h // GROUP).to(tl.int64)  # GQA: no repeated K/V in memory
@@ -1029,7 +1028,7 @@ def attention_packed(pk: PackedQKV, *, causal: bool, scale: float, two_level_p: 
         c = dict(cfg)
         extra = {k: c.pop(k) for k in ("num_warps", "num_stages", "maxnreg") if k in c}
         assert SMOOTH_Q_BLOCK % c["BLOCK_M"] == 0 and c["BLOCK_N"] % qb == 0 and N_ALIGN % c["BLOCK_N"] == 0, cfg
-        grid = (n * (SMOOTH_Q_BLOCK // c["BLOCK_M"]), B * Hq)
+        grid = head_grid(n * (SMOOTH_Q_BLOCK // c["BLOCK_M"]), B * Hq)
         fast(_attn_fwd_kernel)[grid](*args, i0, n, PMAX=pmax, **meta, **c, **extra)
 
     for i0 in range(0, nqb, chunk):

@@ -31,7 +31,8 @@ import functools
 import torch
 
 from ..formats.triton_helpers import e2m1_decode_f16, e4m3_decode_f16, fake_quant_p
-from ._tiles import causal_key_range, finish_rows, visible
+from ._launch import head_grid
+from ._tiles import causal_key_range, finish_rows, head_program, visible
 
 try:  # Gluon ships with Triton >= 3.5
     from triton.experimental import gluon
@@ -125,8 +126,7 @@ if HAVE_GLUON:
         LQ: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [num_warps, 1], [1, 0])
         ROW: gl.constexpr = gl.SliceLayout(1, S_L)
 
-        start_m = gl.program_id(0)
-        pid_bh = gl.program_id(1)
+        start_m, pid_bh = head_program()
         b = pid_bh // Hq
         h = pid_bh % Hq
         kv_bh = b * (Hq // GROUP) + h // GROUP  # GQA: no repeated K/V in memory
@@ -258,7 +258,7 @@ def launch(args, *, causal: bool, B: int, Hq: int, cfg: dict):
     q_sl, k_sl, v_sl = _smem_layouts(bm, bn, dp)
     k_desc = TensorDescriptor(kh, [kh.numel() // dp, dp], [dp, 1], [bn, dp], k_sl)
     v_desc = TensorDescriptor(vh, [vh.numel() // nkp, nkp], [nkp, 1], [dp, bn], v_sl)
-    grid = (nqp // bm, B * Hq)
+    grid = head_grid(nqp // bm, B * Hq)
     _attn_fwd_kernel_gl[grid](qc.view(torch.uint8), qs, k_desc, v_desc, out, lse, mbuf, qbad, kvbad,
                               so_b, so_h, so_n, so_d, qk_scale, Hq, group, nq, nk, nqp, nkp, d,
                               CAUSAL=causal, QB=16, BLOCK_M=bm, BLOCK_N=bn, DP=dp, NS=ns, NV=nv,

@@ -57,8 +57,8 @@ import triton
 import triton.language as tl
 
 from ..formats.triton_helpers import fake_quant_blocks, fake_quant_p
-from ._launch import cdiv, fast
-from ._tiles import causal_key_range, load_bhsd_rows, program_rows, softmax_finish, visible
+from ._launch import cdiv, fast, head_grid
+from ._tiles import causal_key_range, head_program, load_bhsd_rows, program_rows, softmax_finish, visible
 
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
@@ -133,8 +133,7 @@ def _prep_kernel(X, Y, sx_b, sx_h, sx_n, sx_d, H, N, D, NP,
     # The tile is loaded directly as (rows, blocks, QB) so that the block axis is a real tensor axis:
     # loads and stores then stay vectorized along the contiguous dim (a 2-D load followed by a
     # reshape made Triton propagate the reshape's layout back to scalar 2-byte loads).
-    pid_t = tl.program_id(0)
-    pid_bh = tl.program_id(1)
+    pid_t, pid_bh = head_program()
     b = pid_bh // H
     h = pid_bh % H
     t0 = pid_t * BLOCK_T
@@ -176,7 +175,7 @@ def prep(x: torch.Tensor, mode: int, fmt: str, dot_dtype: torch.dtype) -> torch.
     args = (x, y, *x.stride(), H, N, D, NP)
     meta = dict(MODE=mode, QB=qb, IS_MX=is_mx, DP=DP)
     cfg = None if _autotune() else {"BLOCK_T": 64 if DP <= 128 else 32, "num_warps": 4}
-    _launch(_prep_kernel, _prep_tuned, lambda m: (NP // m["BLOCK_T"], B * H), args, meta, cfg)
+    _launch(_prep_kernel, _prep_tuned, lambda m: head_grid(NP // m["BLOCK_T"], B * H), args, meta, cfg)
     return y
 
 
@@ -250,8 +249,7 @@ def _fwd_kernel(Qf, Kf, Vf, O, OP, LSE,
                 CAUSAL: tl.constexpr, HP_O: tl.constexpr, QB: tl.constexpr, IS_MX: tl.constexpr,
                 EXACT_M: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DP: tl.constexpr,
                 MAX_BN: tl.constexpr = 0):
-    start_m = tl.program_id(0)
-    pid_bh = tl.program_id(1)
+    start_m, pid_bh = head_program()
     b = pid_bh // Hq
     h = pid_bh % Hq
     kv_bh = b * (Hq // GROUP) + h // GROUP
@@ -361,7 +359,7 @@ def forward(qf: torch.Tensor, kf: torch.Tensor, vf: torch.Tensor, o: torch.Tenso
         meta["MAX_BN"] = max_pass_block_n(DP)
     if config is None and not _autotune():
         config = _default_config("fwd", DP)
-    _launch(_fwd_kernel, _fwd_tuned, lambda m: (NQP // m["BLOCK_M"], B * Hq), args, meta, config)
+    _launch(_fwd_kernel, _fwd_tuned, lambda m: head_grid(NQP // m["BLOCK_M"], B * Hq), args, meta, config)
     return op, lse
 
 
@@ -475,8 +473,7 @@ def _bwd_dkdv_kernel(Qb, Kb, Vb, DOb, LSE, Delta, DK, DV,
                      qk_scale, scale, Hq, GROUP, Nq, Nk, NQP, NKP, D,
                      CAUSAL: tl.constexpr, QUANT_P: tl.constexpr, QB: tl.constexpr, IS_MX: tl.constexpr,
                      P_QK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DP: tl.constexpr):
-    pid_n = tl.program_id(0)
-    pid_bh = tl.program_id(1)  # b * Hkv + kv head
+    pid_n, pid_bh = head_program()  # pid_bh = b * Hkv + kv head
     Hkv = Hq // GROUP
     b = pid_bh // Hkv
     hk = pid_bh % Hkv
@@ -562,8 +559,7 @@ def _bwd_dq_kernel(Qb, Kb, Vb, DOb, LSE, Delta, DQ,
                    sq_b, sq_h, sq_n, sq_d,
                    qk_scale, scale, Hq, GROUP, Nq, Nk, NQP, NKP, D,
                    CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DP: tl.constexpr):
-    pid_m = tl.program_id(0)
-    pid_bh = tl.program_id(1)
+    pid_m, pid_bh = head_program()
     b = pid_bh // Hq
     h = pid_bh % Hq
     kv_bh = b * (Hq // GROUP) + h // GROUP
@@ -653,7 +649,7 @@ def backward(do: torch.Tensor, o_for_delta: torch.Tensor, qb: torch.Tensor, kb: 
     has_dlse = dlse is not None
     if has_dlse:
         dlse = dlse.float().contiguous()
-    fast(_bwd_pre_kernel)[(NQP // 64, B * Hq)](
+    fast(_bwd_pre_kernel)[head_grid(NQP // 64, B * Hq)](
         o_for_delta, do, dop, dlse if has_dlse else delta, delta, *o_for_delta.stride(), *do.stride(),
         Hq, nq, d, NQP, HAS_DLSE=has_dlse, WRITE_DO=not reuse_do, BLOCK_M=64, DP=DP, num_warps=4)
     group = Hq // Hkv
@@ -666,9 +662,9 @@ def backward(do: torch.Tensor, o_for_delta: torch.Tensor, qb: torch.Tensor, kb: 
     if not _autotune():
         configs.setdefault("dkdv", _default_config("dkdv", DP))
         configs.setdefault("dq", _default_config("dq", DP))
-    _launch(_bwd_dkdv_kernel, _dkdv_tuned, lambda m: (NKP // m["BLOCK_N"], B * Hkv), args_kv, meta_kv,
+    _launch(_bwd_dkdv_kernel, _dkdv_tuned, lambda m: head_grid(NKP // m["BLOCK_N"], B * Hkv), args_kv, meta_kv,
             configs.get("dkdv"))
-    _launch(_bwd_dq_kernel, _dq_tuned, lambda m: (NQP // m["BLOCK_M"], B * Hq), args_q, meta_q,
+    _launch(_bwd_dq_kernel, _dq_tuned, lambda m: head_grid(NQP // m["BLOCK_M"], B * Hq), args_q, meta_q,
             configs.get("dq"))
 
 

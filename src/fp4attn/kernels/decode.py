@@ -66,7 +66,7 @@ from ..formats.triton_helpers import (
     unpack_nibbles,
 )
 from . import decode_gluon
-from ._launch import cdiv, fast, next_pow2
+from ._launch import cdiv, fast, head_grid, next_pow2
 from ._tiles import kv_head_program, online_softmax_step
 from .attention import _fp4_tile_f16
 
@@ -341,13 +341,21 @@ def _decode_16bit_kernel(Q, K16, V16, PT, LENS, SEL, OP, MP, LP, qk_scale, Hkv, 
 # fewer programs per SM.
 _CONFIGS = {False: dict(block_n=32, num_warps=1, num_stages=2, per_sm=12, max_tiles=None),
             True: dict(block_n=64, num_warps=2, num_stages=2, per_sm=2, max_tiles=16)}
-# The Gluon kernel (decode_gluon, sm_90): one warp per program (128 registers), 32-key tiles, 16
+# The Gluon kernel (decode_gluon, sm_90): one warp per program (at most 128 registers), 32-key tiles, 16
 # programs per SM in one wave (H200 sweeps of 2026-11-22 in benchmarks/decode-s10/: 64-key tiles, 8-28
 # programs per SM, register caps of 88-112, register or L2 prefetch of later tiles were all slower; a cp.async
 # ring of the next tiles in shared memory was no faster, benchmarks/decode-s18/: the loop is ALU-bound).
 _GLUON_CONFIG = {False: dict(block_n=32, num_warps=1, num_stages=1, per_sm=16, max_tiles=None),
-                 # Thrift: 64-key tiles (the two-level P̃ tile), the selected pages in the 16-bit stream
+                 # Thrift: 64-key tiles (the two-level P̃ tile), the selected pages in the 16-bit stream; at most
+                 # 168 registers (ptxas chose 174 for a variant of the kernel: 11 programs per SM, and splits sized
+                 # for 12 per SM ran in two waves, 1.55x the time; benchmarks/grid-s19/)
                  True: dict(block_n=64, num_warps=1, num_stages=1, per_sm=12, max_tiles=None)}
+
+
+def _gluon_maxnreg(per_sm: int) -> int:
+    """The register cap that lets ``per_sm`` one-warp programs share an SM's 64K registers (allocated per
+    warp in units of 8 per thread): the splits are sized for that many programs in one wave."""
+    return min(255, 65536 // (32 * per_sm) // 8 * 8)
 _PAGES_16BIT = 32  # pages one program of Thrift's 16-bit stream scans
 # How Thrift's two streams share the GPU: "side" runs the 16-bit kernel on a side CUDA stream, concurrently with the
 # FP4 kernel (the FP4 loop is bound by its integer/conversion work and leaves room for the 16-bit kernel's
@@ -495,14 +503,14 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
                 _launch_16bit(q, k16, v16, pt, cache.seq_lens, sel, OP, MP, LP, scale, Hkv, NQ, G, maxp, ns_all,
                               num_splits, n16, B, D, PS, BLOCK_M, interp)
         decode_gluon.launch(q, cache, pt, ks, vs, OP, MP, LP, scale * LOG2E, NQ, G, max(maxp, 1), TPS, num_splits,
-                            BLOCK_M, block_n, sel if thrift else None, ns_all)
+                            BLOCK_M, block_n, sel if thrift else None, ns_all, maxnreg=_gluon_maxnreg(gcfg["per_sm"]))
         if side:
             cur.wait_stream(s16)
         elif n16:
             _launch_16bit(q, k16, v16, pt, cache.seq_lens, sel, OP, MP, LP, scale, Hkv, NQ, G, maxp, ns_all,
                           num_splits, n16, B, D, PS, BLOCK_M, interp)
     else:
-        fast(_decode_split_kernel)[(num_splits, B * Hkv)](
+        fast(_decode_split_kernel)[head_grid(num_splits, B * Hkv)](
             q, cache.k_data, ks, cache.v_data, vs, k16, v16, pt,
             cache.seq_lens, cache.k_global_scale, cache.v_global_scale, sel,
             OP, MP, LP,
@@ -521,7 +529,7 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
 def _launch_16bit(q, k16, v16, pt, seq_lens, sel, OP, MP, LP, scale, Hkv, NQ, G, maxp, ns_all, num_splits, n16,
                   B, D, PS, BLOCK_M, interp):
     """Thrift's 16-bit stream: the selected pages' partials into split slots num_splits.. of OP/MP/LP."""
-    fast(_decode_16bit_kernel)[(n16, B * Hkv)](
+    fast(_decode_16bit_kernel)[head_grid(n16, B * Hkv)](
         q, k16, v16, pt, seq_lens, sel, OP, MP, LP, scale * LOG2E, Hkv, NQ, G, max(maxp, 1),
         _PAGES_16BIT, ns_all, num_splits, D=D, PS=PS, BLOCK_R=max(16, BLOCK_M), BLOCK_M=BLOCK_M,
         DOT_F32=interp, num_warps=4)
@@ -638,7 +646,7 @@ def page_scores(q: torch.Tensor, cache, *, chunk: int | None = None, num_warps: 
     maxp = cache.page_table.shape[1]
     pt = cache.page_table if maxp else torch.zeros(B, 1, dtype=torch.int32, device=q.device)
     scores = torch.empty(B, Hq, npg, dtype=torch.float32, device=q.device)
-    fast(_page_scores_kernel)[(cdiv(npg, chunk), B * Hkv)](
+    fast(_page_scores_kernel)[head_grid(cdiv(npg, chunk), B * Hkv)](
         q, cache.k_page_mean, cache.k16, cache.k_tail, pt, cache.seq_lens, scores, Hkv, max(maxp, 1), npg,
         NQ=NQ, NQ_P2=next_pow2(NQ), G=Hq // Hkv, D=D, PS=ps, CHUNK=chunk, num_warps=num_warps)
     return scores

@@ -50,7 +50,7 @@ from ..formats.triton_helpers import (
     fake_quant_p_two_level,
     fake_quant_rows,
 )
-from ._launch import fast
+from ._launch import fast, head_grid
 from ._tiles import kv_head_program, online_softmax_step
 
 try:  # Gluon ships with Triton >= 3.5
@@ -227,12 +227,13 @@ def supported(D: int, rows: int, block_n: int, page_size: int) -> bool:
 
 
 def launch(q, cache, pt, ks, vs, OP, MP, LP, qk_scale, NQ, G, maxp, TPS, num_splits, BLOCK_M, block_n,
-           sel=None, ns_stride=None):
-    """Run the split kernel on the decode_fwd buffers (grid (splits, B·Hkv), one warp per program)."""
+           sel=None, ns_stride=None, maxnreg=None):
+    """Run the split kernel on the decode_fwd buffers (grid (splits, B·Hkv), one warp per program; ``maxnreg``: a
+    register cap, so that as many programs share an SM as the splits were sized for)."""
     B, _, _, D = q.shape
     Hkv = cache.num_kv_heads
-    fast(_decode_split_kernel_gl)[(num_splits, B * Hkv)](
+    fast(_decode_split_kernel_gl)[head_grid(num_splits, B * Hkv)](
         q, cache.k_data, ks, cache.v_data, vs, pt, cache.seq_lens, cache.k_global_scale, cache.v_global_scale,
         MP if sel is None else sel, OP, MP, LP, qk_scale, Hkv, NQ, G, maxp, TPS, ns_stride or num_splits,
         D=D, PS=cache.page_size, BLOCK_M=BLOCK_M, BLOCK_N=block_n, THRIFT=sel is not None,
-        **_layouts(D, block_n, BLOCK_M), num_warps=1)
+        **_layouts(D, block_n, BLOCK_M), num_warps=1, **({"maxnreg": maxnreg} if maxnreg else {}))

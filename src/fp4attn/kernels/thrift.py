@@ -36,9 +36,10 @@ import triton.language as tl
 from ..formats import triton_helpers as _th
 from ..formats.triton_helpers import fake_quant_p
 from ..reference.thrift import budget_to_k
-from ._launch import cdiv, fast, next_pow2
+from ._launch import cdiv, fast, head_grid, next_pow2
 from ._tiles import (
     causal_key_range,
+    head_program,
     load_bhsd_rows,
     online_softmax_step,
     program_rows,
@@ -77,8 +78,7 @@ def _block_mean_kernel(X, M, sx_b, sx_h, sx_n, H, N, NB, D,
 def _select_kernel(QM, KM, SELI, SELM, Hq, GROUP, NQB, NKB, Nq, Nk, KSEL,
                    CAUSAL: tl.constexpr, NKB_P2: tl.constexpr, CH: tl.constexpr, DP: tl.constexpr,
                    KMAX_P2: tl.constexpr):
-    i = tl.program_id(0)
-    bh = tl.program_id(1)
+    i, bh = head_program()
     b = bh // Hq
     h = bh % Hq
     kvh = b * (Hq // GROUP) + h // GROUP
@@ -123,13 +123,13 @@ def select(q: torch.Tensor, k: torch.Tensor, *, causal: bool, budget: float):
     for x, m, H, N, nb in ((q, qm, Hq, Nq, nqb), (k, km, Hkv, Nk, nkb)):
         if x.stride(-1) != 1:
             x = x.contiguous()
-        fast(_block_mean_kernel)[(nb, B * H)](x, m, x.stride(0), x.stride(1), x.stride(2), H, N, nb, D,
+        fast(_block_mean_kernel)[head_grid(nb, B * H)](x, m, x.stride(0), x.stride(1), x.stride(2), H, N, nb, D,
                                               BS=BLOCK, DP=DP, num_warps=4)
     kk = budget_to_k(budget, nkb, causal)
     kmax = next_pow2(kk)
     seli = torch.empty(B, Hq, nqb, kmax, device=q.device, dtype=torch.int32)
     selm = torch.empty(B, Hq, nqb, nkb, device=q.device, dtype=torch.int8)
-    fast(_select_kernel)[(nqb, B * Hq)](qm, km, seli, selm, Hq, Hq // Hkv, nqb, nkb, Nq, Nk, kk,
+    fast(_select_kernel)[head_grid(nqb, B * Hq)](qm, km, seli, selm, Hq, Hq // Hkv, nqb, nkb, Nq, Nk, kk,
                                         CAUSAL=causal, NKB_P2=next_pow2(nkb),
                                         CH=max(1, min(DP, 8192 // next_pow2(nkb))), DP=DP,
                                         KMAX_P2=kmax, num_warps=4)
@@ -167,8 +167,7 @@ def _thrift_fwd_kernel(Qf, Kf, Vf, Qx, Kx, Vx, SELI, SELM, O, LSE,
                        DOT_F32: tl.constexpr, N_KT: tl.constexpr):
     BLOCK_M: tl.constexpr = 64
     BLOCK_N: tl.constexpr = 64
-    i = tl.program_id(0)
-    pid_bh = tl.program_id(1)
+    i, pid_bh = head_program()
     b = pid_bh // Hq
     h = pid_bh % Hq
     kv_bh = b * (Hq // GROUP) + h // GROUP
@@ -249,7 +248,7 @@ def thrift_fwd(q, k, v, *, causal: bool, scale: float, budget: float, selection=
     nqb, nkb = cdiv(Nq, BLOCK), cdiv(Nk, BLOCK)
     out = torch.empty(B, Hq, Nq, D, device=q.device, dtype=q.dtype)
     lse = torch.empty(B, Hq, NQP, device=q.device, dtype=torch.float32)
-    fast(_thrift_fwd_kernel)[(nqb, B * Hq)](
+    fast(_thrift_fwd_kernel)[head_grid(nqb, B * Hq)](
         qf, kf, vf, qx, kx, vx, seli, selm8, out, lse, *out.stride(),
         scale * LOG2E, Hq, Hq // Hkv, Nq, Nk, NQP, NKP, nqb, nkb, D, kk,
         CAUSAL=causal, KMAX_P2=seli.shape[-1], DP=DP, DOT_F32=interp, N_KT=nkb if interp else 0,

@@ -69,25 +69,3 @@ def call_op(op, impl, *args):
     return op(*args) if traced(*(a for a in args if isinstance(a, torch.Tensor))) else impl(*args)
 
 
-# CUDA limits gridDim.y and gridDim.z to 65535. The attention, Thrift, Attn-QAT and decode kernels put
-# one (batch, head) pair per program on grid axis 1 (axis 0 walks the query tiles / context splits of
-# that head, so that programs which share K/V run close together in time), so B·H above the limit
-# would fail to launch ("Triton Error [CUDA]: invalid argument"). The ops split such batches.
-GRID_Y_MAX = 65535
-
-
-def batch_chunks(batch: int, heads: int) -> list[slice] | None:
-    """Slices along the batch such that each chunk has at most ``GRID_Y_MAX`` (batch, head) pairs, or
-    None when the whole batch fits (the usual case: no split, no copy)."""
-    if batch * heads <= GRID_Y_MAX:
-        return None
-    per = max(1, GRID_Y_MAX // heads)
-    return [slice(b, min(b + per, batch)) for b in range(0, batch, per)]
-
-
-def cat_batch(results):
-    """Concatenate per-chunk results along the batch (dim 0 in both layouts): tensors, or tuples of
-    tensors (e.g. (out, lse))."""
-    if isinstance(results[0], tuple):
-        return tuple(torch.cat(parts) for parts in zip(*results))
-    return torch.cat(results)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 
 from .. import reference
-from ._dispatch import batch_chunks, call_op, cat_batch, kernels_for, on_device
+from ._dispatch import call_op, kernels_for, on_device
 from ._validate import check_attention_args, check_bool, check_choice, fake_outputs, from_bhsd
 
 
@@ -44,7 +44,6 @@ def attention(q, k, v, *, causal=False, scale=None, recipe="nvfp4", layout="bhsd
     Returns:
         out in q's layout and dtype (and lse). No autograd (use :func:`fp4attn.attn_qat` to train).
     """
-    q_in, k_in, v_in = q, k, v
     q, k, v, scale = check_attention_args(q, k, v, layout=layout, scale=scale, causal=causal)
     check_choice("recipe", recipe, tuple(reference.RECIPES))
     check_bool("return_lse", return_lse)
@@ -52,11 +51,6 @@ def attention(q, k, v, *, causal=False, scale=None, recipe="nvfp4", layout="bhsd
         check_bool(name, val, allow_none=True)
     if kernels_for(q, k, v):
         fmt, quantized, sq, sk, tlp = reference.recipe_flags(recipe, smooth_q, smooth_k, two_level_p)
-        chunks = batch_chunks(q.shape[0], q.shape[1]) if quantized else None
-        if chunks:  # more (batch, head) pairs than one launch grid holds: one call per batch chunk
-            return cat_batch([attention(q_in[c], k_in[c], v_in[c], causal=causal, scale=scale, recipe=recipe,
-                                        layout=layout, return_lse=return_lse, smooth_q=smooth_q,
-                                        smooth_k=smooth_k, two_level_p=two_level_p) for c in chunks])
         if quantized:
             out, lse = call_op(torch.ops.fp4attn.attention_fp4, _attention_fp4_impl, q, k, v, causal, scale, fmt,
                                sq, sk, tlp, layout, return_lse)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from ._dispatch import batch_chunks, cat_batch, kernels_for, on_device
+from ._dispatch import kernels_for, on_device
 from ._validate import check_attention_args, check_bool, check_choice, check_fmt, from_bhsd
 
 BACKWARDS = ("qat", "naive")
@@ -184,12 +184,6 @@ def attn_qat(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool 
     qb, kb, vb, scale = check_attention_args(q, k, v, layout=layout, scale=scale, causal=causal)
     on_gpu = kernels_for(q, k, v)
     if on_gpu and q.dtype != torch.float64:
-        chunks = batch_chunks(qb.shape[0], qb.shape[1])
-        if chunks:  # more (batch, head) pairs than one launch grid holds: one call per batch chunk
-            return cat_batch([attn_qat(q[c], k[c], v[c], causal=causal, scale=scale, fmt=fmt, layout=layout,
-                                       high_precision_o=high_precision_o,
-                                       quantize_p_in_backward=quantize_p_in_backward, backward=backward,
-                                       return_lse=return_lse) for c in chunks])
         o, lse, *_ = torch.ops.fp4attn.attn_qat_fwd(q, k, v, causal, scale, fmt, layout, high_precision_o,
                                                     quantize_p_in_backward, backward == "naive")
         if return_lse:

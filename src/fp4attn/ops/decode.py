@@ -33,7 +33,7 @@ import torch
 from ..formats.core import fake_quantize_values
 from ..kvcache import SLOT, KVCache
 from ..reference.common import expand_kv, lse_of, normalize, quantize_p, softmax_numerator
-from ._dispatch import batch_chunks, cat_batch, on_device, use_kernels
+from ._dispatch import on_device, use_kernels
 from ._validate import check_bool, check_choice, check_scale
 
 RECIPES = ("nvfp4",)
@@ -173,10 +173,6 @@ def decode(q, cache: KVCache, *, scale=None, recipe: str = "nvfp4", thrift_budge
     qb, scale, thrift_budget = _check(q, cache, scale, recipe, thrift_budget, layout, return_lse)
     D = qb.shape[-1]
     kernels = use_kernels(qb)
-    chunks = batch_chunks(qb.shape[0], qb.shape[1]) if kernels else None
-    if chunks:  # more (sequence, head) pairs than one launch grid holds: one call per batch chunk
-        return cat_batch([decode(q[c], cache._batch_view(c), scale=scale, recipe=recipe, thrift_budget=thrift_budget,
-                                 layout=layout, return_lse=return_lse, num_splits=num_splits) for c in chunks])
     with torch.no_grad(), on_device(qb):
         kernel_ok = (kernels and qb.dtype != torch.float64 and D >= 16 and (D & (D - 1)) == 0
                      and cache.page_size % 64 == 0)

@@ -13,7 +13,7 @@ import numbers
 import torch
 
 from .. import reference
-from ._dispatch import batch_chunks, call_op, cat_batch, kernels_for, on_device
+from ._dispatch import call_op, kernels_for, on_device
 from ._validate import check_attention_args, check_bool, check_fmt, fake_outputs
 from .attention import finish, op_outputs
 
@@ -39,7 +39,6 @@ def thrift_attention(q, k, v, *, causal=False, scale=None, budget=0.05, block_si
     them in bfloat16 on CUDA (the CPU reference keeps float32), about 2^-9 relative rounding of q, k, v:
     e.g. 0.3% rel. L2 at budget 1 on N(0,1) inputs, 1.6% with |q|, |k| ~ 8 (peaked softmax).
     """
-    q_in, k_in, v_in = q, k, v
     q, k, v, scale = check_attention_args(q, k, v, layout=layout, scale=scale, causal=causal)
     budget = _check_budget(budget)
     check_fmt(fmt)
@@ -48,11 +47,6 @@ def thrift_attention(q, k, v, *, causal=False, scale=None, budget=0.05, block_si
             or block_size % 16:
         raise ValueError(f"block_size must be a positive multiple of 16, got {block_size!r}")
     if kernels_for(q, k, v) and fmt == "nvfp4" and block_size == 64 and q.dtype != torch.float64:
-        chunks = batch_chunks(q.shape[0], q.shape[1])
-        if chunks:  # more (batch, head) pairs than one launch grid holds: one call per batch chunk
-            return cat_batch([thrift_attention(q_in[c], k_in[c], v_in[c], causal=causal, scale=scale, budget=budget,
-                                               block_size=block_size, fmt=fmt, layout=layout, return_lse=return_lse)
-                              for c in chunks])
         out, lse = call_op(torch.ops.fp4attn.thrift_attention_fp4, _thrift_fp4_impl, q, k, v, causal, scale, budget,
                            layout, return_lse)
         return (out, lse) if return_lse else out
