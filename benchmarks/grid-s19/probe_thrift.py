@@ -1,11 +1,10 @@
 """Per-kernel GPU times (torch.profiler), old tree vs new, same process: Thrift decode at 5%, Thrift prefill, D = 64
 attention (PROBE=decode,thrift,d64 picks). $OUT/probe_thrift.txt"""
+import importlib.util
 import os
 import sys
-from collections import defaultdict
 
 import torch
-from torch.profiler import ProfilerActivity, profile
 
 import fp4attn
 
@@ -18,6 +17,11 @@ if os.environ.get("C_SRC"):  # a third variant (a tree copy importable as fp4att
     import fp4attn_c
     PKGS.append(("c", fp4attn_c))
 
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_spec = importlib.util.spec_from_file_location(
+    "s6_util", os.path.join(_HERE, "..", "session6-2026-11-22", "probes", "_util.py"))
+_util = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_util)
 OUT = os.environ.get("OUT", ".")
 LOG = open(os.path.join(OUT, "probe_thrift.txt"), "a")
 
@@ -28,18 +32,8 @@ def P(s):
 
 
 def kernel_times(fn, n=20):
-    for _ in range(5):
-        fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(n):
-            fn()
-        torch.cuda.synchronize()
-    t = defaultdict(float)
-    for e in prof.events():
-        if e.device_type == torch.autograd.DeviceType.CUDA:
-            t[e.name[:60]] += e.device_time / n
-    return t
+    """{kernel name: mean device time (us) per call}: the session-6 probes' profiler helper."""
+    return _util.kernel_times_us(fn, n)
 
 
 def report(tag, make, rounds=2):
