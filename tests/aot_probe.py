@@ -153,13 +153,13 @@ def fam_decode():
             buf = torch.empty(64, D)
             Dk.decode_gluon.launch(qg, cg, cg.page_table, cg.k_scale.view(torch.uint8), cg.v_scale.view(torch.uint8),
                                    buf, buf[:, 0], buf[:, 1], 0.1, rows // 2, 2, cg.page_table.shape[1], 128, 3,
-                                   max(8, rows), bn, maxnreg=Dk._gluon_maxnreg(Dk._GLUON_CONFIG[False]["per_sm"]))
+                                   max(8, rows), bn, maxnreg=Dk.gluon_maxnreg(False))
         # Thrift on Hopper: the Gluon kernel without the selected pages, and the 16-bit stream kernel
         sel = torch.zeros(2, 8, c16.page_table.shape[1], dtype=torch.int8)
         buf = torch.empty(64, 128)
         Dk.decode_gluon.launch(q, c16, c16.page_table, c16.k_scale.view(torch.uint8), c16.v_scale.view(torch.uint8),
                                buf, buf[:, 0], buf[:, 1], 0.1, 2, 4, c16.page_table.shape[1], 128, 3, 8, 64, sel, 4,
-                               maxnreg=Dk._gluon_maxnreg(Dk._GLUON_CONFIG[True]["per_sm"]))
+                               maxnreg=Dk.gluon_maxnreg(True))
         Dk._decode_16bit_kernel[(4,)](q, c16.k16, c16.v16, c16.page_table, c16.seq_lens, sel, buf, buf[:, 0],
                                       buf[:, 1], 0.1, 2, 2, 4, c16.page_table.shape[1], 32, 4, 3, D=128, PS=64,
                                       BLOCK_R=16, BLOCK_M=8, DOT_F32=False, num_warps=4)

@@ -344,9 +344,9 @@ def _prep_v_kernel(X, sx_b, sx_h, sx_n, sx_d, C, S, VEXP, VH, KVF, H, N, D, NP, 
     NaN/±Inf (their elements get finite codes, as in ``_prep_qk_kernel``): KVF[q head, 2 + c] = 1 and
     KVF[q head, 1] = 1 (int32 (B, H·GROUP, 2 + DP)) for each of the GROUP query heads of this kv head.
 
-    A program takes BLOCK_T tokens × DC channels (grid (NP/BLOCK_T · DP/DC, B·H): axis 0 the token tile
-    and channel chunk, the chunk fastest). The blocks run along
-    tokens while V is stored token-major, so the tile is loaded as (R, BLOCK_T/QB, QB/R, DC) with
+    A program takes BLOCK_T tokens × DC channels (``head_grid`` of NP/BLOCK_T · DP/DC tiles per head: the
+    token tile and the channel chunk, the chunk fastest). The blocks run along tokens while V is stored
+    token-major, so the tile is loaded as (R, BLOCK_T/QB, QB/R, DC) with
     element [r, j, g, c] = token j·QB + g·R + r: Triton lays a load out with 8 channels per thread, the
     lanes and warps over the middle axes (the launcher sizes them to cover them exactly) and the first
     axis in registers, so each thread holds R consecutive tokens of its channels and a block spans R

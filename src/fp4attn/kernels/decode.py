@@ -351,11 +351,6 @@ _GLUON_CONFIG = {False: dict(block_n=32, num_warps=1, num_stages=1, per_sm=16, m
                  # for 12 per SM ran in two waves, 1.55x the time; benchmarks/grid-s19/)
                  True: dict(block_n=64, num_warps=1, num_stages=1, per_sm=12, max_tiles=None)}
 
-
-def _gluon_maxnreg(per_sm: int) -> int:
-    """The register cap that lets ``per_sm`` one-warp programs share an SM's 64K registers (allocated per
-    warp in units of 8 per thread): the splits are sized for that many programs in one wave."""
-    return min(255, 65536 // (32 * per_sm) // 8 * 8)
 _PAGES_16BIT = 32  # pages one program of Thrift's 16-bit stream scans
 # How Thrift's two streams share the GPU: "side" runs the 16-bit kernel on a side CUDA stream, concurrently with the
 # FP4 kernel (the FP4 loop is bound by its integer/conversion work and leaves room for the 16-bit kernel's
@@ -379,6 +374,12 @@ def _side_stream(dev: torch.device) -> torch.cuda.Stream:
 def _sm_count(index: int) -> int:
     """SMs of CUDA device ``index`` (cached: the property query cost ~10 us per decode call)."""
     return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def gluon_maxnreg(thrift: bool) -> int:
+    """The Gluon split kernel's register cap: ``_GLUON_CONFIG[thrift]["per_sm"]`` one-warp programs share an SM's
+    64K registers (allocated per warp in units of 8 per thread), as many as the splits are sized for."""
+    return min(255, 65536 // (32 * _GLUON_CONFIG[thrift]["per_sm"]) // 8 * 8)
 
 
 def default_splits(B: int, hkv: int, max_committed: int, block_n: int, device=None, per_sm: int = 12,
@@ -503,7 +504,7 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
                 _launch_16bit(q, k16, v16, pt, cache.seq_lens, sel, OP, MP, LP, scale, Hkv, NQ, G, maxp, ns_all,
                               num_splits, n16, B, D, PS, BLOCK_M, interp)
         decode_gluon.launch(q, cache, pt, ks, vs, OP, MP, LP, scale * LOG2E, NQ, G, max(maxp, 1), TPS, num_splits,
-                            BLOCK_M, block_n, sel if thrift else None, ns_all, maxnreg=_gluon_maxnreg(gcfg["per_sm"]))
+                            BLOCK_M, block_n, sel if thrift else None, ns_all, maxnreg=gluon_maxnreg(thrift))
         if side:
             cur.wait_stream(s16)
         elif n16:

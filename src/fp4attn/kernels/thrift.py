@@ -124,15 +124,15 @@ def select(q: torch.Tensor, k: torch.Tensor, *, causal: bool, budget: float):
         if x.stride(-1) != 1:
             x = x.contiguous()
         fast(_block_mean_kernel)[head_grid(nb, B * H)](x, m, x.stride(0), x.stride(1), x.stride(2), H, N, nb, D,
-                                              BS=BLOCK, DP=DP, num_warps=4)
+                                                       BS=BLOCK, DP=DP, num_warps=4)
     kk = budget_to_k(budget, nkb, causal)
     kmax = next_pow2(kk)
     seli = torch.empty(B, Hq, nqb, kmax, device=q.device, dtype=torch.int32)
     selm = torch.empty(B, Hq, nqb, nkb, device=q.device, dtype=torch.int8)
     fast(_select_kernel)[head_grid(nqb, B * Hq)](qm, km, seli, selm, Hq, Hq // Hkv, nqb, nkb, Nq, Nk, kk,
-                                        CAUSAL=causal, NKB_P2=next_pow2(nkb),
-                                        CH=max(1, min(DP, 8192 // next_pow2(nkb))), DP=DP,
-                                        KMAX_P2=kmax, num_warps=4)
+                                                 CAUSAL=causal, NKB_P2=next_pow2(nkb),
+                                                 CH=max(1, min(DP, 8192 // next_pow2(nkb))), DP=DP,
+                                                 KMAX_P2=kmax, num_warps=4)
     return seli, selm.bool(), kk
 
 

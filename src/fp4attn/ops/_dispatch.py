@@ -67,5 +67,3 @@ def call_op(op, impl, *args):
     is ``traced``; else ``impl(*args)``, the same implementation called directly, without the 25-45 µs
     of host time a custom op's dispatch adds per eager call (H200 host, benchmarks/compile-s15)."""
     return op(*args) if traced(*(a for a in args if isinstance(a, torch.Tensor))) else impl(*args)
-
-

@@ -172,9 +172,8 @@ def decode(q, cache: KVCache, *, scale=None, recipe: str = "nvfp4", thrift_budge
     """
     qb, scale, thrift_budget = _check(q, cache, scale, recipe, thrift_budget, layout, return_lse)
     D = qb.shape[-1]
-    kernels = use_kernels(qb)
     with torch.no_grad(), on_device(qb):
-        kernel_ok = (kernels and qb.dtype != torch.float64 and D >= 16 and (D & (D - 1)) == 0
+        kernel_ok = (use_kernels(qb) and qb.dtype != torch.float64 and D >= 16 and (D & (D - 1)) == 0
                      and cache.page_size % 64 == 0)
         if kernel_ok:
             from ..kernels.decode import decode_fwd, select_pages
