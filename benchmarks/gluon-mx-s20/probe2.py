@@ -9,8 +9,9 @@ import sys
 import torch
 from triton.testing import do_bench
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "session6-2026-11-22", "probes"))
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tests"))
+from _common import rel, run  # noqa: E402
 from _util import sdpa_ms  # noqa: E402
 
 from fp4attn.kernels import attention as A  # noqa: E402
@@ -18,17 +19,6 @@ from fp4attn.kernels import attention_gluon as G  # noqa: E402
 
 PROBE = os.environ.get("PROBE", "span,time").split(",")
 ROUNDS = int(os.environ.get("ROUNDS", "3"))
-
-
-def rel(a, b):
-    return ((a.float() - b.float()).norm() / b.float().norm().clamp_min(1e-30)).item()
-
-
-def run(pk, q, causal, B, hq, hkv, kern, cfg=None):
-    out = torch.empty_like(q)
-    lse = A.attention_packed(pk, causal=causal, scale=q.shape[-1] ** -0.5, two_level_p=False, B=B, Hq=hq, Hkv=hkv,
-                             out=out, kernel=kern, gluon_config=cfg)
-    return out, lse
 
 
 def mx_rows(n, D, span, g):
