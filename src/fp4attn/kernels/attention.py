@@ -56,29 +56,29 @@ Two kernels, read top to bottom:
        ``tl.dot`` with FP32 accumulation. ϕ(P̃) (and ϕ(P̃/s1)) are exact in fp16 too. Same products as
        a bf16 emulation, with half the conversion work. (The issue says bf16; fp16 is equally exact
        here and cheaper to produce from the bits.)
-     - **MXFP4 on FP8 tensor cores.** An MXFP4 value is c·2ᵉ with c ∈ {0, ±0.5, …, ±6}. For each row
-       of Q and K (each query / key) take the largest block exponent E of the row and store
-       c·2^(e − E + 6) in float8e4nv: 6·2⁶ = 384 ≤ 448, and c·2^k is a multiple of 2^(k−1), which
-       E4M3 represents exactly (down to its subnormal step 2⁻⁹) as long as k ≥ −8, i.e. for every
-       block at most **14 binades below its row's largest block** (e ≥ E − 14). QKᵀ then runs as an
-       fp8 ``tl.dot`` (products of two such values are exact in FP32, and so are the sums up to
-       FP32 accumulation order), and the offsets are folded back in the FP32 scale of S:
-       S = dot · 2^(E_q − 6) · 2^(E_k − 6) · scale. Hopper's FP8 MMA accumulates with reduced
-       precision (about 14 bits survive; Triton's sm_90 default lets it run over the whole K), so the
-       QKᵀ dot promotes to the FP32 accumulator after every 32 products (``max_num_imprecise_acc=32``:
-       one MXFP4 block, whose products share one scale); without it S was off by ~1e-4 relative at a
-       14-binade span on the H200. The P·V dot keeps the fast accumulation (its ~2⁻¹⁴ relative
-       rounding is far below the FP4 error; SPEC §6 checks pass). V uses the largest block exponent of each
-       *channel* over all tokens (the P·V reduction runs over tokens), folded into the output
-       columns. ϕ(P̃) ≤ 1 has block exponents ≤ −2 and is stored as ϕ(P̃)·2⁸ (ϕ(P̃/s1) ≤ 3072 for
-       two-level P as ϕ·2⁻³), exact for blocks down to 2⁻¹⁶ (2⁻⁵ for the two-level ϕ values, i.e.
-       P̃ ≥ ~2⁻¹⁶·s1·…); smaller P̃ blocks are rounded by the FP8 conversion (round to nearest) and
-       contribute below 2⁻¹⁴ of the row's largest weight. **Exactness condition:** every Q/K block
-       within 14 binades of its row's largest block, every V block within 14 binades of its channel's
-       largest block, every ϕ(P̃) block exponent ≥ −16 (−5 for two-level); blocks outside it are
-       rounded to the E4M3 grid (they underflow), nothing else changes.
-       ``tests/test_attention_kernels.py`` checks S bit for bit against an FP32 emulation on inputs
-       inside the condition.
+     - **MXFP4 on FP8 tensor cores.** An MXFP4 value is c·2ᵉ with c ∈ {0, ±0.5, …, ±6}. For each row of
+       Q and K (each query / key) take the largest block exponent E of the row and store c·2^(e − E + 6)
+       in float8e4nv: 6·2⁶ = 384 ≤ 448, and c·2^k is a multiple of 2^(k−1), which E4M3 represents
+       exactly (down to its subnormal step 2⁻⁹) as long as k ≥ −8, i.e. for every block at most **14
+       binades below its row's largest block** (e ≥ E − 14). QKᵀ then runs as an fp8 ``tl.dot``
+       (products of two such values are exact in FP32, and so are the sums up to FP32 accumulation
+       order), and the offsets are folded back in the FP32 scale of S: S = dot · 2^(E_q − 6) · 2^(E_k −
+       6) · scale. Hopper's FP8 MMA accumulates with reduced precision (about 14 bits survive; Triton's
+       sm_90 default lets it run over the whole K), so the QKᵀ dot promotes to the FP32 accumulator
+       after every 32 products (``max_num_imprecise_acc=32``: one MXFP4 block, whose products share one
+       scale); without it S was off by ~1e-4 relative at a 14-binade span on the H200, and the outputs
+       of rows whose blocks lie 2-7 binades apart moved by 1e-4 to 4e-3 relative L2
+       (benchmarks/gluon-mx-s20). The P·V dot keeps the fast accumulation (its ~2⁻¹⁴ relative rounding
+       is far below the FP4 error; SPEC §6 checks pass). V uses the largest block exponent of each
+       *channel* over all tokens (the P·V reduction runs over tokens), folded into the output columns.
+       ϕ(P̃) ≤ 1 has block exponents ≤ −2 and is stored as ϕ(P̃)·2⁸ (ϕ(P̃/s1) ≤ 3072 for two-level P as
+       ϕ·2⁻³), exact for blocks down to 2⁻¹⁶ (2⁻⁵ for the two-level ϕ values, i.e. P̃ ≥ ~2⁻¹⁶·s1·…);
+       smaller P̃ blocks are rounded by the FP8 conversion (round to nearest) and contribute below 2⁻¹⁴
+       of the row's largest weight. **Exactness condition:** every Q/K block within 14 binades of its
+       row's largest block, every V block within 14 binades of its channel's largest block, every ϕ(P̃)
+       block exponent ≥ −16 (−5 for two-level); blocks outside it are rounded to the E4M3 grid (they
+       underflow), nothing else changes. ``tests/test_attention_kernels.py`` checks S bit for bit
+       against an FP32 emulation on inputs inside the condition.
 
    * ``PATH_BLACKWELL`` (sm_100 / sm_120): the same kernel feeds the packed codes and the scale bytes
      straight to ``tl.dot_scaled`` (native block-scaled MMA: ``tcgen05.mma … block_scale`` on
