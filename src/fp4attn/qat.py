@@ -377,10 +377,17 @@ class _Dist:
                 ctx.mesh = init_device_mesh(device.type, (world,))
         return ctx
 
-    def close(self) -> None:
+    def close(self, synchronize: bool = True) -> None:
+        """Tear the process group down. After a successful run every rank first waits at a barrier for the
+        others: a rank that destroys its gloo group while a peer is still at work (rank 0 writes the
+        report and checkpoints) could abort at exit ("terminate called without an active exception",
+        seen once in a while in the CPU FSDP2 test). After an error the barrier is skipped (a peer may
+        never reach it)."""
         if self.on:
             import torch.distributed as dist
             if dist.is_initialized():
+                if synchronize:
+                    dist.barrier()
                 dist.destroy_process_group()
 
     def wrap(self, model: torch.nn.Module, activation_checkpointing: bool = False, compile: bool = False):
@@ -549,10 +556,13 @@ def run(args) -> int:
     ctx = _Dist.from_args(args)
     if isinstance(ctx, int):
         return ctx
+    ok = False
     try:
-        return _run(args, ctx)
+        rc = _run(args, ctx)
+        ok = True
+        return rc
     finally:
-        ctx.close()
+        ctx.close(synchronize=ok)
 
 
 def _run(args, ctx: _Dist) -> int:
