@@ -1018,11 +1018,12 @@ def attention_packed(pk: PackedQKV, *, causal: bool, scale: float, two_level_p: 
         is_mx=is_mx, two_level=two_level_p, smooth_q=smooth_q, staged=staged, dp=DP, device=out.device)
     if kernel == "gluon" and not gluon_ok:
         raise ValueError("kernel='gluon': the Gluon attention pass runs single-level nvfp4 on sm_90 "
-                         "(staged operands, D <= 128, no smooth_q, exact row max)")
+                         "(staged operands, 32 < D <= 128, no smooth_q, exact row max)")
     use_gluon = gluon_ok and (kernel == "gluon" or (kernel == "auto" and attention_gluon.preferred(DP)))
 
     def launch(pmax, cfg, i0, n):
         if pmax == 2 and use_gluon:
+            assert i0 == 0 and n == nqb  # no smooth_q table: one launch covers every query block
             attention_gluon.launch(args, causal=causal, B=B, Hq=Hq, cfg=gluon_config or attention_gluon.DEFAULT)
             return
         c = dict(cfg)

@@ -348,7 +348,8 @@ _CONFIGS = {False: dict(block_n=32, num_warps=1, num_stages=2, per_sm=12, max_ti
 _GLUON_CONFIG = {False: dict(block_n=32, num_warps=1, num_stages=1, per_sm=16, max_tiles=None),
                  # Thrift: 64-key tiles (the two-level P̃ tile), the selected pages in the 16-bit stream; at most
                  # 168 registers (ptxas chose 174 for a variant of the kernel: 11 programs per SM, and splits sized
-                 # for 12 per SM ran in two waves, 1.55x the time; benchmarks/grid-s19/)
+                 # for 12 per SM ran in two waves: the FP4 kernel 1.55x the time, the Thrift op 1.23-1.27x;
+                 # benchmarks/grid-s19/)
                  True: dict(block_n=64, num_warps=1, num_stages=1, per_sm=12, max_tiles=None)}
 
 _PAGES_16BIT = 32  # pages one program of Thrift's 16-bit stream scans
