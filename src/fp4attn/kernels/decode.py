@@ -22,9 +22,10 @@ Two attention kernels (1-2) and, for ``thrift_budget``, two page-selection kerne
    16-bit K/V tiles are loaded only when some head of the group selected the tile.
    Partials (unnormalized O, running max m in log2 units, l) go to FP32 buffers, valid rows only.
 
-2. ``_decode_reduce_kernel`` -- one program per (sequence, query head, query): merges the splits'
-   partials (max-rescaled sums) with the raw 16-bit tail (< 16 tokens per sequence, scored in FP32 with
-   unquantized P̃), writes O in q's dtype and the natural-log LSE.
+2. ``_decode_reduce_kernel`` -- one program per (sequence, query head, query) and block of 32 output
+   channels: merges the splits' partials (max-rescaled sums, one pass over chunks of up to 256 splits)
+   with the raw 16-bit tail (< 16 tokens per sequence, scored in FP32 with unquantized P̃), writes O in
+   q's dtype and the natural-log LSE.
 
 3. ``select_pages``: the Thrift selection of ``ops.decode.thrift_select`` (which stays the definition and
    the reference path's) as two launches instead of ~40 torch ops: ``_page_scores_kernel`` (grid (page
@@ -235,49 +236,54 @@ def _decode_split_kernel(
 
 @triton.jit
 def _decode_reduce_kernel(OP, MP, LP, Q, KT, VT, LENS, O, LSE, qk_scale, NS, GQ, NQ, Hkv, BLOCK_M,
-                          BLOCK_S: tl.constexpr, D: tl.constexpr):
-    """One program per output row r = (b·Hkv + h)·G·NQ + row: merge the NS split partials with the raw
-    16-bit tail (< 16 tokens per sequence, not yet quantized): its scores in FP32 from the input values,
-    unquantized P̃ (kept out of the split kernel, where its tiles raised the register count of every
-    program). The splits are read in chunks of BLOCK_S (a first pass for the maximum, a second for the
-    sums), so hundreds of splits (B = 1 at long context) do not need a register tile of all of them."""
+                          BLOCK_S: tl.constexpr, D: tl.constexpr, DB: tl.constexpr):
+    """Grid (output rows, D / DB): program (r, j) merges the NS split partials of row r = (b·Hkv + h)·G·NQ +
+    row, output channels j·DB .. j·DB + DB - 1, with the raw 16-bit tail (< 16 tokens per sequence, not yet
+    quantized): its scores in FP32 from the input values, unquantized P̃ (kept out of the split kernel, where
+    its tiles raised the register count of every program). One pass of max-rescaled sums over chunks of
+    BLOCK_S splits: a B = 1 decode at long context has hundreds of splits and only B·Hq·NQ rows, so the
+    channel blocks and the large chunks keep the programs many and their dependent loads few."""
     r = tl.program_id(0)
+    c0 = tl.program_id(1) * DB
     bh = r // GQ
     row = r % GQ
     offs_s = tl.arange(0, BLOCK_S)
     offs_d = tl.arange(0, D)
+    offs_c = c0 + tl.arange(0, DB)
     # the tail: keys C .. L-1 (C = committed length), causal among the new queries (bottom-right)
     L = tl.load(LENS + bh // Hkv)
     C = L - L % 16
     offs_t = tl.arange(0, 16)
     tmask = (offs_t < L - C) & (C + offs_t <= L - NQ + row % NQ)
     q = tl.load(Q + r.to(tl.int64) * D + offs_d).to(tl.float32)  # q (B, Hq, NQ, D): row r is (b, hq, i)
-    tail = (bh.to(tl.int64) * 16 + offs_t)[:, None] * D + offs_d[None, :]
-    kt = tl.load(KT + tail, mask=tmask[:, None], other=0.0).to(tl.float32)
+    trow = (bh.to(tl.int64) * 16 + offs_t)[:, None] * D
+    kt = tl.load(KT + trow + offs_d[None, :], mask=tmask[:, None], other=0.0).to(tl.float32)
     st = tl.where(tmask, tl.sum(kt * q[None, :], 1) * qk_scale, float("-inf"))
-    m_max = tl.max(st, 0)
-    for s0 in range(0, NS, BLOCK_S):
-        prow = (bh.to(tl.int64) * NS + s0 + offs_s) * BLOCK_M + row
-        m = tl.load(MP + prow, mask=s0 + offs_s < NS, other=float("-inf"))
-        m_max = tl.maximum(m_max, tl.max(m, 0))
-    m_use = tl.where(m_max == float("-inf"), 0.0, m_max)
+    m_run = tl.max(st, 0)
+    m_use = tl.where(m_run == float("-inf"), 0.0, m_run)
     pt = tl.where(tmask, tl.math.exp2(st - m_use), 0.0)
     l_tot = tl.sum(pt, 0)
-    vt = tl.load(VT + tail, mask=tmask[:, None], other=0.0).to(tl.float32)
+    vt = tl.load(VT + trow + offs_c[None, :], mask=tmask[:, None], other=0.0).to(tl.float32)
     o = tl.sum(vt * pt[:, None], 0)
     for s0 in range(0, NS, BLOCK_S):
         smask = s0 + offs_s < NS
         prow = (bh.to(tl.int64) * NS + s0 + offs_s) * BLOCK_M + row
         m = tl.load(MP + prow, mask=smask, other=float("-inf"))
         l = tl.load(LP + prow, mask=smask, other=0.0)
+        part = tl.load(OP + prow[:, None] * D + offs_c[None, :], mask=smask[:, None], other=0.0)
+        m_new = tl.maximum(m_run, tl.max(m, 0))
+        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.math.exp2(m_run - m_use)  # 0 while nothing was seen (m_run = -inf)
         w = tl.where(m == float("-inf"), 0.0, tl.math.exp2(m - m_use))
-        l_tot += tl.sum(l * w, 0)
-        o += tl.sum(tl.load(OP + prow[:, None] * D + offs_d[None, :], mask=smask[:, None], other=0.0) * w[:, None], 0)
+        l_tot = l_tot * alpha + tl.sum(l * w, 0)
+        o = o * alpha + tl.sum(part * w[:, None], 0)
+        m_run = m_new
     inv = tl.where(l_tot > 0, 1.0 / l_tot, 0.0)
-    tl.store(O + r.to(tl.int64) * D + offs_d, (o * inv).to(O.dtype.element_ty))
-    lse = tl.where(l_tot > 0, (m_use + tl.math.log2(tl.where(l_tot > 0, l_tot, 1.0))) * 0.6931471805599453,
-                   float("-inf"))
-    tl.store(LSE + r, lse)
+    tl.store(O + r.to(tl.int64) * D + offs_c, (o * inv).to(O.dtype.element_ty))
+    if c0 == 0:
+        lse = tl.where(l_tot > 0, (m_use + tl.math.log2(tl.where(l_tot > 0, l_tot, 1.0))) * 0.6931471805599453,
+                       float("-inf"))
+        tl.store(LSE + r, lse)
 
 
 @triton.jit
@@ -521,10 +527,10 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
             N_IT=TPS // block_n if interp else 0, num_warps=num_warps, num_stages=num_stages)
     out = torch.empty(B, Hq, NQ, D, dtype=q.dtype, device=dev)
     lse = torch.empty(B, Hq, NQ, dtype=torch.float32, device=dev)
-    fast(_decode_reduce_kernel)[(B * Hq * NQ,)](OP, MP, LP, q, cache.k_tail, cache.v_tail, cache.seq_lens, out, lse,
-                                                scale * LOG2E, ns_all, G * NQ, NQ, Hkv, BLOCK_M,
-                                                BLOCK_S=min(64, max(2, next_pow2(ns_all))), D=D,
-                                                num_warps=4)
+    DB = min(D, 32)  # output channels per reduce program
+    fast(_decode_reduce_kernel)[(B * Hq * NQ, D // DB)](
+        OP, MP, LP, q, cache.k_tail, cache.v_tail, cache.seq_lens, out, lse, scale * LOG2E, ns_all, G * NQ, NQ, Hkv,
+        BLOCK_M, BLOCK_S=min(256, max(2, next_pow2(ns_all))), D=D, DB=DB, num_warps=4)
     return out, lse
 
 
