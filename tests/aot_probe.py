@@ -153,7 +153,7 @@ def fam_decode():
             buf = torch.empty(64, D)
             Dk.decode_gluon.launch(qg, cg, cg.page_table, cg.k_scale.view(torch.uint8), cg.v_scale.view(torch.uint8),
                                    buf, buf[:, 0], buf[:, 1], 0.1, rows // 2, 2, cg.page_table.shape[1], 128, 3,
-                                   max(8, rows), bn, maxnreg=Dk.gluon_maxnreg(False))
+                                   max(8, rows), bn, maxnreg=Dk.gluon_maxnreg(False), pdl_trigger=D == 128)
         # Thrift on Hopper: the Gluon kernel without the selected pages, and the 16-bit stream kernel
         sel = torch.zeros(2, 8, c16.page_table.shape[1], dtype=torch.int8)
         buf = torch.empty(64, 128)

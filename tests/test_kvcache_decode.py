@@ -879,6 +879,37 @@ def test_decode_gluon_kernel_gpu_equals_triton_kernel(D, G, nq, lens, block_n):
 
 @pytest.mark.gpu
 @gpu
+@pytest.mark.parametrize("thrift", [False, True])
+def test_decode_gpu_dependent_launch_of_the_reduce_changes_no_bit(monkeypatch, thrift):
+    """The reduce kernel launched as a programmatic dependent of the split kernel (it waits on griddepcontrol
+    before reading the partials; the Gluon split kernel triggers it at its start) gives the bits of plain
+    launches, eagerly and replayed from a CUDA graph (a missing wait would read partials still being written)."""
+    from fp4attn.kernels import decode as Dk
+
+    lens = [20000, 7013]
+    k, v = _kv(2, 2, max(lens), 128, seed=74)
+    c = KVCache.from_dense(k.to("cuda"), v.to("cuda"), lengths=lens, keep_16bit=thrift)
+    q = torch.randn(2, 8, 1, 128, device="cuda", dtype=torch.bfloat16)
+    sel = Dk.select_pages(q, c, 0.05) if thrift else None
+    monkeypatch.setattr(Dk, "_THRIFT_STREAMS", "serial")  # (after the side stream's join it is not used)
+    monkeypatch.setattr(Dk, "_PDL", False)
+    want = Dk.decode_fwd(q, c, scale=128 ** -0.5, selection=sel)
+    monkeypatch.setattr(Dk, "_PDL", True)
+    got = Dk.decode_fwd(q, c, scale=128 ** -0.5, selection=sel)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        replay = Dk.decode_fwd(q, c, scale=128 ** -0.5, selection=sel)
+    for _ in range(3):
+        g.replay()
+        torch.cuda.synchronize()
+        for a, b in zip(replay, want):
+            assert torch.equal(a, b)
+    for a, b in zip(got, want):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.gpu
+@gpu
 def test_decode_gpu_many_splits_long_context():
     """B = 1, one kv head, 40k tokens: the default grid has hundreds of splits (the reduce kernel reads
     them in chunks of 64; before, one register tile of all splits spilled and ran ~3x slower)."""

@@ -25,7 +25,7 @@ Two attention kernels (1-2) and, for ``thrift_budget``, two page-selection kerne
 2. ``_decode_reduce_kernel`` -- one program per (sequence, query head, query) and block of 32 output
    channels: merges the splits' partials (max-rescaled sums, one pass over chunks of up to 256 splits)
    with the raw 16-bit tail (< 16 tokens per sequence, scored in FP32 with unquantized P̃), writes O in
-   q's dtype and the natural-log LSE.
+   q's dtype and the natural-log LSE. On sm_90+ it is a programmatic dependent launch (see ``_PDL``).
 
 3. ``select_pages``: the Thrift selection of ``ops.decode.thrift_select`` (which stays the definition and
    the reference path's) as two launches instead of ~40 torch ops: ``_page_scores_kernel`` (grid (page
@@ -57,6 +57,7 @@ import struct
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda.gdc import gdc_wait
 
 from ..formats.triton_helpers import (
     e2m1_halfwords_f16,
@@ -236,7 +237,7 @@ def _decode_split_kernel(
 
 @triton.jit
 def _decode_reduce_kernel(OP, MP, LP, Q, KT, VT, LENS, O, LSE, qk_scale, NS, GQ, NQ, Hkv, BLOCK_M,
-                          BLOCK_S: tl.constexpr, D: tl.constexpr, DB: tl.constexpr):
+                          BLOCK_S: tl.constexpr, D: tl.constexpr, DB: tl.constexpr, PDL: tl.constexpr = False):
     """Grid (output rows, D / DB): program (r, j) merges the NS split partials of row r = (b·Hkv + h)·G·NQ +
     row, output channels j·DB .. j·DB + DB - 1, with the raw 16-bit tail (< 16 tokens per sequence, not yet
     quantized): its scores in FP32 from the input values, unquantized P̃ (kept out of the split kernel, where
@@ -265,6 +266,8 @@ def _decode_reduce_kernel(OP, MP, LP, Q, KT, VT, LENS, O, LSE, qk_scale, NS, GQ,
     l_tot = tl.sum(pt, 0)
     vt = tl.load(VT + trow + offs_c[None, :], mask=tmask[:, None], other=0.0).to(tl.float32)
     o = tl.sum(vt * pt[:, None], 0)
+    if PDL:  # launched as a programmatic dependent of the split kernel: its partials are complete from here on
+        gdc_wait()
     for s0 in range(0, NS, BLOCK_S):
         smask = s0 + offs_s < NS
         prow = (bh.to(tl.int64) * NS + s0 + offs_s) * BLOCK_M + row
@@ -358,6 +361,12 @@ _GLUON_CONFIG = {False: dict(block_n=32, num_warps=1, num_stages=1, per_sm=16, m
                  # benchmarks/grid-s19/)
                  True: dict(block_n=64, num_warps=1, num_stages=1, per_sm=12, max_tiles=None)}
 
+# The reduce kernel is launched as a programmatic dependent of the split kernel (sm_90+): its launch and its tail
+# scores overlap the split kernel's last programs, it waits (griddepcontrol.wait) before reading the partials, and
+# the Gluon split kernel lets it be scheduled from its start. Same bits; 1-2 us (1.5-4%) less per decode step on
+# the H200 (benchmarks/decode-s21/). Not after Thrift's side stream (the reduce's predecessor there is the join).
+# FP4ATTN_DECODE_PDL=0 launches them plainly.
+_PDL = os.environ.get("FP4ATTN_DECODE_PDL", "1") != "0"
 _PAGES_16BIT = 32  # pages one program of Thrift's 16-bit stream scans
 # How Thrift's two streams share the GPU: "side" runs the 16-bit kernel on a side CUDA stream, concurrently with the
 # FP4 kernel (the FP4 loop is bound by its integer/conversion work and leaves room for the 16-bit kernel's
@@ -500,6 +509,9 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
     pt = cache.page_table if maxp else torch.zeros(B, 1, dtype=torch.int32, device=dev)
     # scale bytes as uint8 (decoded in registers; the interpreter has no float8 either)
     ks, vs = cache.k_scale.view(torch.uint8), cache.v_scale.view(torch.uint8)
+    # the reduce as a programmatic dependent launch (see _PDL), sm_90+
+    pdl = _PDL and q.is_cuda and not interp and not (n16 and _THRIFT_STREAMS == "side") and _capability(
+        dev.index if dev.index is not None else torch.cuda.current_device())[0] >= 9
     if gluon:
         side = n16 and _THRIFT_STREAMS == "side"
         if side:  # the 16-bit partials on a side stream (forked from and joined back into the current one:
@@ -511,7 +523,8 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
                 _launch_16bit(q, k16, v16, pt, cache.seq_lens, sel, OP, MP, LP, scale, Hkv, NQ, G, maxp, ns_all,
                               num_splits, n16, B, D, PS, BLOCK_M, interp)
         decode_gluon.launch(q, cache, pt, ks, vs, OP, MP, LP, scale * LOG2E, NQ, G, max(maxp, 1), TPS, num_splits,
-                            BLOCK_M, block_n, sel if thrift else None, ns_all, maxnreg=gluon_maxnreg(thrift))
+                            BLOCK_M, block_n, sel if thrift else None, ns_all, maxnreg=gluon_maxnreg(thrift),
+                            pdl_trigger=pdl)
         if side:
             cur.wait_stream(s16)
         elif n16:
@@ -530,7 +543,8 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
     DB = min(D, 32)  # output channels per reduce program
     fast(_decode_reduce_kernel)[(B * Hq * NQ, D // DB)](
         OP, MP, LP, q, cache.k_tail, cache.v_tail, cache.seq_lens, out, lse, scale * LOG2E, ns_all, G * NQ, NQ, Hkv,
-        BLOCK_M, BLOCK_S=min(256, max(2, next_pow2(ns_all))), D=D, DB=DB, num_warps=4)
+        BLOCK_M, BLOCK_S=min(256, max(2, next_pow2(ns_all))), D=D, DB=DB, num_warps=4,
+        **({"PDL": True, "launch_pdl": True} if pdl else {}))
     return out, lse
 
 

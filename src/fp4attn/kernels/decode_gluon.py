@@ -133,9 +133,12 @@ if HAVE_GLUON:
                                 D: gl.constexpr, PS: gl.constexpr, BLOCK_M: gl.constexpr,
                                 BLOCK_N: gl.constexpr, THRIFT: gl.constexpr,
                                 LQ: gl.constexpr, LH: gl.constexpr, LKS: gl.constexpr, LV: gl.constexpr,
-                                MMA: gl.constexpr):
+                                MMA: gl.constexpr, PDL_TRIGGER: gl.constexpr = False):
         BOP: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=MMA, k_width=2)
         pid_s = gl.program_id(0)
+        if PDL_TRIGGER:  # let the reduce kernel (a programmatic dependent launch) be scheduled early
+            gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // $0", "=r", [], dtype=gl.int32,
+                                      is_pure=False, pack=1)
         pid_bh, b, h, L, C = kv_head_program(LENS, Hkv)  # C: committed tokens; the reduce adds the raw tail
         # ϕ(q) along D (exact in fp16), channels in the logical k order of the K fragments
         rq = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, LQ))
@@ -227,7 +230,7 @@ def supported(D: int, rows: int, block_n: int, page_size: int) -> bool:
 
 
 def launch(q, cache, pt, ks, vs, OP, MP, LP, qk_scale, NQ, G, maxp, TPS, num_splits, BLOCK_M, block_n,
-           sel=None, ns_stride=None, maxnreg=None):
+           sel=None, ns_stride=None, maxnreg=None, pdl_trigger=False):
     """Run the split kernel on the decode_fwd buffers (grid (splits, B·Hkv), one warp per program; ``maxnreg``: a
     register cap, so that as many programs share an SM as the splits were sized for)."""
     B, _, _, D = q.shape
@@ -236,4 +239,5 @@ def launch(q, cache, pt, ks, vs, OP, MP, LP, qk_scale, NQ, G, maxp, TPS, num_spl
         q, cache.k_data, ks, cache.v_data, vs, pt, cache.seq_lens, cache.k_global_scale, cache.v_global_scale,
         MP if sel is None else sel, OP, MP, LP, qk_scale, Hkv, NQ, G, maxp, TPS, ns_stride or num_splits,
         D=D, PS=cache.page_size, BLOCK_M=BLOCK_M, BLOCK_N=block_n, THRIFT=sel is not None,
-        **_layouts(D, block_n, BLOCK_M), num_warps=1, **({"maxnreg": maxnreg} if maxnreg else {}))
+        **_layouts(D, block_n, BLOCK_M), num_warps=1, **({"maxnreg": maxnreg} if maxnreg else {}),
+        **({"PDL_TRIGGER": True} if pdl_trigger else {}))
