@@ -142,6 +142,10 @@ def test_dequantize_matches_fake_quantize_and_raw_tail():
     # the global scales are powers of two
     g = c.k_global_scale
     assert torch.equal(torch.log2(g), torch.round(torch.log2(g)))
+    # another dtype: the float32 values rounded once (built per sequence in that dtype, no float32 copy)
+    for dt in (torch.bfloat16, torch.float16, torch.float64):
+        for got, want in zip(c.dequantize(dt), (kd, vd)):
+            assert got.dtype == dt and torch.equal(got, want.to(dt))
 
 
 def test_ragged_lengths_and_zero_padding():

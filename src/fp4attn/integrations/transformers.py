@@ -95,8 +95,7 @@ def _fallback(module, query, key, value, attention_mask, scaling, dropout, is_ca
 
 def _dense_kv(kv, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """The dequantized (B, Hkv, T, D) K and V of an :class:`fp4attn.KVCache`, in ``dtype``."""
-    k, v = kv.dequantize(torch.float32)
-    return k.to(dtype), v.to(dtype)
+    return kv.dequantize(dtype)
 
 
 def make_attention_function(recipe: str = "nvfp4", mode: str = "auto", **op_kwargs):
