@@ -127,6 +127,35 @@ def test_auto_global_scale_chunked_equals_dense_when_first_chunk_holds_the_amax(
     _assert_same_storage(dense, inc)
 
 
+def test_reserve_allocates_the_pages_appends_then_need():
+    """reserve(max_len): every page of max_len tokens exists now, so that appends up to it (one token at a
+    time, as CUDA-graph replays do) change neither the page table nor the pool; decode sizes its splits for
+    it; sync_lengths reloads the host lengths from seq_lens and refuses lengths past the reservation."""
+    from fp4attn.kernels.decode import decode_fwd
+
+    k, v = _kv(2, 2, 100, 32, dtype=torch.float32, seed=80)
+    c = KVCache.from_dense(k, v, lengths=[100, 37], dtype=torch.float32, page_size=32)
+    with pytest.raises(ValueError, match="max_len"):
+        c.reserve(99)
+    c.reserve(200)
+    assert c.reserved_len == 200 and c.page_table.shape[1] >= 7 and bool((c.page_table[:, :7] >= 0).all())
+    pt, pool = c.page_table.clone(), c.k_data
+    kn, vn = _kv(2, 2, 60, 32, dtype=torch.float32, seed=81)
+    for i in range(60):
+        c.append(kn[:, :, i:i + 1], vn[:, :, i:i + 1])
+    assert torch.equal(c.page_table, pt) and c.k_data is pool
+    q = torch.randn(2, 4, 1, 32, generator=torch.Generator().manual_seed(82))
+    out, _ = decode_fwd(q, c, scale=32 ** -0.5, num_splits=7)
+    ref, _ = decode_reference(q, c, scale=32 ** -0.5)
+    assert _rel(out, ref) <= 0.1  # split maxima (the loose criterion of the long-context tests)
+    c.seq_lens += 1  # what a replayed step does on the device
+    c.sync_lengths()
+    assert c.lengths == [161, 98]
+    c.seq_lens += 100
+    with pytest.raises(RuntimeError, match="reserved"):
+        c.sync_lengths()
+
+
 def test_dequantize_matches_fake_quantize_and_raw_tail():
     """Power-of-two global scales leave the values of in-range blocks unchanged: the committed part
     equals fake_quantize (K along D, V along tokens, no global scale); the tail is raw."""
@@ -910,6 +939,48 @@ def test_decode_gpu_dependent_launch_of_the_reduce_changes_no_bit(monkeypatch, t
             assert torch.equal(a, b)
     for a, b in zip(got, want):
         assert torch.equal(a, b)
+
+
+@pytest.mark.gpu
+@gpu
+def test_decode_steps_replayed_from_a_cuda_graph_equal_eager_steps():
+    """A generation step (one-token append + decode) captured once in a CUDA graph on a reserved cache and
+    replayed 40 times, across slot commits and a page boundary, gives the outputs and the storage of the same
+    40 steps run eagerly on an equally reserved cache, bit for bit."""
+    B, Hkv, G, D, lens, steps = 2, 2, 4, 128, [1000, 333], 40
+    k, v = _kv(B, Hkv, max(lens), D, seed=83)
+    g = torch.Generator().manual_seed(84)
+    kn, vn = (torch.randn(steps, B, Hkv, 1, D, generator=g).to("cuda", torch.bfloat16) for _ in range(2))
+    qs = torch.randn(steps, B, Hkv * G, 1, D, generator=g).to("cuda", torch.bfloat16)
+
+    def make():
+        c = KVCache.from_dense(k.to("cuda"), v.to("cuda"), lengths=lens)
+        c.reserve(max(lens) + steps)
+        return c
+    eager, graphed = make(), make()
+    want = []
+    for i in range(steps):
+        eager.append(kn[i], vn[i])
+        want.append(fp4attn.decode(qs[i], eager))
+    sk, sv, sq = kn[0].clone(), vn[0].clone(), qs[0].clone()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        graphed.append(sk, sv)
+        out = fp4attn.decode(sq, graphed)
+    graphed.sync_lengths()  # the capture ran one append's host bookkeeping, the device none of it
+    assert graphed.lengths == lens
+    for i in range(steps):
+        sk.copy_(kn[i])
+        sv.copy_(vn[i])
+        sq.copy_(qs[i])
+        graph.replay()
+        assert torch.equal(out, want[i]), i
+    graphed.sync_lengths()
+    assert graphed.lengths == eager.lengths == [L + steps for L in lens]
+    for name in ("k_data", "v_data", "k_tail", "v_tail", "page_table"):
+        assert torch.equal(getattr(graphed, name), getattr(eager, name)), name
+    for name in ("k_scale", "v_scale"):
+        assert torch.equal(getattr(graphed, name).view(torch.uint8), getattr(eager, name).view(torch.uint8)), name
 
 
 @pytest.mark.gpu

@@ -26,6 +26,7 @@ ap.add_argument("--batch", type=int, default=64)
 ap.add_argument("--context", type=int, default=32768)
 ap.add_argument("--steps", type=int, default=24)
 ap.add_argument("--layers", type=int, default=16)
+ap.add_argument("--only-graph", action="store_true", help="time only the CUDA-graph FP4 variant")
 a = ap.parse_args()
 P = logger(f"gen_long_b{a.batch}_c{a.context}.txt")
 
@@ -53,6 +54,53 @@ def filled(kind):
         c.update(k, v, layer, kw)
         del k, v
     return c
+
+
+def per_token_graph():
+    """fp4attn nvfp4 + FP4Cache with the decode step replayed from a CUDA graph: every layer's KVCache reserved
+    for the steps, one eager step (compiles the kernels, lets the layers return placeholders), one step
+    captured, the host lengths resynchronized, then replays fed their own greedy token."""
+    model.set_attn_implementation(fp4)
+    gc.collect()
+    torch.cuda.empty_cache()
+    base = torch.cuda.memory_allocated()
+    cache = filled("fp4")
+    for layer in cache.layers:
+        layer.kv.reserve(N + a.steps + 8)
+    held = (torch.cuda.memory_allocated() - base) / 2**30
+    ids = torch.randint(0, cfg.vocab_size, (B, 1), device="cuda")
+    pos = torch.full((B, 1), N, device="cuda")
+    cpos = torch.tensor([N], device="cuda")
+    with torch.no_grad():
+        out = model(input_ids=ids, past_key_values=cache, position_ids=pos, cache_position=cpos, use_cache=True)
+        ids.copy_(out.logits[:, -1:].argmax(-1))
+        pos += 1
+        cpos += 1
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            logits = model(input_ids=ids, past_key_values=cache, position_ids=pos, cache_position=cpos,
+                           use_cache=True).logits
+        for layer in cache.layers:
+            layer.kv.sync_lengths()
+        times = []
+        for _ in range(a.steps):
+            torch.cuda.synchronize()
+            t = time.perf_counter()
+            graph.replay()
+            ids.copy_(logits[:, -1:].argmax(-1))
+            pos += 1
+            cpos += 1
+            torch.cuda.synchronize()
+            times.append(time.perf_counter() - t)
+    for layer in cache.layers:
+        layer.kv.sync_lengths()
+    assert cache.layers[0].kv.get_seq_length() == N + 1 + a.steps
+    del cache, graph, logits
+    gc.collect()
+    torch.cuda.empty_cache()
+    steady = sorted(times[4:])
+    return 1e3 * steady[len(steady) // 2], held
 
 
 def per_token(kind, impl):
@@ -103,9 +151,9 @@ P(f"Llama-like {cfg.num_hidden_layers} layers, d=2048, 16/4 heads (D={D}), bf16,
   f"{N} cached tokens per sequence; eager decode steps, median ms per step ({a.steps} steps, first 4 dropped); "
   f"{torch.cuda.get_device_name()}")
 res = {}
-for name, kind, impl in (("sdpa + DynamicCache (bf16)", "dynamic", "sdpa"),
-                         ("sdpa + StaticCache (bf16)", "static", "sdpa"),
-                         ("fp4attn nvfp4 + FP4Cache", "fp4", fp4)):
+for name, kind, impl in () if a.only_graph else (("sdpa + DynamicCache (bf16)", "dynamic", "sdpa"),
+                                                  ("sdpa + StaticCache (bf16)", "static", "sdpa"),
+                                                  ("fp4attn nvfp4 + FP4Cache", "fp4", fp4)):
     try:
         ms, held, peak, top = res[name] = per_token(kind, impl)
         P(f"  {name:30s} {ms:8.2f} ms/token   cache {held:6.2f} GiB, peak above the model during the steps "
@@ -114,3 +162,11 @@ for name, kind, impl in (("sdpa + DynamicCache (bf16)", "dynamic", "sdpa"),
     except Exception as e:  # e.g. out of memory for the bf16 caches at large B
         P(f"  {name:30s} failed: {type(e).__name__}: {str(e).splitlines()[0][:160]}")
         torch.cuda.empty_cache()
+name = "fp4attn nvfp4 + FP4Cache, CUDA graph"
+try:
+    ms, held = per_token_graph()
+    P(f"  {name:30s} {ms:8.2f} ms/token   cache {held:6.2f} GiB (reserved for the steps)")
+except Exception as e:
+    import traceback
+    P(f"  {name:30s} failed: {type(e).__name__}: {str(e).splitlines()[0][:300]}")
+    P(traceback.format_exc()[-2500:])

@@ -128,6 +128,7 @@ class KVCache:
             self._scale_set = [True] * B
         self._num_used = 0
         self._capacity = 0
+        self.reserved_len = 0  # see reserve()
         # at least one page: readers map unused page-table entries (-1) to page 0 (masked out after
         # the read), which must exist even before the first page is used (every sequence shorter
         # than a slot): block_means, the decode and page-score kernels
@@ -179,6 +180,41 @@ class KVCache:
             self.page_table = pt
         # new pages are a contiguous range of the pool: no host-to-device copy
         self.page_table[b, have:n_pages] = torch.arange(new[0], new[-1] + 1, dtype=torch.int32, device=self.device)
+
+    def reserve(self, max_len: int) -> None:
+        """Prepare the cache for decode steps replayed from a CUDA graph, up to ``max_len`` tokens per sequence.
+
+        Allocates now every page those tokens need, so that appends up to ``max_len`` neither allocate nor
+        change ``page_table``, and makes :func:`fp4attn.decode` size its context splits for ``max_len``
+        committed tokens instead of the current lengths. A captured step (one-token ``append`` and
+        ``decode``) then stays valid while the lengths grow: its kernels read the lengths, the page table
+        and the global scales from the device. (Its host bookkeeping runs only while capturing: call
+        :meth:`sync_lengths` after the capture and after replays.) Eager calls on a reserved cache use the
+        same splits, so they give the bits of the replays. Replays must stay within ``max_len`` (tokens
+        past the reserved pages are not stored); the global scales must be set (the first append sets
+        them); Thrift's page means (``keep_16bit``) are updated by host code, so Thrift decode is not
+        replayable this way.
+        """
+        if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < max(self._lens, default=0):
+            raise ValueError(f"max_len must be an int >= the longest sequence ({max(self._lens, default=0)}), "
+                             f"got {max_len!r}")
+        n = -(-max_len // self.page_size)
+        need = sum(max(0, n - len(p)) for p in self._pages)
+        if self._num_used + need > self._capacity:
+            self._alloc_pool(self._num_used + need)  # one allocation for the whole batch
+        for b in range(self.batch_size):
+            self._ensure_pages(b, n)
+        self.reserved_len = max(self.reserved_len, max_len)
+
+    def sync_lengths(self) -> None:
+        """Reload the host mirror of the lengths from ``seq_lens`` (one device-to-host copy): after capturing a
+        decode step in a CUDA graph (the capture ran the host bookkeeping of one append while the device
+        recorded it without running it) and after replays (which run no host code)."""
+        lens = [int(x) for x in self.seq_lens.tolist()]
+        if self.reserved_len and max(lens) > self.reserved_len:
+            raise RuntimeError(f"sequence lengths {lens} exceed the reserved {self.reserved_len} tokens: tokens "
+                               "past the reservation were not stored (reserve more before capturing)")
+        self._lens = lens
 
     # ------------------------------------------------------------------------------------------
     # building
@@ -486,6 +522,7 @@ class KVCache:
                 for name, t in pool.items():
                     getattr(self, name)[dst] = t[src]
         self._lens = [self._lens[i] for i in idx]
+        self.reserved_len = 0  # only the used pages were copied: reserve() again for CUDA-graph steps
         self._scale_set = [self._scale_set[i] for i in idx]
         self.seq_lens = self.seq_lens[it].contiguous()
         for name in ("k_tail", "v_tail", "k_global_scale", "v_global_scale"):
@@ -498,6 +535,7 @@ class KVCache:
         self._pages = [[] for _ in range(self.batch_size)]
         self.page_table.fill_(-1)
         self._num_used = 0
+        self.reserved_len = 0
         self.k_tail.zero_()
         self.v_tail.zero_()
 

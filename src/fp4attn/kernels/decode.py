@@ -483,7 +483,9 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
     interp = _interpret()
     q = q.contiguous()
     committed = cache.committed_lengths()
-    max_c = max(committed) if committed else 0
+    # a reserved cache (KVCache.reserve): splits sized for its capacity, so that a step captured in a CUDA
+    # graph covers the tokens appended by later replays
+    max_c = max(max(committed) if committed else 0, cache.reserved_len - cache.reserved_len % 16)
     if num_splits is None:
         per_sm = per_sm or max(1, cfg["per_sm"] * cfg["num_warps"] // num_warps)
         num_splits = default_splits(B, Hkv, max_c, block_n, q.device, per_sm, cfg["max_tiles"])
