@@ -520,3 +520,86 @@ def test_padding_mask_in_training_gradients_match_unpadded_calls():
     for a, b in ((q, q2), (k, k2), (v, v2)):
         torch.testing.assert_close(a.grad, b.grad, rtol=1e-5, atol=1e-6)
     assert q.grad[1, :, :7].abs().max() == 0 and k.grad[1, :, :7].abs().max() == 0  # padding gets no gradient
+
+
+def test_mask_function_keeps_decode_masks_none_under_stream_capture(monkeypatch):
+    """Under CUDA stream capture transformers materializes even a no-padding decode mask (it counts capture as
+    tracing); the mask function registered with fp4attn returns None for such a step (1..16 causal queries,
+    no padding mask, no sliding window), so that the attention function decodes from the FP4 pages, and
+    defers to sdpa_mask otherwise. The decode steps' logits are those of the same run outside capture."""
+    from transformers.masking_utils import causal_mask_function
+
+    calls = []
+    wrapped = fh._mask_function(lambda **kw: calls.append(kw) or "sdpa")
+    kw = dict(batch_size=2, q_length=1, kv_length=40, q_offset=39, kv_offset=0, mask_function=causal_mask_function,
+              attention_mask=None, allow_is_causal_skip=True)
+    assert wrapped(**kw) == "sdpa"  # not capturing
+    monkeypatch.setattr(fh, "_capturing", lambda: True)
+    assert wrapped(**kw) is None and wrapped(**{**kw, "q_length": 16}) is None
+    for other in (dict(q_length=17), dict(attention_mask=torch.ones(2, 40, dtype=torch.bool)),
+                  dict(allow_is_causal_skip=False), dict(mask_function=lambda *a: True),
+                  dict(local_attention_size=8)):
+        assert wrapped(**{**kw, **other}) == "sdpa", other
+    assert len(calls) == 6
+    # end to end: prefill + decode steps with the "capturing" mask function give the same logits
+    m = _llama()
+    ids = torch.randint(0, 96, (2, 36), generator=torch.Generator().manual_seed(13))
+    m.set_attn_implementation(fh.register("nvfp4"))
+
+    def run():
+        cache = fh.fp4_cache()
+        with torch.no_grad():
+            outs = [m(ids[:, :30], past_key_values=cache, use_cache=True).logits[:, -1]]
+            for t in range(30, 36):
+                outs.append(m(ids[:, t:t + 1], past_key_values=cache, use_cache=True).logits[:, -1])
+        return torch.stack(outs, 1)
+    captured = run()
+    monkeypatch.setattr(fh, "_capturing", lambda: False)
+    assert torch.equal(captured, run())
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_transformers_decode_step_replayed_from_a_cuda_graph_equals_eager_steps():
+    """A transformers forward of one decode step with fp4_cache(), captured once in a CUDA graph (every layer's
+    KVCache reserved, host lengths resynced after the capture) and replayed 20 times with its own greedy
+    token, gives the logits of the same 20 steps run eagerly, bit for bit."""
+    m = _llama(layers=2, heads=8, kv_heads=2, hidden=512).to("cuda", torch.bfloat16)  # D = 64
+    m.set_attn_implementation(fh.register("nvfp4"))
+    ids = torch.randint(0, 96, (2, 300), generator=torch.Generator().manual_seed(14)).to("cuda")
+    steps = 20
+
+    def prefill():
+        cache = fh.fp4_cache()
+        with torch.no_grad():
+            tok = m(ids, past_key_values=cache, use_cache=True).logits[:, -1:].argmax(-1)
+            tok = m(tok, past_key_values=cache, use_cache=True).logits[:, -1:].argmax(-1)  # one eager step
+        for layer in cache.layers:
+            layer.kv.reserve(301 + steps + 1)
+        return cache, tok
+
+    cache, tok = prefill()
+    want = []
+    with torch.no_grad():
+        for i in range(steps):
+            pos = torch.full((2, 1), 301 + i, device="cuda")
+            logits = m(tok, past_key_values=cache, position_ids=pos, cache_position=pos[0], use_cache=True).logits
+            want.append(logits[:, -1])
+            tok = logits[:, -1:].argmax(-1)
+    cache, tok = prefill()
+    pos = torch.full((2, 1), 301, device="cuda")
+    cpos = pos[0].clone()
+    graph = torch.cuda.CUDAGraph()
+    with torch.no_grad(), torch.cuda.graph(graph):
+        logits = m(tok, past_key_values=cache, position_ids=pos, cache_position=cpos, use_cache=True).logits
+    for layer in cache.layers:
+        layer.kv.sync_lengths()
+    for i in range(steps):
+        graph.replay()
+        assert torch.equal(logits[:, -1], want[i]), i
+        tok.copy_(logits[:, -1:].argmax(-1))
+        pos += 1
+        cpos += 1
+    for layer in cache.layers:
+        layer.kv.sync_lengths()
+        assert layer.kv.lengths == [301 + steps] * 2

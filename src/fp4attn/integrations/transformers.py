@@ -175,6 +175,32 @@ def make_attention_function(recipe: str = "nvfp4", mode: str = "auto", **op_kwar
     return fp4attn_attention_forward
 
 
+def _capturing() -> bool:
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+
+
+def _mask_function(sdpa_mask):
+    """transformers' ``sdpa_mask``, except while a CUDA graph is being captured: transformers counts stream
+    capture as tracing and then materializes even the mask of a decode step without padding, which would send
+    fp4attn's attention function to its dense path (which cannot run under capture). A causal mask of 1..16
+    new tokens with no padding mask and no sliding window is returned as ``None`` there, as transformers does
+    eagerly: the attention function then decodes from the FP4 pages (bottom-right causal among the new tokens).
+    Every other call, and every call outside capture, is ``sdpa_mask``'s."""
+    from transformers.masking_utils import causal_mask_function
+
+    def fp4attn_mask(*args, **kwargs):
+        if _capturing() and not args:
+            q_len = kwargs.get("q_length")
+            if q_len is None and kwargs.get("cache_position") is not None:  # transformers < 5.2x
+                q_len = kwargs["cache_position"].shape[0]
+            if (isinstance(q_len, int) and 1 <= q_len <= 16 and kwargs.get("attention_mask") is None
+                    and kwargs.get("allow_is_causal_skip", True) and kwargs.get("mask_function") is causal_mask_function
+                    and kwargs.get("local_size") is None and kwargs.get("local_attention_size") is None):
+                return None
+        return sdpa_mask(*args, **kwargs)
+    return fp4attn_mask
+
+
 def register(recipe: str = "nvfp4", name: str | None = None, mode: str = "auto", **op_kwargs) -> str:
     """Register fp4attn with transformers' ``AttentionInterface`` and ``AttentionMaskInterface``.
 
@@ -199,7 +225,7 @@ def register(recipe: str = "nvfp4", name: str | None = None, mode: str = "auto",
     if not isinstance(name, str) or not name or "|" in name or "/" in name:
         raise ValueError(f"name must be a non-empty string without '|' or '/', got {name!r}")
     AttentionInterface.register(name, make_attention_function(recipe, mode, **op_kwargs))
-    AttentionMaskInterface.register(name, sdpa_mask)
+    AttentionMaskInterface.register(name, _mask_function(sdpa_mask))
     _REGISTERED[name] = dict(recipe=recipe, mode=mode, op_kwargs=dict(op_kwargs))
     return name
 
