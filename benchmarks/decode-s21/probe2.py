@@ -1,4 +1,5 @@
 """Per-kernel device times (torch profiler) and CUDA-graph times of the decode op with packed / unpacked tiles."""
+import importlib.util
 import os
 import sys
 
@@ -13,23 +14,17 @@ from _util import SHAPES, decode_case, logger, print_times  # noqa: E402
 P = logger(os.environ.get("PROBE_LOG", "probe2.txt"))
 
 
-def kernel_times_us(fn, n=20):
-    """{kernel name: mean device time (us) per call of fn}, from the torch profiler over n calls."""
-    import collections
 
-    from torch.profiler import ProfilerActivity, profile
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(n):
-            fn()
-        torch.cuda.synchronize()
-    agg = collections.defaultdict(float)
-    for e in prof.events():
-        if e.device_type == torch.autograd.DeviceType.CUDA:
-            agg[e.name[:70]] += e.device_time / n
-    return dict(sorted(agg.items(), key=lambda x: -x[1]))
+def _load(path, name):
+    """A helper module by path (session 6's probes and session 10's share the module name _util)."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+kernel_times_us = _load(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "session6-2026-11-22", "probes",
+                                     "_util.py"), "_util_s6").kernel_times_us
 
 for (B, Hq, Hkv, N, D) in SHAPES:
     q, k, v, cache, cud = decode_case(B, Hq, Hkv, N, D)
