@@ -981,6 +981,16 @@ def test_decode_steps_replayed_from_a_cuda_graph_equal_eager_steps():
         assert torch.equal(getattr(graphed, name), getattr(eager, name)), name
     for name in ("k_scale", "v_scale"):
         assert torch.equal(getattr(graphed, name).view(torch.uint8), getattr(eager, name).view(torch.uint8)), name
+    # replays past the reserved pages (the first sequence passes 1088 = 17 pages): its slots without a page
+    # are dropped, the kernels clamp the missing page instead of indexing below the pool (before, -1 made the
+    # append write below k_data), the device stays usable and sync_lengths reports the overrun
+    pt = graphed.page_table.clone()
+    for _ in range(100):
+        graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(graphed.page_table, pt) and bool(torch.isfinite(out.float()).all())
+    with pytest.raises(RuntimeError, match="reserved"):
+        graphed.sync_lengths()
 
 
 @pytest.mark.gpu

@@ -190,10 +190,11 @@ class KVCache:
         ``decode``) then stays valid while the lengths grow: its kernels read the lengths, the page table
         and the global scales from the device. (Its host bookkeeping runs only while capturing: call
         :meth:`sync_lengths` after the capture and after replays.) Eager calls on a reserved cache use the
-        same splits, so they give the bits of the replays. Replays must stay within ``max_len`` (tokens
-        past the reserved pages are not stored); the global scales must be set (the first append sets
-        them); Thrift's page means (``keep_16bit``) are updated by host code, so Thrift decode is not
-        replayable this way.
+        same splits, so they give the bits of the replays. Replays must stay within ``max_len``: a slot
+        completed past the reserved pages is dropped (the kernels clamp a missing page to page 0 instead of
+        reaching outside the pool, so decode reads wrong values for it) and :meth:`sync_lengths` raises
+        afterwards. The global scales must be set (the first append sets them). Thrift's page means
+        (``keep_16bit``) are updated by host code, so Thrift decode is not replayable this way.
         """
         if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < max(self._lens, default=0):
             raise ValueError(f"max_len must be an int >= the longest sequence ({max(self._lens, default=0)}), "

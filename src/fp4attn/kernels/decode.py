@@ -100,7 +100,7 @@ def _decode_tile(t0, accT, l_i, m_i, qT, q16T, s_scale, qk_scale, vg, row_ok, hq
     offs_n16 = tl.arange(0, BLOCK_N // 16)
     offs_d = tl.arange(0, D)
     pidx = t0 // PS
-    page = tl.load(PT + b * MAXP + pidx).to(tl.int64)
+    page = tl.maximum(tl.load(PT + b * MAXP + pidx), 0).to(tl.int64)  # -1 (past a reservation): page 0
     off = t0 % PS
     base = page * Hkv + h  # (page, head) index
     row0 = base * PS + off  # storage row of the tile's first key
@@ -322,7 +322,7 @@ def _decode_16bit_kernel(Q, K16, V16, PT, LENS, SEL, OP, MP, LP, qk_scale, Hkv, 
         if pidx < n_pages:
             selr = tl.load(SEL + sel_rows * MAXP + pidx, mask=row_ok, other=0) != 0
             if tl.max(selr.to(tl.int32), 0) > 0:
-                page = tl.load(PT + b * MAXP + pidx).to(tl.int64)
+                page = tl.maximum(tl.load(PT + b * MAXP + pidx), 0).to(tl.int64)  # -1 (past a reservation): page 0
                 rows = (page * Hkv + h) * PS + offs_n
                 k16 = tl.load(K16 + rows[:, None] * D + offs_d[None, :])
                 if DOT_F32:

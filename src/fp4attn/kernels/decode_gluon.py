@@ -69,7 +69,7 @@ if HAVE_GLUON:
                    D: gl.constexpr, PS: gl.constexpr):
         """The packed bytes of the BLOCK_N-token tile at t0 (inside one page): K half-words, K scales as
         fp16, V bytes, V scales as fp16, each in the layout of its offsets."""
-        page = gl.load(PT + b * MAXP + t0 // PS).to(gl.int64)
+        page = gl.maximum(gl.load(PT + b * MAXP + t0 // PS), 0).to(gl.int64)  # -1 (past a reservation): page 0
         off = t0 % PS
         base = page * Hkv + h  # (page, head)
         row0 = base * PS + off  # storage row of the tile's first key

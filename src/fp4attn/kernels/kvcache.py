@@ -53,7 +53,11 @@ def _append_one_kernel(KN, skb, skh, skd, VN, svb, svh, svd, LENS, KT, VT, KG, V
         k = tl.where(last, kn[None, :], tl.load(KT + r2, mask=old, other=0.0))  # (16, D), cache dtype
         v = tl.where(last, vn[None, :], tl.load(VT + r2, mask=old, other=0.0))
         start = L - (_SLOT - 1)  # the slot's first token (16-aligned, inside one page)
-        page = tl.load(PT + b * MAXP + start // PS).to(tl.int64)
+        # no page (-1): a CUDA-graph replay past KVCache.reserve's pages (sync_lengths reports it); the
+        # slot is dropped instead of written below the pool (its page row clamped to 0, every store masked)
+        page_i = tl.load(PT + b * MAXP + start // PS).to(tl.int64)
+        ok = page_i >= 0
+        page = tl.maximum(page_i, 0)
         off = start % PS
         ph = page * H + h
         # K along D: blocks of 16 channels of one token, element pairs (2i, 2i+1) -> one byte
@@ -62,19 +66,19 @@ def _append_one_kernel(KN, skb, skh, skd, VN, svb, svh, svd, LENS, KT, VT, KG, V
         clo, chi, _s, sb = _quant_pair(klo, khi, senc_k, False, False, True, True)
         kbytes = tl.reshape(clo | (chi << 4), (_SLOT, D // 2)).to(tl.uint8)
         krow = ph * PS + off + rows  # storage row of each token
-        tl.store(KD + krow[:, None] * (D // 2) + tl.arange(0, D // 2)[None, :], kbytes)
-        tl.store(KS + krow[:, None] * (D // _SLOT) + tl.arange(0, D // _SLOT)[None, :], sb.to(tl.uint8))
+        tl.store(KD + krow[:, None] * (D // 2) + tl.arange(0, D // 2)[None, :], kbytes, mask=ok)
+        tl.store(KS + krow[:, None] * (D // _SLOT) + tl.arange(0, D // _SLOT)[None, :], sb.to(tl.uint8), mask=ok)
         # V along tokens: one block of the 16 tokens per channel, token pairs (2j, 2j+1) -> one byte
         vlo, vhi = tl.split(tl.reshape(tl.trans(v.to(tl.float32)), (D, 1, _SLOT // 2, 2)))
         senc_v = tl.math.div_rn(1.0, tl.load(VG + pid))
         clo, chi, _s, sb = _quant_pair(vlo, vhi, senc_v, False, False, True, True)
         vbytes = tl.reshape(clo | (chi << 4), (D, _SLOT // 2)).to(tl.uint8)  # [channel, token pair]
         j = tl.arange(0, _SLOT // 2)
-        tl.store(VD + ((ph * (PS // 2) + off // 2 + j) * D)[None, :] + offs_d[:, None], vbytes)
-        tl.store(VS + (ph * (PS // _SLOT) + off // _SLOT) * D + offs_d, tl.reshape(sb, (D,)).to(tl.uint8))
+        tl.store(VD + ((ph * (PS // 2) + off // 2 + j) * D)[None, :] + offs_d[:, None], vbytes, mask=ok)
+        tl.store(VS + (ph * (PS // _SLOT) + off // _SLOT) * D + offs_d, tl.reshape(sb, (D,)).to(tl.uint8), mask=ok)
         if KEEP16:
-            tl.store(K16 + krow[:, None] * D + offs_d[None, :], k)
-            tl.store(V16 + krow[:, None] * D + offs_d[None, :], v)
+            tl.store(K16 + krow[:, None] * D + offs_d[None, :], k, mask=ok)
+            tl.store(V16 + krow[:, None] * D + offs_d[None, :], v, mask=ok)
         zero = tl.zeros([_SLOT, D], KT.dtype.element_ty)
         tl.store(KT + r2, zero)
         tl.store(VT + r2, zero)
