@@ -603,3 +603,38 @@ def test_transformers_decode_step_replayed_from_a_cuda_graph_equals_eager_steps(
     for layer in cache.layers:
         layer.kv.sync_lengths()
         assert layer.kv.lengths == [301 + steps] * 2
+
+
+def test_greedy_generate_eager_checks_and_tokens():
+    """greedy_generate with cuda_graph=False on CPU: prompt + new tokens, the tokens of a plain greedy loop with
+    an fp4_cache (reserving changes no CPU result: the reference path has no splits); argument errors."""
+    m = _llama()
+    ids = torch.randint(0, 96, (2, 20), generator=torch.Generator().manual_seed(15))
+    with pytest.raises(ValueError, match="nvfp4"):
+        m.set_attn_implementation("sdpa")
+        fh.greedy_generate(m, ids, 4, cuda_graph=False)
+    m.set_attn_implementation(fh.register("nvfp4"))
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        fh.greedy_generate(m, ids, 0, cuda_graph=False)
+    with pytest.raises(ValueError, match="CUDA"):
+        fh.greedy_generate(m, ids, 4)
+    out = fh.greedy_generate(m, ids, 6, cuda_graph=False)
+    assert out.shape == (2, 26) and torch.equal(out[:, :20], ids)
+    cache, seq = fh.fp4_cache(), ids
+    with torch.no_grad():
+        tok = m(ids, past_key_values=cache, use_cache=True).logits[:, -1:].argmax(-1)
+        for _ in range(6):
+            seq = torch.cat([seq, tok], 1)
+            tok = m(tok, past_key_values=cache, use_cache=True).logits[:, -1:].argmax(-1)
+    assert torch.equal(out, seq)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_greedy_generate_cuda_graph_gives_the_eager_tokens():
+    m = _llama(layers=2, heads=8, kv_heads=2, hidden=512).to("cuda", torch.bfloat16)
+    m.set_attn_implementation(fh.register("nvfp4"))
+    ids = torch.randint(0, 96, (3, 200), generator=torch.Generator().manual_seed(16)).to("cuda")
+    eager = fh.greedy_generate(m, ids, 40, cuda_graph=False)
+    graphed = fh.greedy_generate(m, ids, 40)
+    assert graphed.shape == (3, 240) and torch.equal(graphed, eager)

@@ -57,7 +57,8 @@ from ._common import (
     warn_once,
 )
 
-__all__ = ["register", "registered", "make_attention_function", "fp4_cache"]  # FP4Cache: lazy (needs transformers)
+# FP4Cache: lazy (needs transformers)
+__all__ = ["register", "registered", "make_attention_function", "fp4_cache", "greedy_generate"]
 
 _REGISTERED: dict[str, dict] = {}
 
@@ -352,3 +353,71 @@ def fp4_cache(**kvcache_kwargs):
     """A new :class:`FP4Cache` for ``model.generate(..., past_key_values=fp4_cache())`` (use one per
     generate call). ``keep_16bit=True`` is needed for ``recipe="thrift"`` decode."""
     return __getattr__("FP4Cache")(**kvcache_kwargs)
+
+
+def greedy_generate(model, input_ids: torch.Tensor, max_new_tokens: int, *, cuda_graph: bool = True,
+                    **kvcache_kwargs) -> torch.Tensor:
+    """Greedy decoding of ``max_new_tokens`` tokens with an :func:`fp4_cache`, each decode step replayed from a
+    CUDA graph: (B, L) token ids -> (B, L + max_new_tokens).
+
+    The model must run an fp4attn ``nvfp4`` attention implementation (:func:`register`, then
+    ``model.set_attn_implementation(name)``), and the batch must be unpadded (every prompt of length L; no
+    attention mask, no stopping at EOS). The prompt and one decode step run eagerly (the second compiles the
+    decode kernels and lets the cache layers return placeholders); every layer's :class:`fp4attn.KVCache` is
+    then reserved for L + max_new_tokens tokens (:meth:`fp4attn.KVCache.reserve`), one step is captured and the
+    rest are replays fed their own argmax token. ``cuda_graph=False`` runs the same steps eagerly (same
+    reserved splits, so the same tokens). Eagerly a decode step is paced by the host's per-layer work; replayed,
+    by the GPU (B=8, 32k cached tokens, a 16-layer Llama-like model on an H200: 2.9 instead of 15-23 ms per
+    token, ``benchmarks/gen-s21``).
+    """
+    cfg = getattr(getattr(model, "config", None), "_attn_implementation", None)
+    reg = _REGISTERED.get(cfg)
+    if reg is None or reg["recipe"] != "nvfp4":
+        raise ValueError(f"model: its attention implementation must be an fp4attn 'nvfp4' one registered with "
+                         f"fp4attn.integrations.transformers.register('nvfp4'), got {cfg!r}")
+    if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2 or input_ids.shape[1] < 1:
+        raise ValueError(f"input_ids must be a (B, L) tensor with L >= 1, got "
+                         f"{tuple(input_ids.shape) if isinstance(input_ids, torch.Tensor) else type(input_ids)}")
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be a positive int, got {max_new_tokens!r}")
+    if cuda_graph and not input_ids.is_cuda:
+        raise ValueError("cuda_graph=True needs input_ids on a CUDA device (cuda_graph=False runs eagerly)")
+    B, L = input_ids.shape
+    cache = fp4_cache(**kvcache_kwargs)
+    out = [input_ids]
+    with torch.no_grad():
+        tok = model(input_ids, past_key_values=cache, use_cache=True).logits[:, -1:].argmax(-1)
+        out.append(tok)
+        if max_new_tokens > 1:
+            tok = model(tok, past_key_values=cache, use_cache=True).logits[:, -1:].argmax(-1)
+            out.append(tok)
+        for layer in cache.layers:
+            layer.kv.reserve(L + max_new_tokens)
+        pos = torch.full((B, 1), L + 1, dtype=torch.long, device=input_ids.device)
+        cpos = pos[0].clone()
+
+        def step():
+            return model(tok, past_key_values=cache, position_ids=pos, cache_position=cpos, use_cache=True).logits
+
+        graph = None
+        for _ in range(max_new_tokens - 2):
+            if cuda_graph:
+                if graph is None:
+                    tok = tok.clone()  # the graph's static input
+                    graph = torch.cuda.CUDAGraph()
+                    with torch.cuda.graph(graph):
+                        logits = step()
+                    for layer in cache.layers:
+                        layer.kv.sync_lengths()  # the capture ran one append's host bookkeeping, the device none
+                graph.replay()
+                tok.copy_(logits[:, -1:].argmax(-1))
+                out.append(tok.clone())
+            else:
+                tok = step()[:, -1:].argmax(-1)
+                out.append(tok)
+            pos += 1
+            cpos += 1
+        if graph is not None:
+            for layer in cache.layers:
+                layer.kv.sync_lengths()
+    return torch.cat(out, 1)
