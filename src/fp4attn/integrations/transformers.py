@@ -393,31 +393,30 @@ def greedy_generate(model, input_ids: torch.Tensor, max_new_tokens: int, *, cuda
             out.append(tok)
         for layer in cache.layers:
             layer.kv.reserve(L + max_new_tokens)
+        tok = tok.clone()  # every later step reads its token from here (the graph's static input)
         pos = torch.full((B, 1), L + 1, dtype=torch.long, device=input_ids.device)
         cpos = pos[0].clone()
 
         def step():
             return model(tok, past_key_values=cache, position_ids=pos, cache_position=cpos, use_cache=True).logits
 
-        graph = None
-        for _ in range(max_new_tokens - 2):
-            if cuda_graph:
-                if graph is None:
-                    tok = tok.clone()  # the graph's static input
-                    graph = torch.cuda.CUDAGraph()
-                    with torch.cuda.graph(graph):
-                        logits = step()
-                    for layer in cache.layers:
-                        layer.kv.sync_lengths()  # the capture ran one append's host bookkeeping, the device none
+        run = step
+        if cuda_graph and max_new_tokens > 2:
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                logits = step()
+            for layer in cache.layers:
+                layer.kv.sync_lengths()  # the capture ran one append's host bookkeeping, the device none of it
+
+            def run():  # the captured step, replayed
                 graph.replay()
-                tok.copy_(logits[:, -1:].argmax(-1))
-                out.append(tok.clone())
-            else:
-                tok = step()[:, -1:].argmax(-1)
-                out.append(tok)
+                return logits
+        for _ in range(max_new_tokens - 2):
+            tok.copy_(run()[:, -1:].argmax(-1))
+            out.append(tok.clone())
             pos += 1
             cpos += 1
-        if graph is not None:
+        if cuda_graph and max_new_tokens > 2:
             for layer in cache.layers:
                 layer.kv.sync_lengths()
     return torch.cat(out, 1)
