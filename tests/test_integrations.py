@@ -610,7 +610,7 @@ def test_greedy_generate_eager_checks_and_tokens():
     an fp4_cache (reserving changes no CPU result: the reference path has no splits); argument errors."""
     m = _llama()
     ids = torch.randint(0, 96, (2, 20), generator=torch.Generator().manual_seed(15))
-    with pytest.raises(ValueError, match="nvfp4"):
+    with pytest.raises(ValueError, match="'nvfp4' or 'thrift'"):
         m.set_attn_implementation("sdpa")
         fh.greedy_generate(m, ids, 4, cuda_graph=False)
     m.set_attn_implementation(fh.register("nvfp4"))
@@ -618,15 +618,17 @@ def test_greedy_generate_eager_checks_and_tokens():
         fh.greedy_generate(m, ids, 0, cuda_graph=False)
     with pytest.raises(ValueError, match="CUDA"):
         fh.greedy_generate(m, ids, 4)
-    out = fh.greedy_generate(m, ids, 6, cuda_graph=False)
-    assert out.shape == (2, 26) and torch.equal(out[:, :20], ids)
-    cache, seq = fh.fp4_cache(), ids
-    with torch.no_grad():
-        tok = m(ids, past_key_values=cache, use_cache=True).logits[:, -1:].argmax(-1)
-        for _ in range(6):
-            seq = torch.cat([seq, tok], 1)
-            tok = m(tok, past_key_values=cache, use_cache=True).logits[:, -1:].argmax(-1)
-    assert torch.equal(out, seq)
+    for recipe, kw in (("nvfp4", {}), ("thrift", dict(keep_16bit=True))):  # thrift: its 16-bit copy by default
+        m.set_attn_implementation(fh.register(recipe))
+        out = fh.greedy_generate(m, ids, 6, cuda_graph=False)
+        assert out.shape == (2, 26) and torch.equal(out[:, :20], ids)
+        cache, seq = fh.fp4_cache(**kw), ids
+        with torch.no_grad():
+            tok = m(ids, past_key_values=cache, use_cache=True).logits[:, -1:].argmax(-1)
+            for _ in range(6):
+                seq = torch.cat([seq, tok], 1)
+                tok = m(tok, past_key_values=cache, use_cache=True).logits[:, -1:].argmax(-1)
+        assert torch.equal(out, seq), recipe
 
 
 @pytest.mark.gpu
@@ -638,3 +640,16 @@ def test_greedy_generate_cuda_graph_gives_the_eager_tokens():
     eager = fh.greedy_generate(m, ids, 40, cuda_graph=False)
     graphed = fh.greedy_generate(m, ids, 40)
     assert graphed.shape == (3, 240) and torch.equal(graphed, eager)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_greedy_generate_thrift_cuda_graph_gives_the_eager_tokens():
+    """Thrift decode steps replayed from a CUDA graph past two page boundaries (tokens 256 and 320): the page
+    means and the selection follow the lengths on the device, so the tokens are the eager ones."""
+    m = _llama(layers=2, heads=8, kv_heads=2, hidden=512).to("cuda", torch.bfloat16)
+    m.set_attn_implementation(fh.register("thrift", budget=0.25))
+    ids = torch.randint(0, 96, (2, 200), generator=torch.Generator().manual_seed(17)).to("cuda")
+    eager = fh.greedy_generate(m, ids, 150, cuda_graph=False)
+    graphed = fh.greedy_generate(m, ids, 150)
+    assert graphed.shape == (2, 350) and torch.equal(graphed, eager)

@@ -821,6 +821,63 @@ def test_thrift_decode_gpu_cuda_graph_replay():
 
 @pytest.mark.gpu
 @gpu
+def test_thrift_decode_steps_replayed_across_pages_equal_eager_steps():
+    """A Thrift generation step (one-token append + decode with the page selection) captured once on a reserved
+    cache and replayed 150 times, across slot commits and three completed pages: each replay's output equals the
+    same eager step's bit for bit, and so does the whole cache afterwards (the page means of the pages completed
+    during the replays, computed on the device from the lengths, included; they match a float64 mean of the
+    16-bit copy). Before, a page's mean was written by host code that replays skip, and the selection scored
+    only the pages of the captured length."""
+    B, Hkv, G, D, steps = 3, 2, 4, 128, 150
+    dev = "cuda"
+    k, v = _kv(B, Hkv, 300, D, seed=90)
+    kn, vn = _kv(B, Hkv, steps, D, seed=91)
+    q = torch.randn(steps, B, Hkv * G, 1, D, generator=torch.Generator().manual_seed(92)).to(torch.bfloat16)
+    lens = [300, 170, 61]
+
+    def build():
+        c = KVCache.from_dense(k.to(dev), v.to(dev), lengths=lens, keep_16bit=True, page_size=64)
+        c.reserve(300 + steps)
+        return c
+
+    ce = build()
+    want = []
+    for i in range(steps):
+        ce.append(kn[:, :, i:i + 1].to(dev), vn[:, :, i:i + 1].to(dev))
+        want.append(fp4attn.decode(q[i].to(dev), ce, thrift_budget=0.1))
+    cg = build()
+    sk, sv, sq = kn[:, :, :1].to(dev), vn[:, :, :1].to(dev), q[0].to(dev)
+
+    def step():
+        cg.append(sk, sv)
+        return fp4attn.decode(sq, cg, thrift_budget=0.1)
+
+    s = torch.cuda.Stream()  # compile outside the capture (on a copy: the warm-up must not append to cg)
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        warm = build()
+        warm.append(sk, sv)
+        fp4attn.decode(sq, warm, thrift_budget=0.1)
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = step()
+    cg.sync_lengths()
+    for i in range(steps):
+        sk.copy_(kn[:, :, i:i + 1])
+        sv.copy_(vn[:, :, i:i + 1])
+        sq.copy_(q[i])
+        graph.replay()
+        assert torch.equal(out, want[i]), i
+    cg.sync_lengths()
+    _assert_same_storage(ce, cg)
+    for b, L in enumerate(cg.lengths):
+        pages = torch.tensor(cg._pages[b][:L // 64], dtype=torch.long, device=dev)
+        assert torch.allclose(cg.k_page_mean[pages].double(), cg.k16[pages].double().mean(2), rtol=0, atol=1e-6)
+
+
+@pytest.mark.gpu
+@gpu
 @pytest.mark.parametrize("keep", [False, True])
 def test_one_token_append_kernel_gpu_equals_torch_path(monkeypatch, keep):
     args = dict(B=4, H=2, D=128, steps=150, keep=keep, dev="cuda", dtype=torch.bfloat16, page_size=64, seed=50)

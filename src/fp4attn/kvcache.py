@@ -193,8 +193,9 @@ class KVCache:
         same splits, so they give the bits of the replays. Replays must stay within ``max_len``: a slot
         completed past the reserved pages is dropped (the kernels clamp a missing page to page 0 instead of
         reaching outside the pool, so decode reads wrong values for it) and :meth:`sync_lengths` raises
-        afterwards. The global scales must be set (the first append sets them). Thrift's page means
-        (``keep_16bit``) are updated by host code, so Thrift decode is not replayable this way.
+        afterwards. The global scales must be set (the first append sets them). With ``keep_16bit``, Thrift
+        decode steps replay too: a one-token append updates the page means on the device, and the selection
+        scores the reserved pages.
         """
         if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < max(self._lens, default=0):
             raise ValueError(f"max_len must be an int >= the longest sequence ({max(self._lens, default=0)}), "
@@ -276,12 +277,10 @@ class KVCache:
                 self._ensure_pages(b, -(-(L + 1) // ps))
         with torch.no_grad(), on_device(k):
             kk.append_one(self, k, v)
-            if self.keep_16bit:
-                done = [self._pages[b][(L + 1) // ps - 1] for b, L in enumerate(self._lens) if (L + 1) % ps == 0]
-                if done:
-                    self._update_page_means(torch.tensor(done, dtype=torch.long, device=self.device))
+            self.seq_lens += 1
+            if self.keep_16bit:  # the page the token completed, if any, found on the device
+                kk.page_means(self)
         self._lens = [L + 1 for L in self._lens]
-        self.seq_lens += 1
 
     def _set_global_scales(self, k, v, counts) -> None:
         todo = [b for b in range(self.batch_size) if counts[b] and not self._scale_set[b]]
@@ -341,8 +340,17 @@ class KVCache:
 
     def _update_page_means(self, done: torch.Tensor) -> None:
         """The FP32 K means of the completed pages ``done`` (pool indices), from their 16-bit copy
-        (deterministic: the same for any append chunking)."""
-        if done.numel():
+        (deterministic: the same for any append chunking). Where Triton runs (CUDA, or the interpreter) by
+        the kernel that one-token appends use too (``kernels.kvcache.page_means``), else in PyTorch."""
+        if not done.numel():
+            return
+        if self.device.type == "cuda" or _interpret():
+            from .kernels import kvcache as kk
+            from .ops._dispatch import on_device
+
+            with on_device(self.k16):
+                kk.page_means(self, done.long())
+        else:
             self.k_page_mean[done] = self.k16[done].float().sum(dim=2) / self.page_size
 
     # ------------------------------------------------------------------------------------------
@@ -586,6 +594,10 @@ class KVCacheStack:
         return sum(c.nbytes_16bit for c in self.layers)
 
 
+def _interpret() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
 def _use_append_kernel(device: torch.device, head_dim: int) -> bool:
     """The one-token append kernel runs on CUDA tensors (not under the Triton interpreter, unless
     ``FP4ATTN_KV_APPEND_KERNEL=1`` forces it, as the interpreter tests do); ``=0`` turns it off."""
@@ -593,7 +605,7 @@ def _use_append_kernel(device: torch.device, head_dim: int) -> bool:
     if force is not None and force != "":
         on = force != "0"
     else:
-        on = device.type == "cuda" and os.environ.get("TRITON_INTERPRET", "0") in ("", "0")
+        on = device.type == "cuda" and not _interpret()
     if not on:
         return False
     from .kernels import kvcache as kk

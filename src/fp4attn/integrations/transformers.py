@@ -360,21 +360,23 @@ def greedy_generate(model, input_ids: torch.Tensor, max_new_tokens: int, *, cuda
     """Greedy decoding of ``max_new_tokens`` tokens with an :func:`fp4_cache`, each decode step replayed from a
     CUDA graph: (B, L) token ids -> (B, L + max_new_tokens).
 
-    The model must run an fp4attn ``nvfp4`` attention implementation (:func:`register`, then
-    ``model.set_attn_implementation(name)``), and the batch must be unpadded (every prompt of length L; no
-    attention mask, no stopping at EOS). The prompt and one decode step run eagerly (the second compiles the
-    decode kernels and lets the cache layers return placeholders); every layer's :class:`fp4attn.KVCache` is
-    then reserved for L + max_new_tokens tokens (:meth:`fp4attn.KVCache.reserve`), one step is captured and the
-    rest are replays fed their own argmax token. ``cuda_graph=False`` runs the same steps eagerly (same
-    reserved splits, so the same tokens). Eagerly a decode step is paced by the host's per-layer work; replayed,
-    by the GPU (B=8, 32k cached tokens, a 16-layer Llama-like model on an H200: 2.9 instead of 15-23 ms per
-    token, ``benchmarks/gen-s21``).
+    The model must run an fp4attn ``nvfp4`` or ``thrift`` attention implementation (:func:`register`, then
+    ``model.set_attn_implementation(name)``; ``thrift`` decodes with its 16-bit page selection, so its cache
+    keeps a 16-bit copy: ``keep_16bit`` defaults to True there), and the batch must be unpadded (every prompt
+    of length L; no attention mask, no stopping at EOS). The prompt and one decode step run eagerly (the
+    second compiles the decode kernels and lets the cache layers return placeholders); every layer's
+    :class:`fp4attn.KVCache` is then reserved for L + max_new_tokens tokens (:meth:`fp4attn.KVCache.reserve`),
+    one step is captured and the rest are replays fed their own argmax token. ``cuda_graph=False`` runs the
+    same steps eagerly (same reserved splits, so the same tokens). Eagerly a decode step is paced by the
+    host's per-layer work; replayed, by the GPU (B=8, 32k cached tokens, a 16-layer Llama-like model on an
+    H200: 2.9 instead of 15-23 ms per token, ``benchmarks/gen-s21``; thrift 5% with a 4096-token prompt:
+    3.5 instead of 19.6, ``benchmarks/gen-s22``).
     """
     cfg = getattr(getattr(model, "config", None), "_attn_implementation", None)
     reg = _REGISTERED.get(cfg)
-    if reg is None or reg["recipe"] != "nvfp4":
-        raise ValueError(f"model: its attention implementation must be an fp4attn 'nvfp4' one registered with "
-                         f"fp4attn.integrations.transformers.register('nvfp4'), got {cfg!r}")
+    if reg is None or reg["recipe"] not in ("nvfp4", "thrift"):
+        raise ValueError(f"model: its attention implementation must be an fp4attn 'nvfp4' or 'thrift' one registered "
+                         f"with fp4attn.integrations.transformers.register(recipe), got {cfg!r}")
     if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2 or input_ids.shape[1] < 1:
         raise ValueError(f"input_ids must be a (B, L) tensor with L >= 1, got "
                          f"{tuple(input_ids.shape) if isinstance(input_ids, torch.Tensor) else type(input_ids)}")
@@ -383,6 +385,8 @@ def greedy_generate(model, input_ids: torch.Tensor, max_new_tokens: int, *, cuda
     if cuda_graph and not input_ids.is_cuda:
         raise ValueError("cuda_graph=True needs input_ids on a CUDA device (cuda_graph=False runs eagerly)")
     B, L = input_ids.shape
+    if reg["recipe"] == "thrift":
+        kvcache_kwargs.setdefault("keep_16bit", True)
     cache = fp4_cache(**kvcache_kwargs)
     out = [input_ids]
     with torch.no_grad():

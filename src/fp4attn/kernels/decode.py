@@ -657,13 +657,20 @@ def _page_topk_kernel(S, LENS, SEL, Hq, NPG, W, budget_bits, PS: tl.constexpr, B
     tl.store(SEL + r.to(tl.int64) * W + offs, sel.to(tl.int8), mask=offs < W)
 
 
+def _scored_pages(cache) -> int:
+    """Pages per row that the Thrift selection scores: those of the longest sequence, or of the reserved length
+    (``KVCache.reserve``) so that a selection captured in a CUDA graph covers the pages later replays add (the
+    top-k kernel reads only each sequence's own pages, from the lengths on the device)."""
+    return max(1, -(-max(cache.get_seq_length(), cache.reserved_len) // cache.page_size))
+
+
 def page_scores(q: torch.Tensor, cache, *, chunk: int | None = None, num_warps: int = 1) -> torch.Tensor:
-    """(B, Hq, npg) float32 Ŝ = q̄·K̄_p of the Thrift selection (npg = ceil(max length / page_size),
-    at least 1); entries of pages past a sequence's end are left unset. q (B, Hq, NQ, D) contiguous."""
+    """(B, Hq, npg) float32 Ŝ = q̄·K̄_p of the Thrift selection (npg: ``_scored_pages``); entries of pages
+    past a sequence's end are left unset. q (B, Hq, NQ, D) contiguous."""
     B, Hq, NQ, D = q.shape
     Hkv = cache.num_kv_heads
     ps = cache.page_size
-    npg = max(1, -(-cache.get_seq_length() // ps))
+    npg = _scored_pages(cache)
     # a (chunk, D) FP32 tile of page means, one warp: the best of an H200 sweep (chunk 8-64 x 1-8 warps,
     # 7.5 / 5.5 us at (8,32,8,32k,128) / (1,32,8,128k,128); 4 warps: 23 / 13 us)
     chunk = chunk or max(1, 4096 // D)
@@ -708,7 +715,7 @@ def select_pages(q: torch.Tensor, cache, budget: float) -> torch.Tensor:
     B, Hq, NQ, D = q.shape
     maxp = cache.page_table.shape[1]
     width = max(maxp, 1)
-    npg = max(1, -(-cache.get_seq_length() // cache.page_size))
+    npg = _scored_pages(cache)
     if max(16, next_pow2(npg)) > MAX_SELECT_PAGES or D & (D - 1):
         from ..ops.decode import thrift_select
 

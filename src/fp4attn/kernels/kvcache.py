@@ -12,8 +12,13 @@ layers. ``_append_one_kernel`` does the whole batch in one launch, one program p
   writes codes and scale bytes into the slot's page (and the 16-bit copy with ``keep_16bit``), and
   zeroes the tail.
 
-The host side (page allocation, the length mirror, the FP32 K page means of pages completed by the
-step) stays in ``KVCache.append_one``.
+The host side (page allocation, the length mirror) stays in ``KVCache.append_one``.
+
+``_page_mean_kernel`` computes the FP32 K means of completed pages (Thrift's key-block means) from the
+16-bit copy, for pages given by index (``KVCache._commit``) or, after a one-token append, for the page
+that token completed, found from the lengths on the device: no host code depends on the lengths, so a
+Thrift decode step can be replayed from a CUDA graph. Both callers run the same kernel, so the means are
+the same bits for any append chunking.
 """
 
 from __future__ import annotations
@@ -84,6 +89,43 @@ def _append_one_kernel(KN, skb, skh, skd, VN, svb, svh, svd, LENS, KT, VT, KG, V
         tl.store(VT + r2, zero)
 
 
+@triton.jit
+def _page_mean_kernel(K16, MEAN, PAGES, PT, LENS, H, MAXP, D: tl.constexpr, PS: tl.constexpr,
+                      FROM_LENS: tl.constexpr):
+    pid = tl.program_id(0)  # i * H + h
+    i = pid // H
+    h = pid % H
+    if FROM_LENS:  # i: a sequence; its page completed by the last appended token, if any (-1: none)
+        L = tl.load(LENS + i)
+        j = L // PS - 1
+        ok = (L % PS == 0) & (j >= 0) & (j < MAXP)
+        page = tl.where(ok, tl.load(PT + i * MAXP + tl.minimum(tl.maximum(j, 0), MAXP - 1)), -1)
+    else:  # i: the i-th page of PAGES
+        page = tl.load(PAGES + i)
+    if page >= 0:  # (-1 also for a page past a KVCache.reserve, as in the append kernel)
+        ph = page.to(tl.int64) * H + h
+        rows = ph * PS + tl.arange(0, PS)
+        offs_d = tl.arange(0, D)
+        k = tl.load(K16 + rows[:, None] * D + offs_d[None, :]).to(tl.float32)
+        tl.store(MEAN + ph * D + offs_d, tl.math.div_rn(tl.sum(k, 0), PS * 1.0))
+
+
+def page_means(cache, pages: torch.Tensor | None = None) -> None:
+    """Store the FP32 K means of completed pages in ``cache.k_page_mean`` (``keep_16bit`` caches): of the pool
+    pages ``pages`` (int64), or with None of each sequence's page its last appended token completed (read from
+    ``seq_lens`` and the page table on the device)."""
+    H, D = cache.num_kv_heads, cache.head_dim
+    n = cache.batch_size if pages is None else pages.numel()
+    if n == 0:
+        return
+    maxp = cache.page_table.shape[1]
+    pt = cache.page_table if maxp else torch.full((cache.batch_size, 1), -1, dtype=torch.int32,
+                                                  device=cache.device)
+    fast(_page_mean_kernel)[(n * H,)](
+        cache.k16, cache.k_page_mean, cache.seq_lens if pages is None else pages, pt, cache.seq_lens, H,
+        max(maxp, 1), D=D, PS=cache.page_size, FROM_LENS=pages is None, num_warps=4)
+
+
 def append_one(cache, k: torch.Tensor, v: torch.Tensor) -> None:
     """Device part of ``KVCache.append_one``: k, v (B, Hkv, 1, D) in the cache dtype; the pages of the
     slots this step completes must exist. Leaves ``seq_lens`` and the host bookkeeping to the caller."""
@@ -105,4 +147,4 @@ def supported(head_dim: int) -> bool:
     return head_dim >= SLOT and head_dim & (head_dim - 1) == 0
 
 
-__all__ = ["append_one", "supported"]
+__all__ = ["append_one", "page_means", "supported"]
