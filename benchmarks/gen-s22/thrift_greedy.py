@@ -1,0 +1,62 @@
+"""greedy_generate with the ``thrift`` recipe (5% of the pages in 16 bits) now replays its decode steps from a CUDA
+graph (page means on the device): ms per generated token, eager vs graph, next to ``nvfp4`` with a graph and
+transformers' own greedy generate() with SDPA on its bf16 DynamicCache (random-weight Llama-like model, 16 layers,
+D=128, 16/4 heads, as benchmarks/gen-s21/greedy.py). Per token: the time of a (NEW + 34)-token generation minus
+that of a 34-token one, over NEW (both include the graph capture, which the difference cancels; best of two each).
+$OUT/thrift_greedy.txt.
+
+    PYTHONPATH=src python benchmarks/gen-s22/thrift_greedy.py
+"""
+import os
+import sys
+import time
+
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+import fp4attn.integrations.transformers as fh
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "decode-s10"))
+from _util import logger  # noqa: E402
+
+P = logger("thrift_greedy.txt")
+torch.manual_seed(0)
+cfg = LlamaConfig(vocab_size=32000, hidden_size=2048, intermediate_size=5632, num_hidden_layers=16,
+                  num_attention_heads=16, num_key_value_heads=4, max_position_embeddings=16384)
+model = LlamaForCausalLM(cfg).to("cuda", torch.bfloat16).eval()
+fp4 = fh.register("nvfp4")
+thrift = fh.register("thrift", budget=0.05)
+
+
+def timed(fn, *args):
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    r = fn(*args)
+    torch.cuda.synchronize()
+    return time.perf_counter() - t, r
+
+
+for B, L, NEW in ((8, 4096, 128), (32, 4096, 128)):
+    ids = torch.randint(0, cfg.vocab_size, (B, L), device="cuda")
+    res = {}
+    for name, impl, fn in (
+            ("transformers generate, sdpa + DynamicCache (bf16)", "sdpa",
+             lambda n, x=ids: model.generate(x, max_new_tokens=n, min_new_tokens=n, do_sample=False)),
+            ("greedy_generate nvfp4, CUDA graph", fp4, lambda n, x=ids: fh.greedy_generate(model, x, n)),
+            ("greedy_generate thrift 5%, eager", thrift,
+             lambda n, x=ids: fh.greedy_generate(model, x, n, cuda_graph=False)),
+            ("greedy_generate thrift 5%, CUDA graph", thrift, lambda n, x=ids: fh.greedy_generate(model, x, n))):
+        model.set_attn_implementation(impl)
+        with torch.no_grad():
+            fn(4)  # warm up (compiles)
+            t1 = min(timed(fn, 34)[0] for _ in range(2))
+            runs = [timed(fn, NEW + 34) for _ in range(2)]
+            tn, out = min(r[0] for r in runs), runs[0][1]
+        res[name] = out
+        P(f"B={B} prompt={L} new={NEW}: {name:52s} {(tn - t1) / NEW * 1e3:7.2f} ms/token")
+    names = list(res)
+    P(f"  thrift graph tokens == thrift eager tokens: {torch.equal(res[names[2]], res[names[3]])}; share of new "
+      f"tokens equal to bf16 generate: nvfp4 {(res[names[1]][:, L:] == res[names[0]][:, L:]).float().mean().item():.3f}"
+      f", thrift {(res[names[3]][:, L:] == res[names[0]][:, L:]).float().mean().item():.3f}")
+    res.clear()
+    torch.cuda.empty_cache()
