@@ -631,6 +631,45 @@ def test_greedy_generate_eager_checks_and_tokens():
         assert torch.equal(out, seq), recipe
 
 
+def test_generate_equals_transformers_generate_with_sampling_and_eos():
+    """generate() gives transformers' generate() tokens with the same fp4_cache: sampled (temperature, top-k,
+    top-p; the same draws from the same seed) and greedy with an EOS id (the sequence that produced it continues
+    with the pad id, and generation stops when every sequence has); argument errors."""
+    m = _llama()
+    m.set_attn_implementation(fh.register("nvfp4"))
+    ids = torch.randint(0, 96, (3, 20), generator=torch.Generator().manual_seed(18))
+    ones = torch.ones_like(ids)
+
+    def theirs(**kw):
+        return m.generate(ids, attention_mask=ones, past_key_values=fh.fp4_cache(), **kw)
+
+    for kw in (dict(temperature=0.7, top_k=20, top_p=0.9), dict(temperature=1.3, top_k=96, top_p=1.0),
+               dict(temperature=1.0, top_k=5, top_p=0.5)):
+        torch.manual_seed(19)
+        ours = fh.generate(m, ids, 12, do_sample=True, cuda_graph=False, **kw)
+        torch.manual_seed(19)
+        want = theirs(max_new_tokens=12, do_sample=True, **kw)
+        assert torch.equal(ours, want), kw
+    greedy = fh.generate(m, ids, 12, cuda_graph=False)
+    assert torch.equal(greedy, theirs(max_new_tokens=12, do_sample=False))
+    # EOS: the token sequence 0 generates third; the others finish at their first such token or run on
+    eos = int(greedy[0, 22])
+    for pad in (None, 0):
+        ours = fh.greedy_generate(m, ids, 12, cuda_graph=False, eos_token_id=[95, eos], pad_token_id=pad)
+        want = theirs(max_new_tokens=12, do_sample=False, eos_token_id=[95, eos],
+                      pad_token_id=95 if pad is None else pad)
+        assert torch.equal(ours, want), pad
+        assert (ours[0, 23:] == (95 if pad is None else pad)).all()
+    # every sequence stops at once: generation ends early
+    first = fh.greedy_generate(m, ids, 12, cuda_graph=False, eos_token_id=greedy[:, 20].tolist())
+    assert first.shape == (3, 21) and torch.equal(first, greedy[:, :21])
+    for bad in (dict(temperature=0.0, do_sample=True), dict(top_k=0, do_sample=True), dict(top_p=1.5, do_sample=True),
+                dict(do_sample=1), dict(eos_token_id=[]), dict(eos_token_id="2"), dict(pad_token_id=1.0)):
+        name = [k for k in bad if k != "do_sample"] or ["do_sample"]
+        with pytest.raises(ValueError, match=name[0]):
+            fh.generate(m, ids, 4, cuda_graph=False, **bad)
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_greedy_generate_cuda_graph_gives_the_eager_tokens():
@@ -640,6 +679,11 @@ def test_greedy_generate_cuda_graph_gives_the_eager_tokens():
     eager = fh.greedy_generate(m, ids, 40, cuda_graph=False)
     graphed = fh.greedy_generate(m, ids, 40)
     assert graphed.shape == (3, 240) and torch.equal(graphed, eager)
+    # sampling with a seeded generator and an EOS stop: the replayed steps' logits are the eager ones, so are the draws
+    eos = int(eager[1, 210])
+    runs = [fh.generate(m, ids, 40, do_sample=True, temperature=0.8, top_k=30, top_p=0.95, eos_token_id=eos,
+                        generator=torch.Generator("cuda").manual_seed(20), cuda_graph=g) for g in (False, True)]
+    assert torch.equal(runs[0], runs[1])
 
 
 @pytest.mark.gpu

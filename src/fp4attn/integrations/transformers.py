@@ -47,6 +47,8 @@ full mask suffices). What runs:
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ._common import (
@@ -58,7 +60,7 @@ from ._common import (
 )
 
 # FP4Cache: lazy (needs transformers)
-__all__ = ["register", "registered", "make_attention_function", "fp4_cache", "greedy_generate"]
+__all__ = ["register", "registered", "make_attention_function", "fp4_cache", "generate", "greedy_generate"]
 
 _REGISTERED: dict[str, dict] = {}
 
@@ -355,22 +357,32 @@ def fp4_cache(**kvcache_kwargs):
     return __getattr__("FP4Cache")(**kvcache_kwargs)
 
 
-def greedy_generate(model, input_ids: torch.Tensor, max_new_tokens: int, *, cuda_graph: bool = True,
-                    **kvcache_kwargs) -> torch.Tensor:
-    """Greedy decoding of ``max_new_tokens`` tokens with an :func:`fp4_cache`, each decode step replayed from a
-    CUDA graph: (B, L) token ids -> (B, L + max_new_tokens).
+def generate(model, input_ids: torch.Tensor, max_new_tokens: int, *, do_sample: bool = False,
+             temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
+             eos_token_id=None, pad_token_id: int | None = None, generator: torch.Generator | None = None,
+             cuda_graph: bool = True, **kvcache_kwargs) -> torch.Tensor:
+    """Generate up to ``max_new_tokens`` tokens with an :func:`fp4_cache`, each decode step replayed from a CUDA
+    graph: (B, L) token ids -> (B, L + n), n <= max_new_tokens.
+
+    The tokens are those of transformers' ``model.generate(input_ids, max_new_tokens=..., do_sample=...,
+    temperature=..., top_k=..., top_p=..., eos_token_id=..., pad_token_id=..., past_key_values=fp4_cache())``
+    (greedy: the argmax; sampling: the logits in float32 divided by ``temperature``, the ``top_k`` largest kept,
+    then the smallest set of tokens whose probability reaches ``top_p`` (at least one), one draw of
+    ``torch.multinomial`` with ``generator``, the global one if None). With ``eos_token_id`` (an int or a list
+    of ints) a sequence that has produced one is continued with ``pad_token_id`` (default: the first EOS id),
+    and generation stops once every sequence has (one host sync per step); without it, there is none.
 
     The model must run an fp4attn ``nvfp4`` or ``thrift`` attention implementation (:func:`register`, then
     ``model.set_attn_implementation(name)``; ``thrift`` decodes with its 16-bit page selection, so its cache
     keeps a 16-bit copy: ``keep_16bit`` defaults to True there), and the batch must be unpadded (every prompt
-    of length L; no attention mask, no stopping at EOS). The prompt and one decode step run eagerly (the
-    second compiles the decode kernels and lets the cache layers return placeholders); every layer's
-    :class:`fp4attn.KVCache` is then reserved for L + max_new_tokens tokens (:meth:`fp4attn.KVCache.reserve`),
-    one step is captured and the rest are replays fed their own argmax token. ``cuda_graph=False`` runs the
-    same steps eagerly (same reserved splits, so the same tokens). Eagerly a decode step is paced by the
-    host's per-layer work; replayed, by the GPU (B=8, 32k cached tokens, a 16-layer Llama-like model on an
-    H200: 2.9 instead of 15-23 ms per token, ``benchmarks/gen-s21``; thrift 5% with a 4096-token prompt:
-    3.5 instead of 19.6, ``benchmarks/gen-s22``).
+    of length L; no attention mask). The prompt and one decode step run eagerly (the second compiles the decode
+    kernels and lets the cache layers return placeholders); every layer's :class:`fp4attn.KVCache` is then
+    reserved for L + max_new_tokens tokens (:meth:`fp4attn.KVCache.reserve`), one step is captured and the rest
+    are replays of it; the next token is chosen from the replay's logits outside the graph. ``cuda_graph=False``
+    runs the same steps eagerly (same reserved splits, so the same logits). Eagerly a decode step is paced by
+    the host's per-layer work; replayed, by the GPU (a 16-layer Llama-like model on an H200, 4096-token prompt:
+    2.6-3.9 ms per token at B = 8-32, against 16-35 eagerly and 10.7-15.6 for transformers' ``generate()`` on its
+    bf16 cache, ``benchmarks/gen-s22``). ``kvcache_kwargs`` go to :func:`fp4_cache`.
     """
     cfg = getattr(getattr(model, "config", None), "_attn_implementation", None)
     reg = _REGISTERED.get(cfg)
@@ -384,43 +396,111 @@ def greedy_generate(model, input_ids: torch.Tensor, max_new_tokens: int, *, cuda
         raise ValueError(f"max_new_tokens must be a positive int, got {max_new_tokens!r}")
     if cuda_graph and not input_ids.is_cuda:
         raise ValueError("cuda_graph=True needs input_ids on a CUDA device (cuda_graph=False runs eagerly)")
+    pick = _token_picker(do_sample, temperature, top_k, top_p, generator)
+    eos = _ids(eos_token_id, "eos_token_id")
+    if pad_token_id is not None and (isinstance(pad_token_id, bool) or not isinstance(pad_token_id, int)):
+        raise ValueError(f"pad_token_id must be an int or None, got {pad_token_id!r}")
     B, L = input_ids.shape
+    dev = input_ids.device
+    if eos is not None:
+        eos_t = torch.tensor(eos, device=dev)
+        pad = torch.tensor(eos[0] if pad_token_id is None else pad_token_id, device=dev)
+        done = torch.zeros(B, 1, dtype=torch.bool, device=dev)
     if reg["recipe"] == "thrift":
         kvcache_kwargs.setdefault("keep_16bit", True)
     cache = fp4_cache(**kvcache_kwargs)
     out = [input_ids]
-    with torch.no_grad():
-        tok = model(input_ids, past_key_values=cache, use_cache=True).logits[:, -1:].argmax(-1)
+
+    def choose(logits):  # the next token of every sequence, from the last position's logits
+        tok = pick(logits[:, -1])
+        if eos is not None:
+            tok = torch.where(done, pad, tok)
+            done.logical_or_(torch.isin(tok, eos_t))
         out.append(tok)
-        if max_new_tokens > 1:
-            tok = model(tok, past_key_values=cache, use_cache=True).logits[:, -1:].argmax(-1)
-            out.append(tok)
-        for layer in cache.layers:
-            layer.kv.reserve(L + max_new_tokens)
-        tok = tok.clone()  # every later step reads its token from here (the graph's static input)
-        pos = torch.full((B, 1), L + 1, dtype=torch.long, device=input_ids.device)
-        cpos = pos[0].clone()
+        return tok
 
-        def step():
-            return model(tok, past_key_values=cache, position_ids=pos, cache_position=cpos, use_cache=True).logits
+    def more():  # another token wanted (with EOS ids: one host sync)
+        return len(out) - 1 < max_new_tokens and (eos is None or not bool(done.all()))
 
-        run = step
-        if cuda_graph and max_new_tokens > 2:
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                logits = step()
+    with torch.no_grad():
+        tok = choose(model(input_ids, past_key_values=cache, use_cache=True).logits)
+        if more():
+            tok = choose(model(tok, past_key_values=cache, use_cache=True).logits)
+        if more():
             for layer in cache.layers:
-                layer.kv.sync_lengths()  # the capture ran one append's host bookkeeping, the device none of it
+                layer.kv.reserve(L + max_new_tokens)
+            tok = tok.clone()  # every later step reads its token from here (the graph's static input)
+            pos = torch.full((B, 1), L + 1, dtype=torch.long, device=dev)
+            cpos = pos[0].clone()
 
-            def run():  # the captured step, replayed
-                graph.replay()
-                return logits
-        for _ in range(max_new_tokens - 2):
-            tok.copy_(run()[:, -1:].argmax(-1))
-            out.append(tok.clone())
-            pos += 1
-            cpos += 1
-        if cuda_graph and max_new_tokens > 2:
-            for layer in cache.layers:
-                layer.kv.sync_lengths()
+            def step():
+                return model(tok, past_key_values=cache, position_ids=pos, cache_position=cpos, use_cache=True).logits
+
+            run = step
+            if cuda_graph:
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph):
+                    logits = step()
+                for layer in cache.layers:
+                    layer.kv.sync_lengths()  # the capture ran one append's host bookkeeping, the device none of it
+
+                def run():  # the captured step, replayed
+                    graph.replay()
+                    return logits
+            while more():
+                tok.copy_(choose(run()))
+                pos += 1
+                cpos += 1
+            if cuda_graph:
+                for layer in cache.layers:
+                    layer.kv.sync_lengths()
     return torch.cat(out, 1)
+
+
+def greedy_generate(model, input_ids: torch.Tensor, max_new_tokens: int, *, cuda_graph: bool = True,
+                    eos_token_id=None, pad_token_id: int | None = None, **kvcache_kwargs) -> torch.Tensor:
+    """:func:`generate` with greedy decoding: (B, L) token ids -> (B, L + n), n <= max_new_tokens."""
+    return generate(model, input_ids, max_new_tokens, cuda_graph=cuda_graph, eos_token_id=eos_token_id,
+                    pad_token_id=pad_token_id, **kvcache_kwargs)
+
+
+def _ids(x, name: str):
+    """An int or a non-empty list of ints -> list of ints; None -> None."""
+    if x is None:
+        return None
+    ids = [x] if isinstance(x, int) and not isinstance(x, bool) else x
+    if (not isinstance(ids, (list, tuple)) or not ids
+            or any(isinstance(i, bool) or not isinstance(i, int) for i in ids)):
+        raise ValueError(f"{name} must be an int, a non-empty list of ints or None, got {x!r}")
+    return list(ids)
+
+
+def _token_picker(do_sample: bool, temperature: float, top_k, top_p, generator):
+    """(B, V) logits -> (B, 1) next tokens: the argmax, or one draw from the temperature / top-k / top-p
+    filtered distribution (transformers' order of those three)."""
+    if not isinstance(do_sample, bool):
+        raise ValueError(f"do_sample must be a bool, got {do_sample!r}")
+    if not do_sample:
+        return lambda logits: logits.argmax(-1, keepdim=True)
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0 < temperature < math.inf:
+        raise ValueError(f"temperature must be a positive finite number, got {temperature!r}")
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
+        raise ValueError(f"top_k must be a positive int or None, got {top_k!r}")
+    if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1):
+        raise ValueError(f"top_p must be in (0, 1] or None, got {top_p!r}")
+
+    def pick(logits):
+        x = logits.float()
+        if temperature != 1.0:
+            x = x / temperature
+        if top_k is not None and top_k < x.shape[-1]:
+            kth = torch.topk(x, top_k, dim=-1).values[:, -1:]
+            x = x.masked_fill(x < kth, -math.inf)
+        if top_p is not None and top_p < 1.0:
+            # drop the least likely tokens while the probability mass they hold stays <= 1 - top_p
+            srt, order = torch.sort(x, dim=-1)
+            drop = srt.softmax(-1).cumsum(-1) <= 1.0 - top_p
+            drop[:, -1] = False  # the most likely token always stays
+            x = x.masked_fill(torch.zeros_like(drop).scatter(-1, order, drop), -math.inf)
+        return torch.multinomial(x.softmax(-1), 1, generator=generator)
+    return pick
