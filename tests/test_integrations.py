@@ -670,6 +670,33 @@ def test_generate_equals_transformers_generate_with_sampling_and_eos():
             fh.generate(m, ids, 4, cuda_graph=False, **bad)
 
 
+@pytest.mark.parametrize("recipe", ["nvfp4", "thrift"])
+def test_generate_padded_prompts_equal_each_prompt_alone(recipe):
+    """Prompts of 20, 13 and 7 tokens, left- or right-padded with an attention mask: every sequence's new tokens
+    are those of its prompt alone (each prompt is prefilled alone into a cache of its own tokens; the decode
+    steps attend each sequence to its own length); bad masks are refused."""
+    m = _llama()
+    m.set_attn_implementation(fh.register(recipe))
+    g = torch.Generator().manual_seed(21)
+    prompts = [torch.randint(1, 96, (n,), generator=g) for n in (20, 13, 7)]
+    alone = [fh.greedy_generate(m, p[None], 10, cuda_graph=False)[0, len(p):] for p in prompts]
+    for side in ("left", "right"):
+        ids = torch.zeros(3, 20, dtype=torch.long)
+        mask = torch.zeros(3, 20, dtype=torch.long)
+        for b, p in enumerate(prompts):
+            sl = slice(20 - len(p), 20) if side == "left" else slice(0, len(p))
+            ids[b, sl], mask[b, sl] = p, 1
+        out = fh.greedy_generate(m, ids, 10, cuda_graph=False, attention_mask=mask)
+        assert out.shape == (3, 30) and torch.equal(out[:, :20], ids)
+        for b in range(3):
+            assert torch.equal(out[b, 20:], alone[b]), (side, b)
+    ids = torch.randint(1, 96, (2, 6), generator=g)
+    for bad in (torch.ones(2, 5), torch.tensor([[1, 0, 1, 1, 1, 1], [1] * 6]), torch.zeros(2, 6),
+                torch.full((2, 6), 2)):
+        with pytest.raises(ValueError, match="attention_mask"):
+            fh.greedy_generate(m, ids, 3, cuda_graph=False, attention_mask=bad)
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_greedy_generate_cuda_graph_gives_the_eager_tokens():
@@ -683,6 +710,11 @@ def test_greedy_generate_cuda_graph_gives_the_eager_tokens():
     eos = int(eager[1, 210])
     runs = [fh.generate(m, ids, 40, do_sample=True, temperature=0.8, top_k=30, top_p=0.95, eos_token_id=eos,
                         generator=torch.Generator("cuda").manual_seed(20), cuda_graph=g) for g in (False, True)]
+    assert torch.equal(runs[0], runs[1])
+    # prompts of 200, 150 and 77 tokens, left-padded: replayed steps with three lengths, the eager tokens
+    mask = torch.ones_like(ids)
+    mask[1, :50], mask[2, :123] = 0, 0
+    runs = [fh.greedy_generate(m, ids, 40, attention_mask=mask, cuda_graph=g) for g in (False, True)]
     assert torch.equal(runs[0], runs[1])
 
 

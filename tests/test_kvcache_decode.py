@@ -127,6 +127,29 @@ def test_auto_global_scale_chunked_equals_dense_when_first_chunk_holds_the_amax(
     _assert_same_storage(dense, inc)
 
 
+@pytest.mark.parametrize("keep", [False, True])
+def test_cat_equals_one_cache_of_the_whole_batch(keep):
+    """KVCache.cat of caches filled apart (ragged lengths, different chunkings) holds exactly what one cache of
+    the concatenated batch holds; mismatched caches are refused."""
+    k, v = _kv(5, 2, 150, 32, seed=95)
+    lens = [150, 37, 64, 1, 99]
+    whole = KVCache.from_dense(k, v, lengths=lens, keep_16bit=keep, page_size=32)
+    a = KVCache.from_dense(k[:2], v[:2], lengths=lens[:2], keep_16bit=keep, page_size=32)
+    b = KVCache(3, 2, 32, keep_16bit=keep, page_size=32)
+    for t0 in range(0, 150, 7):  # another chunking of the same tokens
+        n = [min(max(L - t0, 0), 7) for L in lens[2:]]
+        b.append(k[2:, :, t0:t0 + 7], v[2:, :, t0:t0 + 7], lengths=n)
+    cat = KVCache.cat([a, b])
+    _assert_same_storage(whole, cat)
+    assert torch.equal(whole.seq_lens, cat.seq_lens)
+    q = torch.randn(5, 4, 1, 32, generator=torch.Generator().manual_seed(96))
+    assert torch.equal(decode_reference(q, whole, scale=0.2)[0], decode_reference(q, cat, scale=0.2)[0])
+    with pytest.raises(ValueError, match="page_size"):
+        KVCache.cat([a, KVCache(1, 2, 32, keep_16bit=keep)])
+    with pytest.raises(ValueError, match="caches"):
+        KVCache.cat([])
+
+
 def test_reserve_allocates_the_pages_appends_then_need():
     """reserve(max_len): every page of max_len tokens exists now, so that appends up to it (one token at a
     time, as CUDA-graph replays do) change neither the page table nor the pool; decode sizes its splits for

@@ -514,28 +514,56 @@ class KVCache:
         idx = [int(i) for i in (index.tolist() if isinstance(index, torch.Tensor) else index)]
         if len(idx) != self.batch_size or any(not 0 <= i < self.batch_size for i in idx):
             raise ValueError(f"index must hold {self.batch_size} sequence indices in [0, {self.batch_size})")
-        it = torch.tensor(idx, dtype=torch.long, device=self.device)
-        old_pages = self._pages
-        pool = {n: getattr(self, n) for n in self._pool_shapes(0)}
-        new_num = sum(len(old_pages[i]) for i in idx)
+        self._gather([(self, i) for i in idx])
+
+    @classmethod
+    def cat(cls, caches) -> KVCache:
+        """One cache holding the sequences of ``caches`` in order (e.g. prompts prefilled one at a time, then
+        decoded as one batch): pages, tails, global scales and lengths copied, the same bits as each source. The
+        caches must agree in heads, head dim, page size, dtype, device and ``keep_16bit``."""
+        caches = list(caches) if isinstance(caches, (list, tuple)) else None
+        if not caches or any(not isinstance(c, KVCache) for c in caches):
+            raise ValueError("caches must be a non-empty list of KVCache")
+        c0 = caches[0]
+        for c in caches[1:]:
+            for attr in ("num_kv_heads", "head_dim", "page_size", "dtype", "device", "keep_16bit"):
+                if getattr(c, attr) != getattr(c0, attr):
+                    raise ValueError(f"caches: every cache must have the same {attr} ({getattr(c0, attr)}), got "
+                                     f"{getattr(c, attr)}")
+        out = cls(sum(c.batch_size for c in caches), c0.num_kv_heads, c0.head_dim, page_size=c0.page_size,
+                  dtype=c0.dtype, device=c0.device, keep_16bit=c0.keep_16bit, scale_headroom=c0.scale_headroom)
+        out._gather([(c, i) for c in caches for i in range(c.batch_size)])
+        return out
+
+    def _gather(self, sources) -> None:
+        """Make sequence b of this cache a copy of sequence i of cache c, for (c, i) = ``sources[b]`` (caches of
+        this one's layout, this one included: every source is read before anything is replaced)."""
+        old = {}
+        for c, _ in sources:
+            if id(c) not in old:
+                old[id(c)] = ({n: getattr(c, n) for n in c._pool_shapes(0)}, [list(p) for p in c._pages],
+                              list(c._lens), list(c._scale_set),
+                              {n: getattr(c, n) for n in ("seq_lens", "k_tail", "v_tail", "k_global_scale",
+                                                          "v_global_scale")})
+        src = [(old[id(c)], i) for c, i in sources]
         self._num_used, self._capacity = 0, 0
-        self._alloc_pool(max(new_num, 4))
+        self._alloc_pool(max(sum(len(o[1][i]) for o, i in src), 4))
         self._pages = [[] for _ in range(self.batch_size)]
-        self.page_table = torch.full_like(self.page_table, -1)
-        for b, i in enumerate(idx):
-            n = len(old_pages[i])
+        self.page_table = torch.full((self.batch_size, self.page_table.shape[1]), -1, dtype=torch.int32,
+                                     device=self.device)
+        for b, (o, i) in enumerate(src):
+            n = len(o[1][i])
             if n:
                 self._ensure_pages(b, n)
-                src = torch.tensor(old_pages[i], dtype=torch.long, device=self.device)
-                dst = torch.tensor(self._pages[b], dtype=torch.long, device=self.device)
-                for name, t in pool.items():
-                    getattr(self, name)[dst] = t[src]
-        self._lens = [self._lens[i] for i in idx]
+                s_idx = torch.tensor(o[1][i], dtype=torch.long, device=self.device)
+                d_idx = torch.tensor(self._pages[b], dtype=torch.long, device=self.device)
+                for name, t in o[0].items():
+                    getattr(self, name)[d_idx] = t[s_idx]
+        self._lens = [o[2][i] for o, i in src]
+        self._scale_set = [o[3][i] for o, i in src]
         self.reserved_len = 0  # only the used pages were copied: reserve() again for CUDA-graph steps
-        self._scale_set = [self._scale_set[i] for i in idx]
-        self.seq_lens = self.seq_lens[it].contiguous()
-        for name in ("k_tail", "v_tail", "k_global_scale", "v_global_scale"):
-            setattr(self, name, getattr(self, name)[it].contiguous())
+        for name in ("seq_lens", "k_tail", "v_tail", "k_global_scale", "v_global_scale"):
+            setattr(self, name, torch.cat([o[4][name][i:i + 1] for o, i in src]).contiguous())
 
     def reset(self) -> None:
         """Drop every token (keeps the pool allocation and explicit global scales)."""

@@ -154,7 +154,7 @@ def make_attention_function(recipe: str = "nvfp4", mode: str = "auto", **op_kwar
 
         S, T = query.shape[2], key.shape[2]
         if (kv is not None and not train and allowed is None and recipe in ("nvfp4", "thrift") and S <= 16
-                and T == kv.get_seq_length() and len(set(kv.lengths)) == 1 and (S == 1 or is_causal is not False)
+                and T == kv.get_seq_length() and (S == 1 or (len(set(kv.lengths)) == 1 and is_causal is not False))
                 and (recipe == "nvfp4" or kv.keep_16bit)):
             import fp4attn
             budget = op_kwargs.get("budget", 0.05) if recipe == "thrift" else None
@@ -336,6 +336,24 @@ def _cache_classes():
         def nbytes(self) -> int:
             return sum(layer.kv.nbytes for layer in self.layers if getattr(layer, "kv", None) is not None)
 
+        @classmethod
+        def cat(cls, caches, **kvcache_kwargs):
+            """One cache holding the sequences of ``caches`` in order, layer by layer (:meth:`fp4attn.KVCache.cat`;
+            e.g. prompts of different lengths prefilled one at a time, then decoded as one batch: each sequence
+            keeps its own length, and fp4attn's decode attends each to its own tokens)."""
+            caches = list(caches)
+            if not caches or len({len(c.layers) for c in caches}) != 1:
+                raise ValueError("caches must be a non-empty list of FP4Caches with the same number of layers")
+            out = cls(**kvcache_kwargs)
+            for i in range(len(caches[0].layers)):
+                src = [c.layers[i] for c in caches]
+                layer = FP4CacheLayer(**kvcache_kwargs)
+                DynamicLayer.lazy_initialization(layer, torch.empty(0, dtype=src[0].dtype, device=src[0].kv.device),
+                                                 None)
+                layer.kv = KVCache.cat([x.kv for x in src])
+                out.layers.append(layer)
+            return out
+
     return FP4CacheLayer, FP4Cache
 
 
@@ -360,7 +378,7 @@ def fp4_cache(**kvcache_kwargs):
 def generate(model, input_ids: torch.Tensor, max_new_tokens: int, *, do_sample: bool = False,
              temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
              eos_token_id=None, pad_token_id: int | None = None, generator: torch.Generator | None = None,
-             cuda_graph: bool = True, **kvcache_kwargs) -> torch.Tensor:
+             attention_mask: torch.Tensor | None = None, cuda_graph: bool = True, **kvcache_kwargs) -> torch.Tensor:
     """Generate up to ``max_new_tokens`` tokens with an :func:`fp4_cache`, each decode step replayed from a CUDA
     graph: (B, L) token ids -> (B, L + n), n <= max_new_tokens.
 
@@ -374,8 +392,11 @@ def generate(model, input_ids: torch.Tensor, max_new_tokens: int, *, do_sample: 
 
     The model must run an fp4attn ``nvfp4`` or ``thrift`` attention implementation (:func:`register`, then
     ``model.set_attn_implementation(name)``; ``thrift`` decodes with its 16-bit page selection, so its cache
-    keeps a 16-bit copy: ``keep_16bit`` defaults to True there), and the batch must be unpadded (every prompt
-    of length L; no attention mask). The prompt and one decode step run eagerly (the second compiles the decode
+    keeps a 16-bit copy: ``keep_16bit`` defaults to True there). Prompts of different lengths come padded (left
+    or right) with an ``attention_mask`` of ones on their tokens: each prompt is then prefilled alone, its
+    cache holds only its own tokens (:meth:`FP4Cache.cat`), and every new token of a sequence equals what the
+    prompt alone would give (up to the order of float32 sums in batched kernels). The prompt and one decode
+    step run eagerly (the second compiles the decode
     kernels and lets the cache layers return placeholders); every layer's :class:`fp4attn.KVCache` is then
     reserved for L + max_new_tokens tokens (:meth:`fp4attn.KVCache.reserve`), one step is captured and the rest
     are replays of it; the next token is chosen from the replay's logits outside the graph. ``cuda_graph=False``
@@ -402,6 +423,19 @@ def generate(model, input_ids: torch.Tensor, max_new_tokens: int, *, do_sample: 
         raise ValueError(f"pad_token_id must be an int or None, got {pad_token_id!r}")
     B, L = input_ids.shape
     dev = input_ids.device
+    lens = torch.full((B,), L, dtype=torch.long, device=dev)
+    if attention_mask is not None:
+        am = attention_mask.to(dev) if isinstance(attention_mask, torch.Tensor) else None
+        ok = am is not None and am.shape == (B, L) and bool(((am == 0) | (am == 1)).all())
+        if ok:
+            lens = am.long().sum(1)
+            # ones contiguous: one 0 -> 1 and one 1 -> 0 step at most along each row, zero-padded at both ends
+            steps = torch.nn.functional.pad(am.long(), (1, 1)).diff(dim=1).abs().sum(1)
+            ok = bool((lens >= 1).all()) and bool((steps == 2).all())
+        if not ok:
+            raise ValueError("attention_mask must be a (B, L) tensor of 0/1 with one run of ones (the prompt) in "
+                             f"every row, got {attention_mask!r}")
+    ragged = bool((lens != L).any())
     if eos is not None:
         eos_t = torch.tensor(eos, device=dev)
         pad = torch.tensor(eos[0] if pad_token_id is None else pad_token_id, device=dev)
@@ -423,15 +457,27 @@ def generate(model, input_ids: torch.Tensor, max_new_tokens: int, *, do_sample: 
         return len(out) - 1 < max_new_tokens and (eos is None or not bool(done.all()))
 
     with torch.no_grad():
-        tok = choose(model(input_ids, past_key_values=cache, use_cache=True).logits)
+        if ragged:  # each prompt alone, then one cache of the batch
+            parts, last = [], []
+            for b in range(B):
+                parts.append(fp4_cache(**kvcache_kwargs))
+                row = input_ids[b:b + 1, attention_mask[b].to(dev).bool()]
+                last.append(model(row, past_key_values=parts[b], use_cache=True).logits[:, -1:])
+            cache = __getattr__("FP4Cache").cat(parts, **kvcache_kwargs)
+            del parts
+            tok = choose(torch.cat(last))
+        else:
+            tok = choose(model(input_ids, past_key_values=cache, use_cache=True).logits)
+        pos = lens.view(B, 1).clone()  # each sequence's next position
         if more():
-            tok = choose(model(tok, past_key_values=cache, use_cache=True).logits)
+            tok = choose(model(tok, past_key_values=cache, position_ids=pos, use_cache=True).logits)
+            pos += 1
         if more():
+            n = int(lens.max())
             for layer in cache.layers:
-                layer.kv.reserve(L + max_new_tokens)
+                layer.kv.reserve(n + max_new_tokens)
             tok = tok.clone()  # every later step reads its token from here (the graph's static input)
-            pos = torch.full((B, 1), L + 1, dtype=torch.long, device=dev)
-            cpos = pos[0].clone()
+            cpos = torch.tensor([n + 1], dtype=torch.long, device=dev)
 
             def step():
                 return model(tok, past_key_values=cache, position_ids=pos, cache_position=cpos, use_cache=True).logits
@@ -458,10 +504,11 @@ def generate(model, input_ids: torch.Tensor, max_new_tokens: int, *, do_sample: 
 
 
 def greedy_generate(model, input_ids: torch.Tensor, max_new_tokens: int, *, cuda_graph: bool = True,
-                    eos_token_id=None, pad_token_id: int | None = None, **kvcache_kwargs) -> torch.Tensor:
+                    eos_token_id=None, pad_token_id: int | None = None, attention_mask: torch.Tensor | None = None,
+                    **kvcache_kwargs) -> torch.Tensor:
     """:func:`generate` with greedy decoding: (B, L) token ids -> (B, L + n), n <= max_new_tokens."""
     return generate(model, input_ids, max_new_tokens, cuda_graph=cuda_graph, eos_token_id=eos_token_id,
-                    pad_token_id=pad_token_id, **kvcache_kwargs)
+                    pad_token_id=pad_token_id, attention_mask=attention_mask, **kvcache_kwargs)
 
 
 def _ids(x, name: str):
