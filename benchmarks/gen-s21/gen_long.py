@@ -14,11 +14,13 @@ import time
 
 import torch
 from torch.profiler import ProfilerActivity, profile
-from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM, StaticCache
+from transformers import DynamicCache, StaticCache
 
 import fp4attn.integrations.transformers as fh
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "decode-s10"))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [HERE, os.path.join(HERE, "..", "decode-s10")]
+from _llama import llama_like  # noqa: E402
 from _util import logger  # noqa: E402
 
 ap = argparse.ArgumentParser()
@@ -30,10 +32,7 @@ ap.add_argument("--only-graph", action="store_true", help="time only the CUDA-gr
 a = ap.parse_args()
 P = logger(f"gen_long_b{a.batch}_c{a.context}.txt")
 
-torch.manual_seed(0)
-cfg = LlamaConfig(vocab_size=32000, hidden_size=2048, intermediate_size=5632, num_hidden_layers=a.layers,
-                  num_attention_heads=16, num_key_value_heads=4, max_position_embeddings=a.context + 1024)
-model = LlamaForCausalLM(cfg).to("cuda", torch.bfloat16).eval()
+model, cfg = llama_like(a.layers, a.context + 1024)
 fp4 = fh.register("nvfp4")
 B, N, H, D = a.batch, a.context, cfg.num_key_value_heads, cfg.hidden_size // cfg.num_attention_heads
 

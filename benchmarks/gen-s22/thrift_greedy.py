@@ -9,31 +9,20 @@ $OUT/thrift_greedy.txt.
 """
 import os
 import sys
-import time
 
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
 
 import fp4attn.integrations.transformers as fh
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "decode-s10"))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [os.path.join(HERE, "..", "gen-s21"), os.path.join(HERE, "..", "decode-s10")]
+from _llama import llama_like, timed  # noqa: E402
 from _util import logger  # noqa: E402
 
 P = logger("thrift_greedy.txt")
-torch.manual_seed(0)
-cfg = LlamaConfig(vocab_size=32000, hidden_size=2048, intermediate_size=5632, num_hidden_layers=16,
-                  num_attention_heads=16, num_key_value_heads=4, max_position_embeddings=16384)
-model = LlamaForCausalLM(cfg).to("cuda", torch.bfloat16).eval()
+model, cfg = llama_like()
 fp4 = fh.register("nvfp4")
 thrift = fh.register("thrift", budget=0.05)
-
-
-def timed(fn, *args):
-    torch.cuda.synchronize()
-    t = time.perf_counter()
-    r = fn(*args)
-    torch.cuda.synchronize()
-    return time.perf_counter() - t, r
 
 
 for B, L, NEW in ((8, 4096, 128), (32, 4096, 128)):
