@@ -21,3 +21,15 @@ def timed(fn, *args):
     r = fn(*args)
     torch.cuda.synchronize()
     return time.perf_counter() - t, r
+
+
+def ms_per_token(fn, new: int, base: int, repeats: int = 1):
+    """(ms per token, output of the last timed run): fn(n) generates n tokens. Warm-up fn(4), then
+    (time of fn(base + new) - time of fn(base)) / new; the base run best of two, the long run best of
+    ``repeats``. gen-s21 used base 2, one long run; gen-s22 base 34, two (both timed runs then include a graph
+    capture, which the difference cancels)."""
+    with torch.no_grad():
+        fn(4)  # compiles
+        t1 = min(timed(fn, base)[0] for _ in range(2))
+        runs = [timed(fn, base + new) for _ in range(repeats)]
+    return (min(r[0] for r in runs) - t1) / new * 1e3, runs[-1][1]

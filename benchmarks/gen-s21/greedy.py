@@ -14,7 +14,7 @@ import fp4attn.integrations.transformers as fh
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.join(HERE, "..", "decode-s10")]
-from _llama import llama_like, timed  # noqa: E402
+from _llama import llama_like, ms_per_token  # noqa: E402
 from _util import logger  # noqa: E402
 
 P = logger("greedy.txt")
@@ -32,12 +32,8 @@ for B, L, NEW in ((8, 2048, 128), (32, 4096, 128)):
              lambda n, x=ids: fh.greedy_generate(model, x, n, cuda_graph=False)),
             ("greedy_generate, FP4Cache, CUDA graph", fp4, lambda n, x=ids: fh.greedy_generate(model, x, n))):
         model.set_attn_implementation(impl)
-        with torch.no_grad():
-            fn(4)  # warm up (compiles)
-            t1 = min(timed(fn, 2)[0] for _ in range(2))
-            tn, out = timed(fn, NEW)
-        res[name] = out
-        P(f"B={B} prompt={L} new={NEW}: {name:52s} {(tn - t1) / (NEW - 2) * 1e3:7.2f} ms/token")
+        ms, res[name] = ms_per_token(fn, NEW - 2, 2)
+        P(f"B={B} prompt={L} new={NEW}: {name:52s} {ms:7.2f} ms/token")
     names = list(res)
     P(f"  graph tokens == eager tokens: {torch.equal(res[names[1]], res[names[2]])}; "
       f"FP4 vs bf16 generate, share of equal new tokens: "

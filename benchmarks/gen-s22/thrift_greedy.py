@@ -16,7 +16,7 @@ import fp4attn.integrations.transformers as fh
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [os.path.join(HERE, "..", "gen-s21"), os.path.join(HERE, "..", "decode-s10")]
-from _llama import llama_like, timed  # noqa: E402
+from _llama import llama_like, ms_per_token  # noqa: E402
 from _util import logger  # noqa: E402
 
 P = logger("thrift_greedy.txt")
@@ -36,13 +36,8 @@ for B, L, NEW in ((8, 4096, 128), (32, 4096, 128)):
              lambda n, x=ids: fh.greedy_generate(model, x, n, cuda_graph=False)),
             ("greedy_generate thrift 5%, CUDA graph", thrift, lambda n, x=ids: fh.greedy_generate(model, x, n))):
         model.set_attn_implementation(impl)
-        with torch.no_grad():
-            fn(4)  # warm up (compiles)
-            t1 = min(timed(fn, 34)[0] for _ in range(2))
-            runs = [timed(fn, NEW + 34) for _ in range(2)]
-            tn, out = min(r[0] for r in runs), runs[0][1]
-        res[name] = out
-        P(f"B={B} prompt={L} new={NEW}: {name:52s} {(tn - t1) / NEW * 1e3:7.2f} ms/token")
+        ms, res[name] = ms_per_token(fn, NEW, 34, repeats=2)
+        P(f"B={B} prompt={L} new={NEW}: {name:52s} {ms:7.2f} ms/token")
     names = list(res)
     P(f"  thrift graph tokens == thrift eager tokens: {torch.equal(res[names[2]], res[names[3]])}; share of new "
       f"tokens equal to bf16 generate: nvfp4 {(res[names[1]][:, L:] == res[names[0]][:, L:]).float().mean().item():.3f}"
