@@ -402,8 +402,8 @@ def generate(model, input_ids: torch.Tensor, max_new_tokens: int, *, do_sample: 
     are replays of it; the next token is chosen from the replay's logits outside the graph. ``cuda_graph=False``
     runs the same steps eagerly (same reserved splits, so the same logits). Eagerly a decode step is paced by
     the host's per-layer work; replayed, by the GPU (a 16-layer Llama-like model on an H200, 4096-token prompt:
-    2.6-3.9 ms per token at B = 8-32, against 16-35 eagerly and 10.7-15.6 for transformers' ``generate()`` on its
-    bf16 cache, ``benchmarks/gen-s22``). ``kvcache_kwargs`` go to :func:`fp4_cache`.
+    1.9-3.9 ms per token at B = 8-32, against 16-35 for thrift eagerly and 10.7-15.6 for transformers'
+    ``generate()`` on its bf16 cache, ``benchmarks/gen-s22``). ``kvcache_kwargs`` go to :func:`fp4_cache`.
     """
     cfg = getattr(getattr(model, "config", None), "_attn_implementation", None)
     reg = _REGISTERED.get(cfg)
