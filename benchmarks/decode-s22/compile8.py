@@ -1,4 +1,5 @@
-"""Compile dec8's kernel for sm_90 without a GPU (as tests/aot_probe does) and print its loop's SASS counts."""
+"""Compile dec8's (or, with the argument wg8, wg8's) kernel for sm_90 without a GPU (as tests/aot_probe does)
+and print its loop's SASS counts."""
 import os
 import sys
 
@@ -8,6 +9,7 @@ sys.path[:0] = [HERE, os.path.join(HERE, "..", "..", "src"), os.path.join(HERE, 
                 os.path.join(HERE, "..", "..", "tools")]
 import dec8  # noqa: E402
 import torch  # noqa: E402
+import wg8  # noqa: E402
 
 import aot_probe  # noqa: E402
 from fp4attn.kernels import decode as Dk  # noqa: E402
@@ -18,11 +20,12 @@ cache = KVCache(B, Hkv, D, device="cpu")
 cache.append(torch.randn(B, Hkv, 100, D), torch.randn(B, Hkv, 100, D))
 q = torch.randn(B, Hq, NQ, D)
 rec = []
-dec8.fast = lambda fn: type("R", (), {"__getitem__": lambda self, grid: (lambda *a, **k: rec.append((fn, a, k)))})()
+mod = wg8 if sys.argv[1:] == ["wg8"] else dec8
+mod.fast = lambda fn: type("R", (), {"__getitem__": lambda self, grid: (lambda *a, **k: rec.append((fn, a, k)))})()
 OP = torch.empty(B * Hkv * 4 * 8, D)
 MP = torch.empty(B * Hkv * 4 * 8)
 LP = torch.empty_like(MP)
-dec8.launch(q, cache, cache.page_table, cache.k_scale.view(torch.uint8), cache.v_scale.view(torch.uint8), OP, MP, LP,
+mod.launch(q, cache, cache.page_table, cache.k_scale.view(torch.uint8), cache.v_scale.view(torch.uint8), OP, MP, LP,
             0.1, NQ, Hq // Hkv, cache.page_table.shape[1], 64, 2, 8, 32, maxnreg=Dk.gluon_maxnreg(False),
             pdl_trigger=True)
 fn, a, k = rec[0]
@@ -30,8 +33,8 @@ ck = aot_probe.compile_bound(fn, a, k, 90)
 import sass_count  # noqa: E402
 
 sass = sass_count.cuobjdump(ck, "-sass")
-open(os.path.join(os.environ.get("OUT", "/tmp"), "dec8.sass"), "w").write(sass)
-open(os.path.join(os.environ.get("OUT", "/tmp"), "dec8.ptx"), "w").write(ck.asm["ptx"])
+open(os.path.join(os.environ.get("OUT", "/tmp"), f"{mod.__name__}.sass"), "w").write(sass)
+open(os.path.join(os.environ.get("OUT", "/tmp"), f"{mod.__name__}.ptx"), "w").write(ck.asm["ptx"])
 ins = sass_count.parse(sass)
 print(len(ins), sass_count.resources(ck))
 for s_, e in sass_count.loops(ins):
