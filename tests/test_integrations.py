@@ -670,6 +670,39 @@ def test_generate_equals_transformers_generate_with_sampling_and_eos():
             fh.generate(m, ids, 4, cuda_graph=False, **bad)
 
 
+def test_prefill_sdpa_runs_the_prompt_in_full_precision_and_decodes_from_fp4_pages(monkeypatch):
+    """register(..., prefill="sdpa"): the prompt's forward is transformers' sdpa on its own K/V (the logits of an
+    sdpa model, bit for bit); the decode steps read the FP4 pages through fp4attn.decode (close to sdpa with a
+    bf16 cache: the KV quantization error only); generate() gives transformers' generate() tokens."""
+    import fp4attn
+
+    m = _llama()
+    ids = torch.randint(0, 96, (2, 24), generator=torch.Generator().manual_seed(22))
+    m.set_attn_implementation("sdpa")
+    with torch.no_grad():
+        want = m(ids).logits
+        want_next = m(torch.cat([ids, ids[:, :1]], 1)).logits[:, -1]
+    name = fh.register("nvfp4", prefill="sdpa")
+    assert name.endswith("_prefillsdpa") and fh.registered()[name]["prefill"] == "sdpa"
+    m.set_attn_implementation(name)
+    calls = []
+    real = fp4attn.decode
+    monkeypatch.setattr(fp4attn, "decode", lambda *a, **k: calls.append(1) or real(*a, **k))
+    cache = fh.fp4_cache()
+    with torch.no_grad():
+        got = m(ids, past_key_values=cache, use_cache=True).logits
+        assert torch.equal(got, want) and not calls  # the prompt: no FP4 decode
+        nxt = m(ids[:, :1], past_key_values=cache, use_cache=True).logits[:, -1]
+    assert len(calls) == 2  # one decode step, two layers
+    cos = torch.nn.functional.cosine_similarity(nxt.flatten(), want_next.flatten(), dim=0)
+    assert 0.99 < cos < 1.0, cos  # the FP4 cache, not exact (and not the prompt's full-precision K/V)
+    ours = fh.generate(m, ids, 8, cuda_graph=False)
+    assert torch.equal(ours, m.generate(ids, attention_mask=torch.ones_like(ids), past_key_values=fh.fp4_cache(),
+                                        max_new_tokens=8, do_sample=False))
+    with pytest.raises(ValueError, match="prefill"):
+        fh.register("nvfp4", prefill="bf16")
+
+
 @pytest.mark.parametrize("recipe", ["nvfp4", "thrift"])
 def test_generate_padded_prompts_equal_each_prompt_alone(recipe):
     """Prompts of 20, 13 and 7 tokens, left- or right-padded with an attention mask: every sequence's new tokens
@@ -714,6 +747,10 @@ def test_greedy_generate_cuda_graph_gives_the_eager_tokens():
     # prompts of 200, 150 and 77 tokens, left-padded: replayed steps with three lengths, the eager tokens
     mask = torch.ones_like(ids)
     mask[1, :50], mask[2, :123] = 0, 0
+    runs = [fh.greedy_generate(m, ids, 40, attention_mask=mask, cuda_graph=g) for g in (False, True)]
+    assert torch.equal(runs[0], runs[1])
+    # the prompts in full precision (prefill="sdpa"), the decode steps from the FP4 pages
+    m.set_attn_implementation(fh.register("nvfp4", prefill="sdpa"))
     runs = [fh.greedy_generate(m, ids, 40, attention_mask=mask, cuda_graph=g) for g in (False, True)]
     assert torch.equal(runs[0], runs[1])
 

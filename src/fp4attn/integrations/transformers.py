@@ -101,9 +101,11 @@ def _dense_kv(kv, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     return kv.dequantize(dtype)
 
 
-def make_attention_function(recipe: str = "nvfp4", mode: str = "auto", **op_kwargs):
+def make_attention_function(recipe: str = "nvfp4", mode: str = "auto", prefill: str = "fp4", **op_kwargs):
     """The ``AttentionInterface`` function :func:`register` registers (usable on its own)."""
     check_recipe_mode(recipe, mode)
+    if prefill not in ("fp4", "sdpa"):
+        raise ValueError(f"prefill must be 'fp4' or 'sdpa', got {prefill!r}")
     op = make_op(recipe, op_kwargs)
 
     def fp4attn_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
@@ -160,6 +162,16 @@ def make_attention_function(recipe: str = "nvfp4", mode: str = "auto", **op_kwar
             budget = op_kwargs.get("budget", 0.05) if recipe == "thrift" else None
             out = fp4attn.decode(query, kv, scale=scaling, thrift_budget=budget)
             return out.transpose(1, 2).contiguous(), None
+        if prefill == "sdpa" and not train:  # every call but a decode from the pages: full precision
+            from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+            raw = getattr(key, "_fp4attn_raw_kv", None)  # a first (prefill) update: its own K/V, unquantized
+            if raw is not None:
+                key, value = raw
+            elif placeholder:
+                key, value = _dense_kv(kv, key.dtype)
+            return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
+                                          scaling=scaling, is_causal=is_causal, **kwargs)
         if placeholder:
             key, value = _dense_kv(kv, key.dtype)
         if allowed is None:
@@ -174,7 +186,8 @@ def make_attention_function(recipe: str = "nvfp4", mode: str = "auto", **op_kwar
             out = masked_attention(op, query, key, value, allowed, scaling, train)
         return out.transpose(1, 2).contiguous(), None
 
-    fp4attn_attention_forward.fp4attn_config = dict(recipe=recipe, mode=mode, op_kwargs=dict(op_kwargs))
+    fp4attn_attention_forward.fp4attn_config = dict(recipe=recipe, mode=mode, prefill=prefill,
+                                                    op_kwargs=dict(op_kwargs))
     return fp4attn_attention_forward
 
 
@@ -204,13 +217,19 @@ def _mask_function(sdpa_mask):
     return fp4attn_mask
 
 
-def register(recipe: str = "nvfp4", name: str | None = None, mode: str = "auto", **op_kwargs) -> str:
+def register(recipe: str = "nvfp4", name: str | None = None, mode: str = "auto", prefill: str = "fp4",
+             **op_kwargs) -> str:
     """Register fp4attn with transformers' ``AttentionInterface`` and ``AttentionMaskInterface``.
 
     Args:
         recipe: ``"nvfp4"``, ``"mxfp4"``, ``"sage3"``, ``"bf16"`` or ``"thrift"``.
         name: the ``attn_implementation`` name (default ``fp4attn_<recipe>[_<mode>]``).
         mode: ``"auto"`` (Attn-QAT in training mode, inference op in eval), ``"qat"``, ``"infer"``.
+        prefill: ``"fp4"``, or ``"sdpa"``: at inference only the decode steps that read an :func:`fp4_cache`'s
+            FP4 pages run fp4attn (``nvfp4`` / ``thrift`` decode); every other call (the prompt, masked or
+            padded steps) runs transformers' full-precision ``sdpa`` on the K/V it was given (a prompt's own
+            K/V, unquantized). FP4 KV-cache memory and decode speed with prefill at cuDNN/flash speed and
+            accuracy: the FP4 attention kernels are no faster than cuDNN's bf16 ones on Hopper.
         op_kwargs: passed on to the op, e.g. ``budget=0.1, block_size=64`` for thrift,
             ``two_level_p=True`` for the inference recipes, ``backward="naive"`` for Attn-QAT.
 
@@ -224,12 +243,12 @@ def register(recipe: str = "nvfp4", name: str | None = None, mode: str = "auto",
         raise ImportError("fp4attn.integrations.transformers needs transformers>=5: "
                           "pip install 'fp4attn[hf]'") from e
     check_recipe_mode(recipe, mode)
-    name = name or _default_name(recipe, mode, op_kwargs)
+    name = name or _default_name(recipe, mode, op_kwargs) + ("" if prefill == "fp4" else f"_prefill{prefill}")
     if not isinstance(name, str) or not name or "|" in name or "/" in name:
         raise ValueError(f"name must be a non-empty string without '|' or '/', got {name!r}")
-    AttentionInterface.register(name, make_attention_function(recipe, mode, **op_kwargs))
+    AttentionInterface.register(name, make_attention_function(recipe, mode, prefill, **op_kwargs))
     AttentionMaskInterface.register(name, _mask_function(sdpa_mask))
-    _REGISTERED[name] = dict(recipe=recipe, mode=mode, op_kwargs=dict(op_kwargs))
+    _REGISTERED[name] = dict(recipe=recipe, mode=mode, prefill=prefill, op_kwargs=dict(op_kwargs))
     return name
 
 
@@ -290,6 +309,7 @@ def _cache_classes():
         def update(self, key_states, value_states, *args, **kwargs):
             if not self.is_initialized:
                 self.lazy_initialization(key_states, value_states)
+            first = self.kv.get_seq_length() == 0
             self.kv.append(key_states.detach(), value_states.detach())
             if getattr(self.kv, "fp4attn_reads_pages", False):
                 # an fp4attn attention function reads this layer (it set the flag on an earlier call): it
@@ -300,6 +320,8 @@ def _cache_classes():
             else:  # another attention implementation, or the first call: dense (dequantized) K and V
                 k, v = _dense_kv(self.kv, key_states.dtype)
             k._fp4attn_kvcache = self.kv   # lets the fp4attn attention function decode from the pages
+            if first:  # the whole sequence so far: a full-precision prefill (prefill="sdpa") may use it as is
+                k._fp4attn_raw_kv = (key_states, value_states)
             return k, v
 
         def get_seq_length(self) -> int:

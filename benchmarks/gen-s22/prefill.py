@@ -1,0 +1,40 @@
+"""register(..., prefill="sdpa"): the prompt through transformers' sdpa (cuDNN / flash, full precision), the decode
+steps from the FP4 pages. Times of the prompt's forward into a cache (time to first token) and per generated token
+(CUDA-graph steps, gen-s21/_llama.ms_per_token with gen-s22's method), for transformers' sdpa + DynamicCache, fp4attn
+nvfp4 with its FP4 prefill and with prefill="sdpa". 16-layer Llama-like model. $OUT/prefill.txt.
+
+    PYTHONPATH=src python benchmarks/gen-s22/prefill.py
+"""
+import os
+import sys
+
+import torch
+
+import fp4attn.integrations.transformers as fh
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [os.path.join(HERE, "..", "gen-s21"), os.path.join(HERE, "..", "decode-s10")]
+from _llama import llama_like, ms_per_token, timed  # noqa: E402
+from _util import logger  # noqa: E402
+from transformers import DynamicCache  # noqa: E402
+
+P = logger("prefill.txt")
+model, cfg = llama_like()
+impls = {"sdpa + DynamicCache (bf16)": ("sdpa", DynamicCache), "nvfp4, FP4 prefill": (fh.register("nvfp4"), None),
+         "nvfp4, prefill=sdpa": (fh.register("nvfp4", prefill="sdpa"), None)}
+for B, L in ((8, 4096), (1, 16384)):
+    ids = torch.randint(0, cfg.vocab_size, (B, L), device="cuda")
+    for name, (impl, cache_cls) in impls.items():
+        model.set_attn_implementation(impl)
+
+        def prefill(cache_cls=cache_cls, ids=ids):
+            with torch.no_grad():
+                return model(ids, past_key_values=cache_cls() if cache_cls else fh.fp4_cache(), use_cache=True)
+        prefill()
+        ttft = min(timed(prefill)[0] for _ in range(3)) * 1e3
+        line = f"B={B} prompt={L}: {name:28s} prompt forward {ttft:8.2f} ms"
+        if cache_cls is None:
+            ms, _ = ms_per_token(lambda n, ids=ids: fh.greedy_generate(model, ids, n), 64, 34, repeats=2)
+            line += f"   {ms:6.2f} ms/token (CUDA graph)"
+        P(line)
+    torch.cuda.empty_cache()
