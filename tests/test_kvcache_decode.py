@@ -115,6 +115,34 @@ def test_one_token_append_kernel_interpreter_equals_torch_path(monkeypatch, keep
     assert torch.equal(ker.seq_lens, ref.seq_lens) and ker.lengths == ref.lengths
 
 
+def _chunked_appends(monkeypatch, kernel: str, *, keep, dev, dtype, D=32, seed=45):
+    """Ragged prefills and chunks with the append kernels on ("1") or off ("0"): aligned chunks (every tail
+    empty: the many-token slot kernel), an unaligned one (the per-sequence path), then aligned ones again."""
+    monkeypatch.setenv("FP4ATTN_KV_APPEND_KERNEL", kernel)
+    B, H = 3, 2
+    k, v = _kv(B, H, 300, D, dtype=dtype, seed=seed)
+    k[0, 1, 17, 5] = float("inf")
+    v[2, 0, 40, 3] = float("nan")
+    k[1, 0, 70] *= 1e4  # saturates E4M3 block scales against the global scale of the first chunk
+    c = KVCache(B, H, D, keep_16bit=keep, page_size=32, dtype=dtype, device=dev)
+    t = 0
+    for n, lens in ((48, [48, 32, 0]), (37, [37, 16, 5]), (11, None), (64, [64, 0, 64]), (16, None)):
+        c.append(k[:, :, t:t + n].to(dev), v[:, :, t:t + n].to(dev), lengths=lens)
+        t += n
+    return c
+
+
+@needs_interp
+@pytest.mark.parametrize("keep", [False, True])
+def test_many_token_append_kernel_interpreter_equals_torch_path(monkeypatch, keep):
+    """The many-token slot kernel (prefills and chunks into empty tails) stores exactly what the PyTorch path
+    stores, with ragged lengths, non-finite and saturating tokens, and page means."""
+    ker = _chunked_appends(monkeypatch, "1", keep=keep, dev="cpu", dtype=torch.float32)
+    ref = _chunked_appends(monkeypatch, "0", keep=keep, dev="cpu", dtype=torch.float32)
+    _assert_same_storage(ker, ref)
+    assert torch.equal(ker.seq_lens, ref.seq_lens) and ker.lengths == ref.lengths
+
+
 def test_auto_global_scale_chunked_equals_dense_when_first_chunk_holds_the_amax():
     B, H, N, D = 1, 2, 80, 16
     k, v = _kv(B, H, N, D, seed=3)
@@ -897,6 +925,16 @@ def test_thrift_decode_steps_replayed_across_pages_equal_eager_steps():
     for b, L in enumerate(cg.lengths):
         pages = torch.tensor(cg._pages[b][:L // 64], dtype=torch.long, device=dev)
         assert torch.allclose(cg.k_page_mean[pages].double(), cg.k16[pages].double().mean(2), rtol=0, atol=1e-6)
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("keep", [False, True])
+def test_many_token_append_kernel_gpu_equals_torch_path(monkeypatch, keep):
+    ker = _chunked_appends(monkeypatch, "1", keep=keep, dev="cuda", dtype=torch.bfloat16, D=128)
+    ref = _chunked_appends(monkeypatch, "0", keep=keep, dev="cuda", dtype=torch.bfloat16, D=128)
+    _assert_same_storage(ker, ref)
+    assert torch.equal(ker.seq_lens, ref.seq_lens) and ker.lengths == ref.lengths
 
 
 @pytest.mark.gpu

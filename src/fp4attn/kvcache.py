@@ -257,9 +257,10 @@ class KVCache:
             return
         with torch.no_grad():
             self._set_global_scales(k, v, counts)
-            for b in range(B):
-                if counts[b]:
-                    self._append_seq(b, k[b, :, : counts[b]], v[b, :, : counts[b]])
+            if not self._append_slots(k, v, counts):
+                for b in range(B):
+                    if counts[b]:
+                        self._append_seq(b, k[b, :, : counts[b]], v[b, :, : counts[b]])
         if lengths is None:
             self.seq_lens += n  # device-side: no host sync in a generation loop
         else:
@@ -281,6 +282,36 @@ class KVCache:
             if self.keep_16bit:  # the page the token completed, if any, found on the device
                 kk.page_means(self)
         self._lens = [L + 1 for L in self._lens]
+
+    def _append_slots(self, k, v, counts) -> bool:
+        """Many tokens into sequences whose tails are empty (a prefill, or a chunk of one): every full slot in one
+        launch (``kernels.kvcache.append_slots``, the storage of ``_commit`` bit for bit), the rest into the
+        tails. False (nothing done) where the kernels do not run or some tail holds tokens."""
+        if not _use_append_kernel(self.device, self.head_dim) or any(L % SLOT for L in self._lens):
+            return False
+        nslots = [c // SLOT for c in counts]
+        if not any(nslots):
+            return False
+        from .kernels import kvcache as kk
+        from .ops._dispatch import on_device
+
+        ps = self.page_size
+        for b, n in enumerate(nslots):
+            if n:
+                self._ensure_pages(b, -(-(self._lens[b] + n * SLOT) // ps))
+        with on_device(k):
+            kk.append_slots(self, k, v, self._lens, nslots)
+        done = []
+        for b, (c, n) in enumerate(zip(counts, nslots)):
+            L, full = self._lens[b], n * SLOT
+            if c > full:
+                self.k_tail[b, :, : c - full] = k[b, :, full:c]
+                self.v_tail[b, :, : c - full] = v[b, :, full:c]
+            done += self._pages[b][L // ps:(L + full) // ps]  # the pages these slots complete
+            self._lens[b] = L + c
+        if self.keep_16bit and done:
+            self._update_page_means(torch.tensor(done, dtype=torch.long, device=self.device))
+        return True
 
     def _set_global_scales(self, k, v, counts) -> None:
         todo = [b for b in range(self.batch_size) if counts[b] and not self._scale_set[b]]

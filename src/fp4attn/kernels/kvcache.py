@@ -35,6 +35,42 @@ _SLOT = tl.constexpr(SLOT)  # inside kernels (a Python int global is not allowed
 
 
 @triton.jit
+def _store_slot(k, v, start, b, h, ph_row, H, MAXP, KG, VG, PT, KD, KS, VD, VS, K16, V16,
+                D: tl.constexpr, PS: tl.constexpr, KEEP16: tl.constexpr):
+    """Quantize one full slot -- k, v: (16, D) tiles in the cache dtype, the tokens start .. start + 15 of
+    sequence b, kv head h (``ph_row`` = b·H + h: the row of the global scales) -- exactly as
+    ``KVCache._commit`` does, and store codes, scale bytes (and the 16-bit copy) into its page."""
+    rows = tl.arange(0, _SLOT)
+    offs_d = tl.arange(0, D)
+    # no page (-1): a CUDA-graph replay past KVCache.reserve's pages (sync_lengths reports it); the
+    # slot is dropped instead of written below the pool (its page row clamped to 0, every store masked)
+    page_i = tl.load(PT + b * MAXP + start // PS).to(tl.int64)
+    ok = page_i >= 0
+    page = tl.maximum(page_i, 0)
+    off = start % PS
+    ph = page * H + h
+    # K along D: blocks of 16 channels of one token, element pairs (2i, 2i+1) -> one byte
+    klo, khi = tl.split(tl.reshape(k.to(tl.float32), (_SLOT, D // _SLOT, _SLOT // 2, 2)))
+    senc_k = tl.math.div_rn(1.0, tl.load(KG + ph_row))
+    clo, chi, _s, sb = _quant_pair(klo, khi, senc_k, False, False, True, True)
+    kbytes = tl.reshape(clo | (chi << 4), (_SLOT, D // 2)).to(tl.uint8)
+    krow = ph * PS + off + rows  # storage row of each token
+    tl.store(KD + krow[:, None] * (D // 2) + tl.arange(0, D // 2)[None, :], kbytes, mask=ok)
+    tl.store(KS + krow[:, None] * (D // _SLOT) + tl.arange(0, D // _SLOT)[None, :], sb.to(tl.uint8), mask=ok)
+    # V along tokens: one block of the 16 tokens per channel, token pairs (2j, 2j+1) -> one byte
+    vlo, vhi = tl.split(tl.reshape(tl.trans(v.to(tl.float32)), (D, 1, _SLOT // 2, 2)))
+    senc_v = tl.math.div_rn(1.0, tl.load(VG + ph_row))
+    clo, chi, _s, sb = _quant_pair(vlo, vhi, senc_v, False, False, True, True)
+    vbytes = tl.reshape(clo | (chi << 4), (D, _SLOT // 2)).to(tl.uint8)  # [channel, token pair]
+    j = tl.arange(0, _SLOT // 2)
+    tl.store(VD + ((ph * (PS // 2) + off // 2 + j) * D)[None, :] + offs_d[:, None], vbytes, mask=ok)
+    tl.store(VS + (ph * (PS // _SLOT) + off // _SLOT) * D + offs_d, tl.reshape(sb, (D,)).to(tl.uint8), mask=ok)
+    if KEEP16:
+        tl.store(K16 + krow[:, None] * D + offs_d[None, :], k, mask=ok)
+        tl.store(V16 + krow[:, None] * D + offs_d[None, :], v, mask=ok)
+
+
+@triton.jit
 def _append_one_kernel(KN, skb, skh, skd, VN, svb, svh, svd, LENS, KT, VT, KG, VG, PT, KD, KS, VD, VS, K16, V16,
                        H, MAXP, D: tl.constexpr, PS: tl.constexpr, KEEP16: tl.constexpr):
     pid = tl.program_id(0)  # b * H + h
@@ -57,36 +93,30 @@ def _append_one_kernel(KN, skb, skh, skd, VN, svb, svh, svd, LENS, KT, VT, KG, V
         last = rows[:, None] == _SLOT - 1
         k = tl.where(last, kn[None, :], tl.load(KT + r2, mask=old, other=0.0))  # (16, D), cache dtype
         v = tl.where(last, vn[None, :], tl.load(VT + r2, mask=old, other=0.0))
-        start = L - (_SLOT - 1)  # the slot's first token (16-aligned, inside one page)
-        # no page (-1): a CUDA-graph replay past KVCache.reserve's pages (sync_lengths reports it); the
-        # slot is dropped instead of written below the pool (its page row clamped to 0, every store masked)
-        page_i = tl.load(PT + b * MAXP + start // PS).to(tl.int64)
-        ok = page_i >= 0
-        page = tl.maximum(page_i, 0)
-        off = start % PS
-        ph = page * H + h
-        # K along D: blocks of 16 channels of one token, element pairs (2i, 2i+1) -> one byte
-        klo, khi = tl.split(tl.reshape(k.to(tl.float32), (_SLOT, D // _SLOT, _SLOT // 2, 2)))
-        senc_k = tl.math.div_rn(1.0, tl.load(KG + pid))
-        clo, chi, _s, sb = _quant_pair(klo, khi, senc_k, False, False, True, True)
-        kbytes = tl.reshape(clo | (chi << 4), (_SLOT, D // 2)).to(tl.uint8)
-        krow = ph * PS + off + rows  # storage row of each token
-        tl.store(KD + krow[:, None] * (D // 2) + tl.arange(0, D // 2)[None, :], kbytes, mask=ok)
-        tl.store(KS + krow[:, None] * (D // _SLOT) + tl.arange(0, D // _SLOT)[None, :], sb.to(tl.uint8), mask=ok)
-        # V along tokens: one block of the 16 tokens per channel, token pairs (2j, 2j+1) -> one byte
-        vlo, vhi = tl.split(tl.reshape(tl.trans(v.to(tl.float32)), (D, 1, _SLOT // 2, 2)))
-        senc_v = tl.math.div_rn(1.0, tl.load(VG + pid))
-        clo, chi, _s, sb = _quant_pair(vlo, vhi, senc_v, False, False, True, True)
-        vbytes = tl.reshape(clo | (chi << 4), (D, _SLOT // 2)).to(tl.uint8)  # [channel, token pair]
-        j = tl.arange(0, _SLOT // 2)
-        tl.store(VD + ((ph * (PS // 2) + off // 2 + j) * D)[None, :] + offs_d[:, None], vbytes, mask=ok)
-        tl.store(VS + (ph * (PS // _SLOT) + off // _SLOT) * D + offs_d, tl.reshape(sb, (D,)).to(tl.uint8), mask=ok)
-        if KEEP16:
-            tl.store(K16 + krow[:, None] * D + offs_d[None, :], k, mask=ok)
-            tl.store(V16 + krow[:, None] * D + offs_d[None, :], v, mask=ok)
+        _store_slot(k, v, L - (_SLOT - 1), b, h, pid, H, MAXP, KG, VG, PT, KD, KS, VD, VS, K16, V16, D, PS, KEEP16)
         zero = tl.zeros([_SLOT, D], KT.dtype.element_ty)
         tl.store(KT + r2, zero)
         tl.store(VT + r2, zero)
+
+
+@triton.jit
+def _append_slots_kernel(KN, skb, skh, skn, skd, VN, svb, svh, svn, svd, L0, NSLOT, KG, VG, PT, KD, KS, VD, VS,
+                         K16, V16, H, MAXP, D: tl.constexpr, PS: tl.constexpr, KEEP16: tl.constexpr):
+    """Many new tokens of sequences whose tails are empty (a prefill): program (s, b·H + h) quantizes slot s
+    of sequence b's new tokens (rows 16s .. 16s + 15 of KN / VN), s < NSLOT[b], into the cache from token
+    L0[b] + 16s on."""
+    s = tl.program_id(0)
+    pid = tl.program_id(1)
+    b = pid // H
+    h = pid % H
+    if s < tl.load(NSLOT + b):
+        rows = 16 * s + tl.arange(0, _SLOT)
+        offs_d = tl.arange(0, D)
+        src = b.to(tl.int64) * skb + h * skh + rows[:, None].to(tl.int64) * skn + offs_d[None, :] * skd
+        k = tl.load(KN + src)
+        v = tl.load(VN + b.to(tl.int64) * svb + h * svh + rows[:, None].to(tl.int64) * svn + offs_d[None, :] * svd)
+        _store_slot(k, v, tl.load(L0 + b) + 16 * s, b, h, pid, H, MAXP, KG, VG, PT, KD, KS, VD, VS, K16, V16, D, PS,
+                    KEEP16)
 
 
 @triton.jit
@@ -142,9 +172,26 @@ def append_one(cache, k: torch.Tensor, v: torch.Tensor) -> None:
         H, max(maxp, 1), D=D, PS=cache.page_size, KEEP16=keep, num_warps=4)
 
 
+def append_slots(cache, k: torch.Tensor, v: torch.Tensor, starts, nslots) -> None:
+    """Device part of a many-token append to sequences with empty tails: k, v (B, Hkv, n, D) in the cache dtype;
+    sequence b's first ``nslots[b]`` slots of new tokens go to its tokens ``starts[b]`` (a multiple of 16) on; the
+    pages must exist. Leaves the tails, lengths and page means to the caller."""
+    B, H, _, D = k.shape
+    maxp = cache.page_table.shape[1]
+    keep = cache.keep_16bit
+    dev = k.device
+    L0 = torch.tensor(starts, dtype=torch.int32, device=dev)
+    ns = torch.tensor(nslots, dtype=torch.int32, device=dev)
+    fast(_append_slots_kernel)[(max(nslots), B * H)](
+        k, *k.stride(), v, *v.stride(), L0, ns, cache.k_global_scale, cache.v_global_scale, cache.page_table,
+        cache.k_data, cache.k_scale.view(torch.uint8), cache.v_data, cache.v_scale.view(torch.uint8),
+        cache.k16 if keep else cache.k_tail, cache.v16 if keep else cache.v_tail,
+        H, max(maxp, 1), D=D, PS=cache.page_size, KEEP16=keep, num_warps=4)
+
+
 def supported(head_dim: int) -> bool:
     """Shapes the kernel handles: a power-of-two head dim (its tiles) of at least 16."""
     return head_dim >= SLOT and head_dim & (head_dim - 1) == 0
 
 
-__all__ = ["append_one", "page_means", "supported"]
+__all__ = ["append_one", "append_slots", "page_means", "supported"]
