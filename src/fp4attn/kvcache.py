@@ -296,9 +296,13 @@ class KVCache:
         from .ops._dispatch import on_device
 
         ps = self.page_size
+        want = [-(-(L + n * SLOT) // ps) for L, n in zip(self._lens, nslots)]
+        need = sum(max(0, w - len(p)) for w, p in zip(want, self._pages))
+        if self._num_used + need > self._capacity:  # one allocation for the batch, not one per sequence
+            self._alloc_pool(max(self._num_used + need, 2 * self._capacity, 4))
         for b, n in enumerate(nslots):
             if n:
-                self._ensure_pages(b, -(-(self._lens[b] + n * SLOT) // ps))
+                self._ensure_pages(b, want[b])
         with on_device(k):
             kk.append_slots(self, k, v, self._lens, nslots)
         done = []
@@ -314,12 +318,24 @@ class KVCache:
         return True
 
     def _set_global_scales(self, k, v, counts) -> None:
+        """The global scales of the sequences this append starts: from each head's largest finite |value| over
+        the sequence's new tokens, for the whole batch in one set of ops (a max is exact in any order)."""
         todo = [b for b in range(self.batch_size) if counts[b] and not self._scale_set[b]]
-        for b in todo:
+        if not todo:
+            return
+        n = max(counts[b] for b in todo)
+        per_seq = k.shape[1] * n * k.shape[3]
+        step = max(1, (1 << 26) // per_seq)  # float32 temporaries of at most 256 MiB
+        for i in range(0, len(todo), step):
+            part = todo[i:i + step]
+            idx = torch.tensor(part, device=self.device)
+            valid = (torch.arange(n, device=self.device).view(1, n)
+                     < torch.tensor([counts[b] for b in part], device=self.device).view(-1, 1)).view(-1, 1, n, 1)
             for src, dst in ((k, self.k_global_scale), (v, self.v_global_scale)):
-                x = src[b, :, : counts[b]].float().abs()
-                x = torch.where(torch.isfinite(x), x, torch.zeros_like(x))
-                dst[b] = _power_of_two_decode_scale(x.amax(dim=(1, 2)), self.scale_headroom)
+                x = src[idx, :, :n].float().abs()
+                x = torch.where(torch.isfinite(x) & valid, x, torch.zeros_like(x))
+                dst[idx] = _power_of_two_decode_scale(x.amax(dim=(2, 3)), self.scale_headroom)
+        for b in todo:
             self._scale_set[b] = True
 
     def _append_seq(self, b: int, k: torch.Tensor, v: torch.Tensor) -> None:

@@ -165,10 +165,7 @@ def make_attention_function(recipe: str = "nvfp4", mode: str = "auto", prefill: 
         if prefill == "sdpa" and not train:  # every call but a decode from the pages: full precision
             from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-            raw = getattr(key, "_fp4attn_raw_kv", None)  # a first (prefill) update: its own K/V, unquantized
-            if raw is not None:
-                key, value = raw
-            elif placeholder:
+            if placeholder:  # (a prompt's first update returns its own, unquantized K/V)
                 key, value = _dense_kv(kv, key.dtype)
             return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
                                           scaling=scaling, is_causal=is_causal, **kwargs)
@@ -263,12 +260,13 @@ def _cache_classes():
     class FP4CacheLayer(DynamicLayer):
         """One layer's K/V in an :class:`fp4attn.KVCache` (NVFP4 pages; the last ``len % 16`` tokens raw).
 
-        The layer holds no dense copy: ``update`` returns dense K/V, or placeholders, to its caller without
-        keeping them, and ``keys`` / ``values`` are zero-stride placeholders of the cache's shape (assignments
-        to them are ignored; ``kv.dequantize()`` gives the values). Kept, the dense K/V of a prefill stayed
-        alive until the layer's next update: a B=64, 32k-token prefill of a 16-layer model held 82 GiB instead
-        of 18, more than the bf16 cache's 64. (Dequantizing on every read of ``keys`` instead made decode steps
-        ~2x slower: transformers reads them during a step.)"""
+        The layer holds no dense copy: ``update`` returns the prompt's own K/V on its first call, then dense
+        (dequantized) K/V or placeholders, to its caller without keeping them, and ``keys`` / ``values`` are
+        zero-stride placeholders of the cache's shape (assignments to them are ignored; ``kv.dequantize()``
+        gives the values). Kept, the dense K/V of a prefill stayed alive until the layer's next update: a B=64,
+        32k-token prefill of a 16-layer model held 82 GiB instead of 18, more than the bf16 cache's 64.
+        (Dequantizing on every read of ``keys`` instead made decode steps ~2x slower: transformers reads them
+        during a step.)"""
 
         is_croppable = False
 
@@ -311,7 +309,13 @@ def _cache_classes():
                 self.lazy_initialization(key_states, value_states)
             first = self.kv.get_seq_length() == 0
             self.kv.append(key_states.detach(), value_states.detach())
-            if getattr(self.kv, "fp4attn_reads_pages", False):
+            if first:
+                # the prompt: its own K/V, as they came (the pages hold their FP4 copy). Dequantizing the cache
+                # instead cost a full pass per layer (3.9 ms of a 230 ms B=8, 4096-token prefill on an H200, per
+                # layer); the FP4 attention ops quantize the same blocks to the same codes either way (the
+                # cache's global scales are powers of two), up to E4M3 saturation.
+                k, v = key_states, value_states
+            elif getattr(self.kv, "fp4attn_reads_pages", False):
                 # an fp4attn attention function reads this layer (it set the flag on an earlier call): it
                 # decodes from the pages or dequantizes them itself, so no dense copy of the whole cache
                 # per step; k and v are zero-stride placeholders of the right shape
@@ -320,8 +324,6 @@ def _cache_classes():
             else:  # another attention implementation, or the first call: dense (dequantized) K and V
                 k, v = _dense_kv(self.kv, key_states.dtype)
             k._fp4attn_kvcache = self.kv   # lets the fp4attn attention function decode from the pages
-            if first:  # the whole sequence so far: a full-precision prefill (prefill="sdpa") may use it as is
-                k._fp4attn_raw_kv = (key_states, value_states)
             return k, v
 
         def get_seq_length(self) -> int:
