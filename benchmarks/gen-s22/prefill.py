@@ -10,6 +10,7 @@ import sys
 
 import torch
 
+import fp4attn
 import fp4attn.integrations.transformers as fh
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -37,4 +38,12 @@ for B, L in ((8, 4096), (1, 16384)):
             ms, _ = ms_per_token(lambda n, ids=ids: fh.greedy_generate(model, ids, n), 64, 34, repeats=2)
             line += f"   {ms:6.2f} ms/token (CUDA graph)"
         P(line)
+    # one layer's share: the append of the prompt's K/V into a fresh KVCache and the dense (dequantized) K/V the
+    # layer's first update returns
+    kk = torch.randn(B, cfg.num_key_value_heads, L, 128, device="cuda", dtype=torch.bfloat16)
+    t_app = min(timed(lambda kk=kk: fp4attn.KVCache.from_dense(kk, kk))[0] for _ in range(3)) * 1e3
+    c = fp4attn.KVCache.from_dense(kk, kk)
+    t_deq = min(timed(lambda c=c: c.dequantize(torch.bfloat16))[0] for _ in range(3)) * 1e3
+    P(f"B={B} prompt={L}: per layer: KVCache.from_dense {t_app:.2f} ms, dequantize {t_deq:.2f} ms")
+    del kk, c
     torch.cuda.empty_cache()
