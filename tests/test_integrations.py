@@ -703,6 +703,29 @@ def test_prefill_sdpa_runs_the_prompt_in_full_precision_and_decodes_from_fp4_pag
         fh.register("nvfp4", prefill="bf16")
 
 
+def test_cli_generate_prints_the_tokens_of_generate(tmp_path, capsys):
+    """fp4attn generate on a saved model with prompt ids (no tokenizer): the printed tokens are generate()'s, with
+    the timing / cache line; --compare adds transformers' generate(); bad arguments exit with status 2."""
+    from fp4attn.cli import main
+
+    m = _llama()
+    m.save_pretrained(tmp_path / "tiny")
+    ids = [5, 17, 3, 60, 44, 9, 12, 80, 2, 33, 71, 6, 18, 25, 40, 41, 77, 8]
+    m.set_attn_implementation(fh.register("nvfp4"))
+    want = fh.generate(m, torch.tensor([ids]), 6, cuda_graph=False)[0, len(ids):].tolist()
+    for extra in ([], ["--compare"], ["--recipe", "thrift", "--prefill", "sdpa"]):
+        assert main(["generate", str(tmp_path / "tiny"), "--prompt-ids", ",".join(map(str, ids)),
+                     "--max-new-tokens", "6", "--device", "cpu", *extra]) == 0
+        out = capsys.readouterr().out.splitlines()
+        if extra[:1] != ["--recipe"]:  # (thrift with an sdpa prefill gives other tokens)
+            assert out[0] == str(want), (extra, out)
+        assert "first token" in out[1] and "KV cache of the prompt" in out[1], out
+        assert ("transformers generate" in out[-1]) == (extra == ["--compare"])
+    assert main(["generate", str(tmp_path / "tiny"), "--prompt-ids", "1,x", "--device", "cpu"]) == 2
+    assert main(["generate", str(tmp_path / "tiny"), "--prompt-ids", "1,2", "--max-new-tokens", "0",
+                 "--device", "cpu"]) == 2
+
+
 @pytest.mark.parametrize("recipe", ["nvfp4", "thrift"])
 def test_generate_padded_prompts_equal_each_prompt_alone(recipe):
     """Prompts of 20, 13 and 7 tokens, left- or right-padded with an attention mask: every sequence's new tokens

@@ -25,6 +25,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("fp4attn.demo", "the main job: train a tiny model on long-context retrieval, then compare BF16, "
                               "FP4 PTQ, Thrift and Attn-QAT (table, CSV, PNG)"),
     "qat": ("fp4attn.qat", "FP4 quantization-aware fine-tuning of a causal LM"),
+    "generate": ("fp4attn.generation", "generate text with a transformers causal LM on an FP4 KV cache (CUDA-graph "
+                 "decode steps; times and cache size, optionally against transformers' generate)"),
 }
 
 
