@@ -27,7 +27,8 @@ import torch
 import triton
 import triton.language as tl
 
-from ._launch import fast
+from ._launch import fast, head_grid
+from ._tiles import head_program
 from .quantize import _quant_pair
 
 SLOT = 16
@@ -105,8 +106,7 @@ def _append_slots_kernel(KN, skb, skh, skn, skd, VN, svb, svh, svn, svd, L0, NSL
     """Many new tokens of sequences whose tails are empty (a prefill): program (s, b·H + h) quantizes slot s
     of sequence b's new tokens (rows 16s .. 16s + 15 of KN / VN), s < NSLOT[b], into the cache from token
     L0[b] + 16s on."""
-    s = tl.program_id(0)
-    pid = tl.program_id(1)
+    s, pid = head_program()  # (a head_grid: B·H may exceed one grid axis)
     b = pid // H
     h = pid % H
     if s < tl.load(NSLOT + b):
@@ -182,7 +182,7 @@ def append_slots(cache, k: torch.Tensor, v: torch.Tensor, starts, nslots) -> Non
     dev = k.device
     L0 = torch.tensor(starts, dtype=torch.int32, device=dev)
     ns = torch.tensor(nslots, dtype=torch.int32, device=dev)
-    fast(_append_slots_kernel)[(max(nslots), B * H)](
+    fast(_append_slots_kernel)[head_grid(max(nslots), B * H)](
         k, *k.stride(), v, *v.stride(), L0, ns, cache.k_global_scale, cache.v_global_scale, cache.page_table,
         cache.k_data, cache.k_scale.view(torch.uint8), cache.v_data, cache.v_scale.view(torch.uint8),
         cache.k16 if keep else cache.k_tail, cache.v16 if keep else cache.v_tail,
