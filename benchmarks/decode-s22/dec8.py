@@ -73,6 +73,46 @@ def _split4(x):
 
 
 @gluon.jit
+def _q_blocks(Q, b, h, Hkv, G, NQ, s_scale, D: gl.constexpr, LQ: gl.constexpr, LQ8: gl.constexpr,
+              QJ: gl.constexpr, SJ: gl.constexpr):
+    """ϕ(q) of the group's (at most 4) query rows: per 32-channel k-step j the block-diagonal operand (32 logical
+    k, 8 columns n = 4·blk + q) in layout QJ's slice, and the column factors sq[q, 2j + n//4]·s_scale (8,) in SJ's."""
+    rq = gl.arange(0, 4, layout=gl.SliceLayout(1, LQ))
+    dq = gl.arange(0, D, layout=gl.SliceLayout(0, LQ))
+    q_rows = (b * Hkv + h).to(gl.int64) * G * NQ + rq
+    q = gl.load(Q + q_rows[:, None] * D + dq[None, :], mask=(rq < G * NQ)[:, None], other=0.0).to(gl.float32)
+    qc, qs = _q_codes(gl.reshape(q, [4, D // 16, 16]))
+    cT = gl.permute(gl.reshape(qc, [4, D]), (1, 0))  # (D, 4)
+    c8 = gl.convert_layout(gl.reshape(gl.permute(gl.join(cT, cT), (0, 2, 1)), [D, 8]), LQ8)  # n = 4·blk + q
+    ch = gl.arange(0, D, layout=gl.SliceLayout(1, LQ8))
+    nn = gl.arange(0, 8, layout=gl.SliceLayout(0, LQ8))
+    qbd = gl.where(((ch >> 4) & 1)[:, None] == (nn >> 2)[None, :], c8, 0.0).to(gl.float8e4nv)
+    # physical channel 32j + 8t + 2e + hh -> (j, logical k = 16hh + 4t + e)
+    qbd = gl.reshape(gl.permute(gl.reshape(qbd, [D // 32, 4, 4, 2, 8]), (0, 3, 1, 2, 4)), [D // 32, 32, 8])
+    qb0, qb1, qb2, qb3 = _split4(gl.convert_layout(gl.permute(qbd, (1, 2, 0)), QJ))
+    sq = gl.reshape(gl.permute(gl.reshape(qs * s_scale, [4, D // 32, 2]), (2, 0, 1)), [8, D // 32])
+    sq0, sq1, sq2, sq3 = _split4(gl.convert_layout(sq, SJ))
+    return qb0, qb1, qb2, qb3, sq0, sq1, sq2, sq3
+
+
+@gluon.jit
+def _k_tile(KD, PT, b, h, t0, Hkv, MAXP, koff, BLOCK_N: gl.constexpr, D: gl.constexpr, PS: gl.constexpr):
+    """The K codes of the BLOCK_N-key tile at t0 as E4M3 A operands of the four k-steps (key, byte 16j + 4t + e
+    -> A_j[key, 16·nibble + 4t + e]), and the tile's storage (base, row0, off)."""
+    page = gl.maximum(gl.load(PT + b * MAXP + t0 // PS), 0).to(gl.int64)
+    off = t0 % PS
+    base = page * Hkv + h
+    row0 = base * PS + off
+    kb = gl.load(KD + row0 * (D // 2) + koff)
+    lo, hi = gl.inline_asm_elementwise(NIB_PTX, "=r,=r,r", [kb], dtype=(gl.float8e4nv, gl.float8e4nv),
+                                       is_pure=True, pack=4)
+    J = gl.permute(gl.join(gl.reshape(lo, [BLOCK_N, D // 32, 16]), gl.reshape(hi, [BLOCK_N, D // 32, 16])),
+                   (0, 3, 2, 1))  # key, nibble, byte%16, j
+    a0, a1, a2, a3 = _split4(gl.reshape(J, [BLOCK_N, 32, D // 32]))
+    return a0, a1, a2, a3, base, row0, off
+
+
+@gluon.jit
 def _kernel(Q, KD, KS, VD, VS, PT, LENS, KG, VG, OP, MP, LP,
             qk_scale, Hkv, NQ, G, MAXP, TPS, NS,
             D: gl.constexpr, PS: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
@@ -92,29 +132,13 @@ def _kernel(Q, KD, KS, VD, VS, PT, LENS, KG, VG, OP, MP, LP,
     vg = gl.load(VG + pid_bh) * 64.0
 
     # ---- ϕ(q): codes (block-diagonal B operands, one per k-step) and scales (per column) ----
-    rq = gl.arange(0, 4, layout=gl.SliceLayout(1, LQ))
-    dq = gl.arange(0, D, layout=gl.SliceLayout(0, LQ))
-    q_rows = (b * Hkv + h).to(gl.int64) * G * NQ + rq
-    q = gl.load(Q + q_rows[:, None] * D + dq[None, :], mask=(rq < G * NQ)[:, None], other=0.0).to(gl.float32)
-    qc, qs = _q_codes(gl.reshape(q, [4, D // 16, 16]))
-    qc = gl.reshape(qc, [4, D])
-    cT = gl.permute(qc, (1, 0))  # (D, 4)
-    c8 = gl.convert_layout(gl.reshape(gl.permute(gl.join(cT, cT), (0, 2, 1)), [D, 8]), LQ8)  # n = 4·blk + q
-    ch = gl.arange(0, D, layout=gl.SliceLayout(1, LQ8))
-    nn = gl.arange(0, 8, layout=gl.SliceLayout(0, LQ8))
-    qbd = gl.where(((ch >> 4) & 1)[:, None] == (nn >> 2)[None, :], c8, 0.0).to(gl.float8e4nv)
-    # physical channel 32j + 8t + 2e + hh -> (j, logical k = 16hh + 4t + e)
-    qbd = gl.reshape(gl.permute(gl.reshape(qbd, [D // 32, 4, 4, 2, 8]), (0, 3, 1, 2, 4)), [D // 32, 32, 8])
     QJ: gl.constexpr = gl.BlockedLayout([1, 8, 4], [32, 1, 1], [1, 1, 1], [2, 1, 0])
-    qb0, qb1, qb2, qb3 = _split4(gl.convert_layout(gl.permute(qbd, (1, 2, 0)), QJ))
+    SJ: gl.constexpr = gl.BlockedLayout([1, 4], [32, 1], [1, 1], [1, 0])
+    qb0, qb1, qb2, qb3, sq0, sq1, sq2, sq3 = _q_blocks(Q, b, h, Hkv, G, NQ, s_scale, D, LQ, LQ8, QJ, SJ)
     qb0 = gl.convert_layout(qb0, BOP)
     qb1 = gl.convert_layout(qb1, BOP)
     qb2 = gl.convert_layout(qb2, BOP)
     qb3 = gl.convert_layout(qb3, BOP)
-    # column factors sq[q, 2j + n//4]·s_scale
-    sq = gl.reshape(gl.permute(gl.reshape(qs * s_scale, [4, D // 32, 2]), (2, 0, 1)), [8, D // 32])
-    SJ: gl.constexpr = gl.BlockedLayout([1, 4], [32, 1], [1, 1], [1, 0])
-    sq0, sq1, sq2, sq3 = _split4(gl.convert_layout(sq, SJ))
     sq0 = gl.convert_layout(sq0, COL)
     sq1 = gl.convert_layout(sq1, COL)
     sq2 = gl.convert_layout(sq2, COL)
@@ -146,17 +170,7 @@ def _kernel(Q, KD, KS, VD, VS, PT, LENS, KG, VG, OP, MP, LP,
     start = pid_s * TPS
     end = gl.minimum(start + TPS, C)
     for t0 in range(start, end, BLOCK_N):
-        page = gl.maximum(gl.load(PT + b * MAXP + t0 // PS), 0).to(gl.int64)
-        off = t0 % PS
-        base = page * Hkv + h
-        row0 = base * PS + off
-        kb = gl.load(KD + row0 * (D // 2) + koff)
-        lo, hi = gl.inline_asm_elementwise(NIB_PTX, "=r,=r,r", [kb], dtype=(gl.float8e4nv, gl.float8e4nv),
-                                           is_pure=True, pack=4)
-        # (key, byte 16j + 4t + e) -> A_j[key, 16·nibble + 4t + e]
-        J = gl.permute(gl.join(gl.reshape(lo, [BLOCK_N, D // 32, 16]), gl.reshape(hi, [BLOCK_N, D // 32, 16])),
-                       (0, 3, 2, 1))  # key, nibble, byte%16, j
-        a0, a1, a2, a3 = _split4(gl.reshape(J, [BLOCK_N, 32, D // 32]))
+        a0, a1, a2, a3, base, row0, off = _k_tile(KD, PT, b, h, t0, Hkv, MAXP, koff, BLOCK_N, D, PS)
         zero = gl.zeros([BLOCK_N, 8], gl.float32, layout=MMA)
         ks_ptr = KS + row0 * (D // 16) + ksoff
         t = mma_v2(gl.convert_layout(a0, AOP, assert_trivial=True), qb0, zero)

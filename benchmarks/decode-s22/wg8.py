@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 
-from dec8 import NIB_PTX, V_PTX, _q_codes, _split4
+from dec8 import V_PTX, _k_tile, _q_blocks, _split4
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma
@@ -53,26 +53,13 @@ def _kernel(Q, KD, KS, VD, VS, PT, LENS, KG, VG, OP, MP, LP,
     vg = gl.load(VG + pid_bh) * 64.0
 
     # ---- ϕ(q): block-diagonal B operands in shared memory (rows n = 4·blk + q, K-major) and column factors ----
-    rq = gl.arange(0, 4, layout=gl.SliceLayout(1, LQ))
-    dq = gl.arange(0, D, layout=gl.SliceLayout(0, LQ))
-    q_rows = (b * Hkv + h).to(gl.int64) * G * NQ + rq
-    q = gl.load(Q + q_rows[:, None] * D + dq[None, :], mask=(rq < G * NQ)[:, None], other=0.0).to(gl.float32)
-    qc, qs = _q_codes(gl.reshape(q, [4, D // 16, 16]))
-    cT = gl.permute(gl.reshape(qc, [4, D]), (1, 0))
-    c8 = gl.convert_layout(gl.reshape(gl.permute(gl.join(cT, cT), (0, 2, 1)), [D, 8]), LQ8)
-    ch = gl.arange(0, D, layout=gl.SliceLayout(1, LQ8))
-    nn = gl.arange(0, 8, layout=gl.SliceLayout(0, LQ8))
-    qbd = gl.where(((ch >> 4) & 1)[:, None] == (nn >> 2)[None, :], c8, 0.0).to(gl.float8e4nv)
-    qbd = gl.reshape(gl.permute(gl.reshape(qbd, [D // 32, 4, 4, 2, 8]), (0, 3, 1, 2, 4)), [D // 32, 32, 8])
     QJ: gl.constexpr = gl.BlockedLayout([1, 8, 4], [32, 1, 1], [1, 4, 1], [2, 1, 0])
-    qb0, qb1, qb2, qb3 = _split4(gl.convert_layout(gl.permute(qbd, (1, 2, 0)), QJ))
+    SJ: gl.constexpr = gl.BlockedLayout([1, 4], [32, 1], [4, 1], [1, 0])
+    qb0, qb1, qb2, qb3, sq0, sq1, sq2, sq3 = _q_blocks(Q, b, h, Hkv, G, NQ, s_scale, D, LQ, LQ8, QJ, SJ)
     q_s0 = gl.allocate_shared_memory(gl.float8e4nv, [8, 32], QSL, gl.permute(qb0, (1, 0)))
     q_s1 = gl.allocate_shared_memory(gl.float8e4nv, [8, 32], QSL, gl.permute(qb1, (1, 0)))
     q_s2 = gl.allocate_shared_memory(gl.float8e4nv, [8, 32], QSL, gl.permute(qb2, (1, 0)))
     q_s3 = gl.allocate_shared_memory(gl.float8e4nv, [8, 32], QSL, gl.permute(qb3, (1, 0)))
-    sq = gl.reshape(gl.permute(gl.reshape(qs * s_scale, [4, D // 32, 2]), (2, 0, 1)), [8, D // 32])
-    SJ: gl.constexpr = gl.BlockedLayout([1, 4], [32, 1], [4, 1], [1, 0])
-    sq0, sq1, sq2, sq3 = _split4(gl.convert_layout(sq, SJ))
     sq0 = gl.convert_layout(sq0, COL8)
     sq1 = gl.convert_layout(sq1, COL8)
     sq2 = gl.convert_layout(sq2, COL8)
@@ -114,16 +101,7 @@ def _kernel(Q, KD, KS, VD, VS, PT, LENS, KG, VG, OP, MP, LP,
     start = pid_s * TPS
     end = gl.minimum(start + TPS, C)
     for t0 in range(start, end, BLOCK_N):
-        page = gl.maximum(gl.load(PT + b * MAXP + t0 // PS), 0).to(gl.int64)
-        off = t0 % PS
-        base = page * Hkv + h
-        row0 = base * PS + off
-        kb = gl.load(KD + row0 * (D // 2) + koff)
-        lo, hi = gl.inline_asm_elementwise(NIB_PTX, "=r,=r,r", [kb], dtype=(gl.float8e4nv, gl.float8e4nv),
-                                           is_pure=True, pack=4)
-        J = gl.permute(gl.join(gl.reshape(lo, [BLOCK_N, D // 32, 16]), gl.reshape(hi, [BLOCK_N, D // 32, 16])),
-                       (0, 3, 2, 1))
-        a0, a1, a2, a3 = _split4(gl.reshape(J, [BLOCK_N, 32, D // 32]))
+        a0, a1, a2, a3, base, row0, off = _k_tile(KD, PT, b, h, t0, Hkv, MAXP, koff, BLOCK_N, D, PS)
         ks_ptr = KS + row0 * (D // 16) + ksoff
         t = warpgroup_mma(gl.convert_layout(a0, AOP8, assert_trivial=True), q_s0.permute((1, 0)), zero8,
                           use_acc=False)

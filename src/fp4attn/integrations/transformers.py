@@ -466,7 +466,6 @@ def generate(model, input_ids: torch.Tensor, max_new_tokens: int, *, do_sample: 
         done = torch.zeros(B, 1, dtype=torch.bool, device=dev)
     if reg["recipe"] == "thrift":
         kvcache_kwargs.setdefault("keep_16bit", True)
-    cache = fp4_cache(**kvcache_kwargs)
     out = [input_ids]
 
     def choose(logits):  # the next token of every sequence, from the last position's logits
@@ -491,6 +490,7 @@ def generate(model, input_ids: torch.Tensor, max_new_tokens: int, *, do_sample: 
             del parts
             tok = choose(torch.cat(last))
         else:
+            cache = fp4_cache(**kvcache_kwargs)
             tok = choose(model(input_ids, past_key_values=cache, use_cache=True).logits)
         pos = lens.view(B, 1).clone()  # each sequence's next position
         if more():
