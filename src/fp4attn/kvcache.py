@@ -181,6 +181,15 @@ class KVCache:
         # new pages are a contiguous range of the pool: no host-to-device copy
         self.page_table[b, have:n_pages] = torch.arange(new[0], new[-1] + 1, dtype=torch.int32, device=self.device)
 
+    def _ensure_batch_pages(self, n_pages, grow: bool) -> None:
+        """At least ``n_pages[b]`` pages for every sequence b, the pool grown by one allocation for the whole
+        batch (``grow``: at least doubling, as one sequence's growth does; else to exactly what is needed)."""
+        need = sum(max(0, n - len(p)) for n, p in zip(n_pages, self._pages))
+        if self._num_used + need > self._capacity:
+            self._alloc_pool(max(self._num_used + need, 2 * self._capacity, 4) if grow else self._num_used + need)
+        for b, n in enumerate(n_pages):
+            self._ensure_pages(b, n)
+
     def reserve(self, max_len: int) -> None:
         """Prepare the cache for decode steps replayed from a CUDA graph, up to ``max_len`` tokens per sequence.
 
@@ -200,12 +209,7 @@ class KVCache:
         if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < max(self._lens, default=0):
             raise ValueError(f"max_len must be an int >= the longest sequence ({max(self._lens, default=0)}), "
                              f"got {max_len!r}")
-        n = -(-max_len // self.page_size)
-        need = sum(max(0, n - len(p)) for p in self._pages)
-        if self._num_used + need > self._capacity:
-            self._alloc_pool(self._num_used + need)  # one allocation for the whole batch
-        for b in range(self.batch_size):
-            self._ensure_pages(b, n)
+        self._ensure_batch_pages([-(-max_len // self.page_size)] * self.batch_size, grow=False)
         self.reserved_len = max(self.reserved_len, max_len)
 
     def sync_lengths(self) -> None:
@@ -296,13 +300,7 @@ class KVCache:
         from .ops._dispatch import on_device
 
         ps = self.page_size
-        want = [-(-(L + n * SLOT) // ps) for L, n in zip(self._lens, nslots)]
-        need = sum(max(0, w - len(p)) for w, p in zip(want, self._pages))
-        if self._num_used + need > self._capacity:  # one allocation for the batch, not one per sequence
-            self._alloc_pool(max(self._num_used + need, 2 * self._capacity, 4))
-        for b, n in enumerate(nslots):
-            if n:
-                self._ensure_pages(b, want[b])
+        self._ensure_batch_pages([-(-(L + n * SLOT) // ps) for L, n in zip(self._lens, nslots)], grow=True)
         with on_device(k):
             kk.append_slots(self, k, v, self._lens, nslots)
         done = []

@@ -37,8 +37,9 @@ full mask suffices). What runs:
   :class:`FP4Cache` (a transformers ``Cache``) whose layers store K and V as NVFP4 in an
   :class:`fp4attn.KVCache` (``model.generate(..., past_key_values=fp4_cache())``); with it, decode
   steps (≤ 16 new tokens, no padding mask, recipe ``nvfp4`` or ``thrift``) run
-  :func:`fp4attn.decode` on the NVFP4 pages directly, and every other call runs the op on the
-  dequantized cache. Once an fp4attn attention function has read a layer, that layer's ``update``
+  :func:`fp4attn.decode` on the NVFP4 pages directly; the prompt (a layer's first update) runs the op on its
+  own K/V, and every other call on the dequantized cache (``register(..., prefill="sdpa")``: transformers'
+  sdpa instead of the op for all of those). Once an fp4attn attention function has read a layer, that layer's ``update``
   returns zero-stride placeholders instead of dequantizing the whole cache every step (the attention
   function dequantizes itself when it cannot decode from the pages). With another attention implementation
   the layer keeps returning dense K and V. Either way the layer keeps no dense copy (``layer.keys`` /
@@ -78,8 +79,9 @@ def registered() -> dict[str, dict]:
 
 
 def _fallback(module, query, key, value, attention_mask, scaling, dropout, is_causal, kwargs, reason, eager):
-    """Full-precision attention for a call fp4attn cannot honour: transformers' ``sdpa``, or the model's
-    own ``eager_attention_forward`` for features only eager implements (softcap, sinks)."""
+    """Full-precision attention for a call fp4attn cannot honour (``reason``, warned once): transformers'
+    ``sdpa``, or the model's own ``eager_attention_forward`` for features only eager implements (softcap,
+    sinks). ``reason=None``: sdpa by choice (``prefill="sdpa"``), no warning."""
     if eager:
         import sys
         fn = getattr(sys.modules.get(type(module).__module__), "eager_attention_forward", None)
@@ -90,8 +92,9 @@ def _fallback(module, query, key, value, attention_mask, scaling, dropout, is_ca
                   "eager attention instead of FP4")
         return fn(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
-    warn_once(f"hf:{reason}", f"fp4attn (transformers): {reason}; this call runs transformers' full-precision "
-              "'sdpa' attention instead of FP4")
+    if reason is not None:
+        warn_once(f"hf:{reason}", f"fp4attn (transformers): {reason}; this call runs transformers' full-precision "
+                  "'sdpa' attention instead of FP4")
     return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                   is_causal=is_causal, **kwargs)
 
@@ -162,15 +165,11 @@ def make_attention_function(recipe: str = "nvfp4", mode: str = "auto", prefill: 
             budget = op_kwargs.get("budget", 0.05) if recipe == "thrift" else None
             out = fp4attn.decode(query, kv, scale=scaling, thrift_budget=budget)
             return out.transpose(1, 2).contiguous(), None
-        if prefill == "sdpa" and not train:  # every call but a decode from the pages: full precision
-            from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
-            if placeholder:  # (a prompt's first update returns its own, unquantized K/V)
-                key, value = _dense_kv(kv, key.dtype)
-            return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
-                                          scaling=scaling, is_causal=is_causal, **kwargs)
-        if placeholder:
+        if placeholder:  # (a prompt's first update returns its own, unquantized K/V)
             key, value = _dense_kv(kv, key.dtype)
+        if prefill == "sdpa" and not train:  # every call but a decode from the pages: full precision
+            return _fallback(module, query, key, value, attention_mask, scaling, dropout, is_causal, kwargs, None,
+                             False)
         if allowed is None:
             causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
             causal = bool(causal) and S > 1
@@ -321,7 +320,7 @@ def _cache_classes():
                 # per step; k and v are zero-stride placeholders of the right shape
                 k, v = self._placeholder(), self._placeholder()
                 k._fp4attn_placeholder = True
-            else:  # another attention implementation, or the first call: dense (dequantized) K and V
+            else:  # another attention implementation: dense (dequantized) K and V
                 k, v = _dense_kv(self.kv, key_states.dtype)
             k._fp4attn_kvcache = self.kv   # lets the fp4attn attention function decode from the pages
             return k, v
@@ -372,9 +371,8 @@ def _cache_classes():
             for i in range(len(caches[0].layers)):
                 src = [c.layers[i] for c in caches]
                 layer = FP4CacheLayer(**kvcache_kwargs)
-                DynamicLayer.lazy_initialization(layer, torch.empty(0, dtype=src[0].dtype, device=src[0].kv.device),
-                                                 None)
                 layer.kv = KVCache.cat([x.kv for x in src])
+                layer.dtype, layer.device, layer.is_initialized = src[0].dtype, layer.kv.device, True
                 out.layers.append(layer)
             return out
 
@@ -420,14 +418,14 @@ def generate(model, input_ids: torch.Tensor, max_new_tokens: int, *, do_sample: 
     or right) with an ``attention_mask`` of ones on their tokens: each prompt is then prefilled alone, its
     cache holds only its own tokens (:meth:`FP4Cache.cat`), and every new token of a sequence equals what the
     prompt alone would give (up to the order of float32 sums in batched kernels). The prompt and one decode
-    step run eagerly (the second compiles the decode
-    kernels and lets the cache layers return placeholders); every layer's :class:`fp4attn.KVCache` is then
-    reserved for L + max_new_tokens tokens (:meth:`fp4attn.KVCache.reserve`), one step is captured and the rest
-    are replays of it; the next token is chosen from the replay's logits outside the graph. ``cuda_graph=False``
-    runs the same steps eagerly (same reserved splits, so the same logits). Eagerly a decode step is paced by
-    the host's per-layer work; replayed, by the GPU (a 16-layer Llama-like model on an H200, 4096-token prompt:
-    1.9-3.9 ms per token at B = 8-32, against 16-35 for thrift eagerly and 10.7-15.6 for transformers'
-    ``generate()`` on its bf16 cache, ``benchmarks/gen-s22``). ``kvcache_kwargs`` go to :func:`fp4_cache`.
+    step run eagerly (the second compiles the decode kernels and lets the cache layers return placeholders);
+    every layer's :class:`fp4attn.KVCache` is then reserved for L + max_new_tokens tokens
+    (:meth:`fp4attn.KVCache.reserve`), one step is captured and the rest are replays of it; the next token is
+    chosen from the replay's logits outside the graph. ``cuda_graph=False`` runs the same steps eagerly (same
+    reserved splits, so the same logits). Eagerly a decode step is paced by the host's per-layer work;
+    replayed, by the GPU (a 16-layer Llama-like model on an H200, 4096-token prompt: 1.9-3.9 ms per token at
+    B = 8-32, against 16-35 for thrift eagerly and 10.7-15.6 for transformers' ``generate()`` on its bf16
+    cache, ``benchmarks/gen-s22``). ``kvcache_kwargs`` go to :func:`fp4_cache`.
     """
     cfg = getattr(getattr(model, "config", None), "_attn_implementation", None)
     reg = _REGISTERED.get(cfg)
@@ -484,7 +482,7 @@ def generate(model, input_ids: torch.Tensor, max_new_tokens: int, *, do_sample: 
             parts, last = [], []
             for b in range(B):
                 parts.append(fp4_cache(**kvcache_kwargs))
-                row = input_ids[b:b + 1, attention_mask[b].to(dev).bool()]
+                row = input_ids[b:b + 1, am[b].bool()]
                 last.append(model(row, past_key_values=parts[b], use_cache=True).logits[:, -1:])
             cache = __getattr__("FP4Cache").cat(parts, **kvcache_kwargs)
             del parts
