@@ -43,24 +43,27 @@ def load_bhsd_rows(X, sx_b, sx_h, sx_n, sx_d, b, h, rows, N, D, DP: tl.constexpr
 
 
 @triton.jit
-def visible(keys, offs_m, Nk, causal_off, CAUSAL: tl.constexpr):
+def visible(keys, offs_m, Nk, causal_off, CAUSAL: tl.constexpr, left_off, WINDOW: tl.constexpr):
     """(rows, keys) mask of the scores a query row may see: key < Nk and, with CAUSAL, key <= row +
-    causal_off (bottom-right)."""
+    causal_off (bottom-right; a window's right edge moves causal_off); with WINDOW (a sliding window's
+    left edge), key >= row + left_off."""
     ok = keys[None, :] < Nk
     if CAUSAL:
         ok = ok & (keys[None, :] <= offs_m[:, None] + causal_off)
+    if WINDOW:
+        ok = ok & (keys[None, :] >= offs_m[:, None] + left_off)
     return ok
 
 
 @triton.jit
-def causal_key_range(m0, Nq, Nk, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
+def causal_key_range(m0, causal_off, Nk, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
     """Key range of the query tile [m0, m0 + BLOCK_M) under the bottom-right causal mask.
 
-    Query i sees keys j <= i + Nk - Nq. Returns (hi, full_end): keys >= hi are invisible to the
-    whole tile; key tiles (of BLOCK_N) starting below full_end are fully visible to every row of the
-    tile and inside Nk, so they need no mask (tiles in [full_end, hi) do).
+    Query i sees keys j <= i + causal_off (causal_off = Nk - Nq, plus a window's right extent). Returns
+    (hi, full_end): keys >= hi are invisible to the whole tile; key tiles (of BLOCK_N) starting below
+    full_end are fully visible to every row of the tile (as far as this edge goes) and inside Nk, so they
+    need no mask (tiles in [full_end, hi) do).
     """
-    causal_off = Nk - Nq
     n_full = (Nk // BLOCK_N) * BLOCK_N
     if CAUSAL:
         hi = tl.minimum(tl.maximum(m0 + BLOCK_M + causal_off, 0), Nk)
@@ -69,6 +72,25 @@ def causal_key_range(m0, Nq, Nk, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, C
         hi = Nk
         full_end = n_full
     return hi, full_end
+
+
+@triton.jit
+def window_key_range(m0, left_off, hi, full_end, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                     WINDOW: tl.constexpr):
+    """The tile loop of the query tile [m0, m0 + BLOCK_M) with a sliding window's left edge (query i sees
+    keys j >= i + left_off) on top of ``causal_key_range``'s (hi, full_end): returns (lo, e1, e2) with key
+    tiles [lo, e1) masked (the left edge crosses them), [e1, e2) unmasked, [e2, hi) masked. Keys below lo
+    are invisible to the whole tile (never loaded). Without WINDOW: (0, 0, full_end)."""
+    if WINDOW:
+        lo = tl.minimum((tl.maximum(m0 + left_off, 0) // BLOCK_N) * BLOCK_N, hi)
+        full_lo = tl.cdiv(tl.maximum(m0 + BLOCK_M - 1 + left_off, 0), BLOCK_N) * BLOCK_N
+        e1 = tl.maximum(tl.minimum(full_lo, hi), lo)
+        e2 = tl.maximum(full_end, e1)
+    else:
+        lo = 0
+        e1 = 0
+        e2 = full_end
+    return lo, e1, e2
 
 
 @triton.jit
@@ -150,11 +172,16 @@ def softmax_finish(l_i, m_i):
 
 @triton.jit
 def finish_rows(l_i, m_i, offs_m, KVBAD, QBAD, pid_bh, NQP, Nk, causal_off, LSE, DP: tl.constexpr,
-                CAUSAL: tl.constexpr):
+                CAUSAL: tl.constexpr, KROWS, NKP, left_off, WINDOW: tl.constexpr):
     """Epilogue rows of the FP4 attention kernels (``attention``'s module docstring, "Non-finite inputs"):
     from the pre-pass flags of query head ``pid_bh``, a NaN/Inf query row, or a key row the row sees, makes
     the row's l (hence its output and LSE) NaN; stores the LSE. Returns (seen: rows with a visible key,
-    1/l, the head's flag pointer: flags[1] != 0 when some V channel is non-finite, flags[2 + d] per channel)."""
+    1/l, the head's flag pointer: flags[1] != 0 when some V channel is non-finite, flags[2 + d] per channel).
+
+    With WINDOW (a sliding window's left edge at row + left_off) the first non-finite key alone does not
+    decide: a row may see a later one. Then, only when the head has a non-finite key at or before some
+    row's last visible key, the rows' windows are scanned in ``KROWS`` (the kv head's per-key flags, uint8
+    (NKP,): the K pre-pass's). Without non-finite keys the epilogue is unchanged."""
     seen = l_i != 0.0
     flags = KVBAD + pid_bh.to(tl.int64) * (DP + 2)
     kbad = 2147483647 - tl.load(flags)  # first non-finite key of the kv head (2**31 - 1: none)
@@ -162,6 +189,21 @@ def finish_rows(l_i, m_i, offs_m, KVBAD, QBAD, pid_bh, NQP, Nk, causal_off, LSE,
         row_nan = kbad <= offs_m + causal_off
     else:
         row_nan = kbad < Nk
+    if WINDOW:
+        cand = seen & row_nan
+        if tl.max(cand.to(tl.int32), axis=0) != 0:  # rare: scan the windows of the tile's rows
+            row_nan = offs_m < 0
+            m0 = tl.min(offs_m, axis=0)
+            k_lo = (tl.maximum(tl.maximum(m0 + left_off, kbad), 0) // 64) * 64
+            if CAUSAL:
+                k_hi = tl.minimum(tl.max(offs_m, axis=0) + causal_off + 1, Nk)
+            else:
+                k_hi = Nk
+            for n0 in range(k_lo, k_hi, 64):
+                kn = n0 + tl.arange(0, 64)
+                kb = tl.load(KROWS + kn, mask=kn < NKP, other=0) != 0
+                hit = kb[None, :] & visible(kn, offs_m, Nk, causal_off, CAUSAL, left_off, WINDOW)
+                row_nan = row_nan | (tl.max(hit.to(tl.int32), axis=1) != 0)
     row_nan = seen & (row_nan | (tl.load(QBAD + pid_bh.to(tl.int64) * NQP + offs_m) != 0))
     inv_l, lse = softmax_finish(tl.where(row_nan, float("nan"), l_i), m_i)  # NaN l: NaN 1/l and LSE
     tl.store(LSE + pid_bh.to(tl.int64) * NQP + offs_m, lse)

@@ -167,6 +167,7 @@ from ._tiles import (
     two_level_scale,
     two_level_step,
     visible,
+    window_key_range,
 )
 
 __all__ = ["PackedQKV", "quantize_qkv", "attention_packed", "attention_fwd", "default_path",
@@ -290,7 +291,8 @@ def _prep_qk_kernel(X, sx_b, sx_h, sx_n, sx_d, C, S, SUB, QBAR, XH, QROWS, KVF, 
     (B, H, NP), and the first tile of each head zeroes the head's row of KVF (the per-query-head
     flags, int32 (B, H, 2 + DP), written by the K and V pre-passes that run after this one: no memset
     launch). BAD_MODE 2 (K): the first such row r as KVF[q head, 0] = max(., 2**31 - 1 - r) (atomic;
-    0 = none) for each of the GROUP query heads reading this kv head. Everything the main kernel reads
+    0 = none) for each of the GROUP query heads reading this kv head, and one uint8 flag per row into QROWS
+    (B, Hkv, NP) (read by the epilogue of a sliding-window attention only). Everything the main kernel reads
     stays finite: non-finite elements are left out of the block scales (NaN -> code 0, ±Inf -> ±6)
     and zeroed in q̄ / XS, so NaN never reaches its loop; the flags are applied in its epilogue."""
     pid_t, pid_bh, b, h, rows = program_rows(H, BLOCK_T)
@@ -318,6 +320,7 @@ def _prep_qk_kernel(X, sx_b, sx_h, sx_n, sx_d, C, S, SUB, QBAR, XH, QROWS, KVF, 
             tl.store(kvf + tl.arange(0, 2), tl.zeros([2], tl.int32))
             tl.store(kvf + 2 + cols, tl.zeros([DP], tl.int32))
     else:
+        tl.store(QROWS + pid_bh.to(tl.int64) * NP + rows, rbad.to(tl.uint8))
         enc = tl.max(tl.where(rbad != 0, 2147483647 - rows, 0), axis=0)  # 2**31 - 1 - first bad row
         for j in range(GROUP):  # masked: no memory traffic for finite tiles
             tl.atomic_max(KVF + (pid_bh * GROUP + j).to(tl.int64) * (DP + 2), enc, mask=enc != 0)
@@ -529,6 +532,7 @@ class PackedQKV(NamedTuple):
     kh: torch.Tensor | None = None  # staged K̂ (B, Hkv, NKP, DP) fp16 / fp8 (see stage_operands) or None
     vh: torch.Tensor | None = None  # staged V̂ᵀ (B, Hkv, DP, NKP) or None
     qkb: torch.Tensor | None = None  # smooth_k: q·k̄ per query row (B, Hq, NQP) float32 (the LSE shift / scale)
+    krows: torch.Tensor | None = None  # uint8 (B, Hkv, NKP): 1 where the (smoothed) K row holds NaN/±Inf
 
 
 def default_staged() -> bool:
@@ -605,6 +609,7 @@ def quantize_qkv(q, k, v, *, fmt: str = "nvfp4", smooth_q: bool = False, smooth_
     g = Hq // Hkv
     qbad = torch.empty((B, Hq, NQP), device=dev, dtype=u8)
     kvbad = torch.empty((B, Hq, 2 + DP), device=dev, dtype=torch.int32)  # zeroed by the Q pre-pass
+    krows = torch.empty((B, Hkv, NKP), device=dev, dtype=u8)
     cfg = _PREP_CFG[is_mx]
     wide = 1 if DP <= 128 else 2  # D > 128: half the tokens per program
     bq, nwq = cfg["q"]
@@ -617,7 +622,7 @@ def quantize_qkv(q, k, v, *, fmt: str = "nvfp4", smooth_q: bool = False, smooth_
         SUB_MODE=2 if smooth_q else 0, QK_SHIFT=smooth_k, BAD_MODE=1, PACKED=True, STAGE=False, QB=qb, IS_MX=is_mx,
         BLOCK_T=bq, DP=DP, num_warps=nwq)
     fast(_prep_qk_kernel)[head_grid(NKP // bt, B * Hkv)](
-        k, *k.stride(), kc if not stage else ks, ks, ksub, ks, kh if stage else ks, ks, kvbad, ks, ks, Hkv, Nk, D,
+        k, *k.stride(), kc if not stage else ks, ks, ksub, ks, kh if stage else ks, krows, kvbad, ks, ks, Hkv, Nk, D,
         NKP, g, SUB_MODE=1 if smooth_k else 0, QK_SHIFT=False, BAD_MODE=2, PACKED=not stage, STAGE=stage, QB=qb,
         IS_MX=is_mx, BLOCK_T=bt, DP=DP, num_warps=nw)
     # V: 128 tokens x dc channels per program, r consecutive tokens x 8 channels per thread (see
@@ -632,7 +637,7 @@ def quantize_qkv(q, k, v, *, fmt: str = "nvfp4", smooth_q: bool = False, smooth_
         vh = _stage_v(vc, vs, vexp, is_mx, qb, path)
         vc = vs = none
     return PackedQKV(qc, qs, kc, ks, vc, vs, vexp, qbar, k if smooth_q else None, kbar, qbad, kvbad, fmt, Nq, Nk,
-                     D, path, kh, vh, qkb if smooth_k else None)
+                     D, path, kh, vh, qkb if smooth_k else None, krows)
 
 
 # =================================================================================================
@@ -721,8 +726,9 @@ def _p_codes(p, QB: tl.constexpr, IS_MX: tl.constexpr):
 
 @triton.jit
 def _attn_inner(acc, l_i, m_i, tau, q_op, q_sc, qfac, CR, Kc, Ks, Vc, Vs, vexp, KH, VH,
-                offs_m, lo, hi, Nk, causal_off, qk_scale, NKP,
-                PMAX: tl.constexpr, MASK: tl.constexpr, CAUSAL: tl.constexpr, IS_MX: tl.constexpr,
+                offs_m, lo, hi, Nk, causal_off, left_off, qk_scale, NKP,
+                PMAX: tl.constexpr, MASK: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
+                IS_MX: tl.constexpr,
                 TWO_LEVEL: tl.constexpr, STAGED: tl.constexpr, SMOOTH_Q: tl.constexpr, PATH: tl.constexpr,
                 QB: tl.constexpr,
                 BLOCK_N: tl.constexpr, DP: tl.constexpr):
@@ -768,7 +774,7 @@ def _attn_inner(acc, l_i, m_i, tau, q_op, q_sc, qfac, CR, Kc, Ks, Vc, Vs, vexp, 
             s += (tl.load(CR + kn) * qk_scale)[None, :]
         # ---- softmax -----------------------------------------------------------------------------
         if MASK:
-            s = tl.where(visible(kn, offs_m, Nk, causal_off, CAUSAL), s, float("-inf"))
+            s = tl.where(visible(kn, offs_m, Nk, causal_off, CAUSAL, left_off, WINDOW), s, float("-inf"))
         if PMAX == 1:  # max-only pass
             m_i = tl.maximum(m_i, tl.max(s, 1))
         else:
@@ -836,11 +842,13 @@ def _pv_update(acc, p, pre, Vc, Vs, vexp, VH, start_n, NKP, IS_MX: tl.constexpr,
 
 
 @triton.jit
-def _attn_fwd_kernel(Qc, Qs, Kc, Ks, Vc, Vs, VEXP, QCORR, O, LSE, MBUF, KH, VH, QBAD, KVBAD,
+def _attn_fwd_kernel(Qc, Qs, Kc, Ks, Vc, Vs, VEXP, QCORR, O, LSE, MBUF, KH, VH, QBAD, KVBAD, KROWS,
                      so_b, so_h, so_n, so_d,
-                     qk_scale, Hq, GROUP, Nq, Nk, NQP, NKP, D, I0, NQBC,
+                     qk_scale, Hq, GROUP, Nq, Nk, NQP, NKP, D, I0, NQBC, COFF, LOFF,
                      PMAX: tl.constexpr,  # 0: online softmax, 1: row-max pass, 2: with the exact row max
-                     CAUSAL: tl.constexpr, IS_MX: tl.constexpr, TWO_LEVEL: tl.constexpr, STAGED: tl.constexpr,
+                     CAUSAL: tl.constexpr,  # the right edge: query i sees keys j <= i + COFF
+                     WINDOW: tl.constexpr,  # a sliding window's left edge: keys j >= i + LOFF
+                     IS_MX: tl.constexpr, TWO_LEVEL: tl.constexpr, STAGED: tl.constexpr,
                      SMOOTH_Q: tl.constexpr, PATH: tl.constexpr, QB: tl.constexpr,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DP: tl.constexpr):
     pid_m, pid_bh = head_program()
@@ -897,16 +905,24 @@ def _attn_fwd_kernel(Qc, Qs, Kc, Ks, Vc, Vs, VEXP, QCORR, O, LSE, MBUF, KH, VH, 
     tau = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)  # two-level P: the last tile's row max
     acc = tl.zeros([BLOCK_M, DP], dtype=tl.float32)
 
-    causal_off = Nk - Nq  # bottom-right: query i sees keys j <= i + Nk - Nq
-    hi, full_end = causal_key_range(m0, Nq, Nk, BLOCK_M, BLOCK_N, CAUSAL)
+    # bottom-right: query i sees keys j <= i + COFF (COFF = Nk - Nq causal; + the right extent of a window)
+    # and, with WINDOW, j >= i + LOFF (LOFF = Nk - Nq - the window's left extent)
+    hi, full_end = causal_key_range(m0, COFF, Nk, BLOCK_M, BLOCK_N, CAUSAL)
+    lo, e1, e2 = window_key_range(m0, LOFF, hi, full_end, BLOCK_M, BLOCK_N, WINDOW)
+    if WINDOW:  # key tiles the window's left edge crosses
+        acc, l_i, m_i, tau = _attn_inner(acc, l_i, m_i, tau, q_op, q_sc, qfac, CR, Kc_h, Ks_h, Vc_h, Vs_h, vexp,
+                                         KH_h, VH_h,
+                                         offs_m, lo, e1, Nk, COFF, LOFF, qk_scale, NKP, PMAX,
+                                         True, CAUSAL, WINDOW, IS_MX, TWO_LEVEL, STAGED, SMOOTH_Q, PATH, QB,
+                                         BLOCK_N, DP)
     acc, l_i, m_i, tau = _attn_inner(acc, l_i, m_i, tau, q_op, q_sc, qfac, CR, Kc_h, Ks_h, Vc_h, Vs_h, vexp,
                                 KH_h, VH_h,
-                                offs_m, 0, full_end, Nk, causal_off, qk_scale, NKP, PMAX,
-                                False, CAUSAL, IS_MX, TWO_LEVEL, STAGED, SMOOTH_Q, PATH, QB, BLOCK_N, DP)
+                                offs_m, e1, e2, Nk, COFF, LOFF, qk_scale, NKP, PMAX,
+                                False, CAUSAL, WINDOW, IS_MX, TWO_LEVEL, STAGED, SMOOTH_Q, PATH, QB, BLOCK_N, DP)
     acc, l_i, m_i, tau = _attn_inner(acc, l_i, m_i, tau, q_op, q_sc, qfac, CR, Kc_h, Ks_h, Vc_h, Vs_h, vexp,
                                 KH_h, VH_h,
-                                offs_m, full_end, hi, Nk, causal_off, qk_scale, NKP, PMAX,
-                                True, CAUSAL, IS_MX, TWO_LEVEL, STAGED, SMOOTH_Q, PATH, QB, BLOCK_N, DP)
+                                offs_m, e2, hi, Nk, COFF, LOFF, qk_scale, NKP, PMAX,
+                                True, CAUSAL, WINDOW, IS_MX, TWO_LEVEL, STAGED, SMOOTH_Q, PATH, QB, BLOCK_N, DP)
     if PMAX == 1:
         tl.store(MBUF + pid_bh.to(tl.int64) * NQP + offs_m, m_i)
         return
@@ -916,7 +932,9 @@ def _attn_fwd_kernel(Qc, Qs, Kc, Ks, Vc, Vs, VEXP, QCORR, O, LSE, MBUF, KH, VH, 
     # output row and its LSE; a NaN/Inf V element makes its channel NaN in every row (0·NaN for masked
     # keys too). Rows that see no key stay 0 / -inf. Indexed by query head (pid_bh), not kv_bh: a value
     # live across the loops would shift the register allocation of these 255-register kernels.
-    seen, inv_l, flags = finish_rows(l_i, m_i, offs_m, KVBAD, QBAD, pid_bh, NQP, Nk, causal_off, LSE, DP, CAUSAL)
+    seen, inv_l, flags = finish_rows(l_i, m_i, offs_m, KVBAD, QBAD, pid_bh, NQP, Nk, COFF, LSE, DP, CAUSAL,
+                                     KROWS + (b * (Hq // GROUP) + h // GROUP).to(tl.int64) * NKP, NKP, LOFF,
+                                     WINDOW)
     if TWO_LEVEL:  # acc is in units of the last tile's s1 (two_level_step)
         inv_l = inv_l * two_level_scale(tau, m_i)
         if IS_MX and PATH != 2:
@@ -968,7 +986,8 @@ def default_max_config(dp: int, path: int, is_mx: bool = False) -> dict | None:
 def attention_packed(pk: PackedQKV, *, causal: bool, scale: float, two_level_p: bool, B: int, Hq: int,
                      Hkv: int, out: torch.Tensor, online: bool | None = None,
                      config: dict | None = None, max_config: dict | None = None,
-                     kernel: str | None = None, gluon_config: dict | None = None) -> torch.Tensor:
+                     kernel: str | None = None, gluon_config: dict | None = None,
+                     window: tuple[int, int] | None = None) -> torch.Tensor:
     """Main kernel on the pre-pass buffers; writes ``out`` (a bhsd view, any strides) and returns
     the padded LSE (B, Hq, NQP) float32 (natural log, relative to the smoothed K if smooth_k).
 
@@ -983,6 +1002,11 @@ def attention_packed(pk: PackedQKV, *, causal: bool, scale: float, two_level_p: 
     ``kernel`` (default ``FP4ATTN_ATTN_KERNEL`` or "auto"): which kernel runs the attention pass with
     the exact row max: "triton" (``_attn_fwd_kernel``), "gluon" (``attention_gluon``: asynchronous
     wgmma, sm_90, the recipes it supports) or "auto" (Gluon where supported).
+
+    ``window=(left, right)``: a sliding window (``fp4attn.attention``'s ``window_size``, normalized: -1 =
+    unbounded, ``right == 0`` when ``causal``): query i sees keys i + Nk − Nq − left ... i + Nk − Nq + right.
+    Key tiles outside every row's window are skipped, the ones its edges cross are masked. The Triton pass
+    runs it (the Gluon pass has no window).
     """
     qb, is_mx = quant_block(pk.fmt)
     NQP, DP = pk.qc.shape[2], pk.qc.shape[3] * 2
@@ -1005,20 +1029,25 @@ def attention_packed(pk: PackedQKV, *, causal: bool, scale: float, two_level_p: 
     assert staged or pk.kc.numel() > 0, "packed operands: quantize_qkv(..., staged=False)"
     kh = pk.kh if staged else lse
     vh = pk.vh if staged else lse
+    wl, wr = window if window is not None else (-1, -1)
+    right = causal or wr >= 0  # the kernel's CAUSAL: a right edge at key i + Nk - Nq (+ wr)
+    coff = pk.nk - pk.nq + (max(wr, 0) if not causal else 0)
+    loff = pk.nk - pk.nq - wl
     args = (pk.qc.view(i32), pk.qs, pk.kc.view(i32), pk.ks, pk.vc.view(i32), pk.vs, vexp, table, out, lse, mbuf,
-            kh, vh, pk.qbad, pk.kvbad, *out.stride(),
+            kh, vh, pk.qbad, pk.kvbad, pk.krows, *out.stride(),
             scale * LOG2E, Hq, Hq // Hkv, pk.nq, pk.nk, NQP, NKP, pk.d)
-    meta = dict(CAUSAL=causal, IS_MX=is_mx, TWO_LEVEL=two_level_p, STAGED=staged, SMOOTH_Q=smooth_q, PATH=pk.path,
-                QB=qb, DP=DP)
+    targs = (coff, loff)  # the Triton kernel's window offsets (after I0, NQBC)
+    meta = dict(CAUSAL=right, WINDOW=wl >= 0, IS_MX=is_mx, TWO_LEVEL=two_level_p, STAGED=staged, SMOOTH_Q=smooth_q,
+                PATH=pk.path, QB=qb, DP=DP)
 
     kernel = kernel or os.environ.get("FP4ATTN_ATTN_KERNEL", "auto")
     if kernel not in ("auto", "gluon", "triton"):
         raise ValueError(f"kernel: expected 'auto', 'gluon' or 'triton', got {kernel!r}")
-    gluon_ok = not online and pk.path == PATH_HOPPER and attention_gluon.supported(
+    gluon_ok = not online and window is None and pk.path == PATH_HOPPER and attention_gluon.supported(
         is_mx=is_mx, two_level=two_level_p, smooth_q=smooth_q, staged=staged, dp=DP, device=out.device)
     if kernel == "gluon" and not gluon_ok:
         raise ValueError("kernel='gluon': the Gluon attention pass runs single-level nvfp4 on sm_90 "
-                         "(staged operands, 32 < D <= 128, no smooth_q, exact row max)")
+                         "(staged operands, 32 < D <= 128, no smooth_q, exact row max, no window)")
     use_gluon = gluon_ok and (kernel == "gluon" or (kernel == "auto" and attention_gluon.preferred(DP)))
 
     def launch(pmax, cfg, i0, n):
@@ -1030,12 +1059,12 @@ def attention_packed(pk: PackedQKV, *, causal: bool, scale: float, two_level_p: 
         extra = {k: c.pop(k) for k in ("num_warps", "num_stages", "maxnreg") if k in c}
         assert SMOOTH_Q_BLOCK % c["BLOCK_M"] == 0 and c["BLOCK_N"] % qb == 0 and N_ALIGN % c["BLOCK_N"] == 0, cfg
         grid = head_grid(n * (SMOOTH_Q_BLOCK // c["BLOCK_M"]), B * Hq)
-        fast(_attn_fwd_kernel)[grid](*args, i0, n, PMAX=pmax, **meta, **c, **extra)
+        fast(_attn_fwd_kernel)[grid](*args, i0, n, *targs, PMAX=pmax, **meta, **c, **extra)
 
     for i0 in range(0, nqb, chunk):
         n = min(chunk, nqb - i0)
         if smooth_q:
-            smooth_q_corr(pk, i0, n, out=table, causal=causal)
+            smooth_q_corr(pk, i0, n, out=table, causal=causal)  # (a window reads a subset of causal's)
         if online:
             launch(0, config, i0, n)
         else:
@@ -1047,9 +1076,9 @@ def attention_packed(pk: PackedQKV, *, causal: bool, scale: float, two_level_p: 
 def attention_fwd(q, k, v, *, causal: bool = False, scale: float | None = None, fmt: str = "nvfp4",
                   smooth_q: bool = False, smooth_k: bool = False, two_level_p: bool = False,
                   out: torch.Tensor | None = None, path: int | None = None, online: bool | None = None,
-                  staged: bool | None = None, config: dict | None = None):
+                  staged: bool | None = None, config: dict | None = None, window: tuple[int, int] | None = None):
     """Pre-pass + main kernel on bhsd views (any strides). Returns (out (B, Hq, Nq, D) in q's dtype,
-    lse (B, Hq, Nq) float32)."""
+    lse (B, Hq, Nq) float32). ``window``: see ``attention_packed``."""
     B, Hq, Nq, D = q.shape
     Hkv = k.shape[1]
     scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
@@ -1059,7 +1088,7 @@ def attention_fwd(q, k, v, *, causal: bool = False, scale: float | None = None, 
     if out is None:
         out = torch.empty((B, Hq, Nq, D), device=q.device, dtype=q.dtype)
     lse = attention_packed(pk, causal=causal, scale=scale, two_level_p=two_level_p, B=B, Hq=Hq, Hkv=Hkv,
-                           out=out, online=online, config=config)
+                           out=out, online=online, config=config, window=window)
     lse = lse[:, :, :Nq]
     if pk.kbar is not None:
         # K smoothing shifts every score of a row by scale·q·k̄ (softmax-invariant); LSE refers to the
@@ -1071,7 +1100,7 @@ def attention_fwd(q, k, v, *, causal: bool = False, scale: float | None = None, 
 # =================================================================================================
 # Ahead-of-time compilation for a target without its GPU (tests/test_blackwell_ptx.py, CI)
 # =================================================================================================
-def compile_for_target(capability: int, *, fmt: str = "nvfp4", causal: bool = False,
+def compile_for_target(capability: int, *, fmt: str = "nvfp4", causal: bool = False, window: bool = False,
                        two_level_p: bool = False, smooth_q: bool = False, pmax: int = 0, staged: bool = False,
                        path: int | None = None, dp: int = 128, block_m: int = 128, block_n: int = 64,
                        num_warps: int = 8, num_stages: int = 2):
@@ -1086,12 +1115,12 @@ def compile_for_target(capability: int, *, fmt: str = "nvfp4", causal: bool = Fa
     ptrs = {"Qc": "*i32", "Qs": "*u8", "Kc": "*i32", "Ks": "*u8", "Vc": "*i32", "Vs": "*u8",
             "VEXP": "*i32", "QCORR": "*fp32", "O": "*bf16", "LSE": "*fp32", "MBUF": "*fp32",
             "KH": "*fp8e4nv" if is_mx else "*fp16", "VH": "*fp8e4nv" if is_mx else "*fp16",
-            "QBAD": "*u8", "KVBAD": "*i32"}
+            "QBAD": "*u8", "KVBAD": "*i32", "KROWS": "*u8"}
     ints = {n: "i32" for n in ("so_b", "so_h", "so_n", "so_d")}
     sig = {**ptrs, **ints, "qk_scale": "fp32", "Hq": "i32", "GROUP": "i32", "Nq": "i32", "Nk": "i32",
-           "NQP": "i32", "NKP": "i32", "D": "i32", "I0": "i32", "NQBC": "i32"}
-    consts = dict(PMAX=pmax, CAUSAL=causal, IS_MX=is_mx, TWO_LEVEL=two_level_p, STAGED=staged, SMOOTH_Q=smooth_q,
-                  PATH=path, QB=qb, BLOCK_M=block_m, BLOCK_N=block_n, DP=dp)
+           "NQP": "i32", "NKP": "i32", "D": "i32", "I0": "i32", "NQBC": "i32", "COFF": "i32", "LOFF": "i32"}
+    consts = dict(PMAX=pmax, CAUSAL=causal, WINDOW=window, IS_MX=is_mx, TWO_LEVEL=two_level_p, STAGED=staged,
+                  SMOOTH_Q=smooth_q, PATH=path, QB=qb, BLOCK_M=block_m, BLOCK_N=block_n, DP=dp)
     sig.update({k: "constexpr" for k in consts})
     src = ASTSource(_attn_fwd_kernel, sig, consts)
     return triton.compile(src, target=GPUTarget("cuda", capability, 32),

@@ -59,7 +59,7 @@ if HAVE_GLUON:
         unquantized P̃, and ϕ(P̃) in fp16 in the layout of the P·V wgmma's A operand."""
         s = gl.fma(s_acc, qk_scale, -m_use[:, None])  # S·scale − m (log2 domain), one rounding
         if start_n >= full_end:
-            s = gl.where(visible(start_n + keys0, offs_m, Nk, causal_off, CAUSAL), s, float("-inf"))
+            s = gl.where(visible(start_n + keys0, offs_m, Nk, causal_off, CAUSAL, 0, False), s, float("-inf"))
         p = gl.exp2(s)
         l_i = l_i + gl.sum(p, 1)
         p16 = gl.convert_layout(fake_quant_p(p, QB, False).to(gl.float16), P_L)
@@ -154,7 +154,7 @@ if HAVE_GLUON:
         fence_async_shared()
 
         causal_off = Nk - Nq  # bottom-right: query i sees keys j <= i + Nk - Nq
-        hi, full_end = causal_key_range(m0, Nq, Nk, BLOCK_M, BLOCK_N, CAUSAL)
+        hi, full_end = causal_key_range(m0, Nk - Nq, Nk, BLOCK_M, BLOCK_N, CAUSAL)
         n_tiles = gl.cdiv(hi, BLOCK_N)
         krow = kv_bh * NKP  # first row of this kv head in the (B·Hkv·NKP, DP) view of K̂
         vrow = kv_bh * DP  # ... in the (B·Hkv·DP, NKP) view of V̂ᵀ
@@ -205,7 +205,7 @@ if HAVE_GLUON:
 
         # ---- epilogue: non-finite flags, LSE, O = acc / l (as the Triton kernel) -----------------------
         seen, inv_l, flags = finish_rows(l_i, m_i, offs_m, KVBAD, QBAD, pid_bh, NQP, Nk, causal_off, LSE, DP,
-                                         CAUSAL)
+                                         CAUSAL, QBAD, NQP, 0, False)  # no window here
         o = acc * gl.convert_layout(inv_l, gl.SliceLayout(1, O_L))[:, None]
         dd = gl.arange(0, DP, layout=gl.SliceLayout(0, O_L))
         om = gl.convert_layout(offs_m, gl.SliceLayout(1, O_L))
@@ -251,7 +251,7 @@ DEFAULT = {"BLOCK_M": 64, "BLOCK_N": 64, "NS": 2, "NV": 1, "UNROLL": 1, "num_war
 def launch(args, *, causal: bool, B: int, Hq: int, cfg: dict):
     """The PMAX=2 pass of ``attention.attention_packed`` on this kernel (``args``: that launcher's
     argument tuple, staged operands, no smooth_q)."""
-    (qc, qs, _kc, _ks, _vc, _vs, _vexp, _table, out, lse, mbuf, kh, vh, qbad, kvbad, so_b, so_h, so_n, so_d,
+    (qc, qs, _kc, _ks, _vc, _vs, _vexp, _table, out, lse, mbuf, kh, vh, qbad, kvbad, _krows, so_b, so_h, so_n, so_d,
      qk_scale, _hq, group, nq, nk, nqp, nkp, d) = args
     bm, bn, ns, nv = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["NS"], cfg["NV"]
     dp = kh.shape[-1]

@@ -193,7 +193,7 @@ def _fwd_rowmax(m_i, q, k_base, offs_m, lo, hi, Nk, causal_off, qk_scale,
         start_n = tl.multiple_of(start_n, BLOCK_N)
         s = tl.dot(q, tl.load(kT_ptrs + start_n * DP))
         if MASK:
-            s = tl.where(visible(start_n + offs_n, offs_m, Nk, causal_off, CAUSAL), s, float("-inf"))
+            s = tl.where(visible(start_n + offs_n, offs_m, Nk, causal_off, CAUSAL, 0, False), s, float("-inf"))
         m_i = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
     return m_i
 
@@ -218,7 +218,7 @@ def _fwd_inner(acc, acc_hp, l_i, m_i, q, k_base, v_base, offs_m, lo, hi, Nk, cau
         kT = tl.load(kT_ptrs + start_n * DP)
         s = tl.dot(q, kT)  # unscaled; S * log2(e) = s * qk_scale
         if MASK:
-            s = tl.where(visible(start_n + offs_n, offs_m, Nk, causal_off, CAUSAL), s, float("-inf"))
+            s = tl.where(visible(start_n + offs_n, offs_m, Nk, causal_off, CAUSAL, 0, False), s, float("-inf"))
         if EXACT_M:
             m_use = m_i
         else:
@@ -268,7 +268,7 @@ def _fwd_kernel(Qf, Kf, Vf, O, OP, LSE,
     acc_hp = tl.zeros([BLOCK_M, DP], dtype=tl.float32)
 
     causal_off = Nk - Nq  # bottom-right: query i sees keys j <= i + Nk - Nq
-    hi, full_end = causal_key_range(m0, Nq, Nk, BLOCK_M, BLOCK_N, CAUSAL)
+    hi, full_end = causal_key_range(m0, Nk - Nq, Nk, BLOCK_M, BLOCK_N, CAUSAL)
     if EXACT_M:  # pass 1: the final row max, so that P~ is the one-shot P~ of SPEC §3
         mid = 0
         if MAX_BN > BLOCK_N:  # wider key tiles for the S-only pass (the maxima do not depend on the tiles)

@@ -149,7 +149,7 @@ def _fp4_tile(start_n, acc, l_i, m_i, tau, q, Kf, Vf, SELM, kv_off, sel_base, of
     offs_d = tl.arange(0, DP)
     kT = tl.load(Kf + kv_off + (start_n + offs_n)[None, :] * DP + offs_d[:, None])
     s = tl.dot(q, kT) * qk_scale
-    ok = visible(start_n + offs_n, offs_m, Nk, causal_off, CAUSAL)
+    ok = visible(start_n + offs_n, offs_m, Nk, causal_off, CAUSAL, 0, False)
     sel_t = tl.load(SELM + sel_base * NKB + start_n // BLOCK_N)
     ok = ok & (sel_t == 0)
     s = tl.where(ok, s, float("-inf"))
@@ -177,7 +177,7 @@ def _thrift_fwd_kernel(Qf, Kf, Vf, Qx, Kx, Vx, SELI, SELM, O, LSE,
     q_off = pid_bh.to(tl.int64) * NQP * DP
     kv_off = kv_bh.to(tl.int64) * NKP * DP
     causal_off = Nk - Nq
-    hi, _ = causal_key_range(i * BLOCK_M, Nq, Nk, BLOCK_M, BLOCK_N, CAUSAL)
+    hi, _ = causal_key_range(i * BLOCK_M, Nk - Nq, Nk, BLOCK_M, BLOCK_N, CAUSAL)
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, DP], tl.float32)
@@ -207,7 +207,7 @@ def _thrift_fwd_kernel(Qf, Kf, Vf, Qx, Kx, Vx, SELI, SELM, O, LSE,
                 s = tl.dot(q16.to(tl.float32), kT.to(tl.float32)) * qk_scale
             else:
                 s = tl.dot(q16, kT) * qk_scale
-            s = tl.where(visible(start_n + offs_n, offs_m, Nk, causal_off, CAUSAL), s, float("-inf"))
+            s = tl.where(visible(start_n + offs_n, offs_m, Nk, causal_off, CAUSAL, 0, False), s, float("-inf"))
             p, alpha, m_new, l_i = online_softmax_step(s, m_i, l_i, True)
             v = tl.load(Vx + kv_off + (start_n + offs_n)[:, None] * DP + offs_d[None, :])
             if DOT_F32:

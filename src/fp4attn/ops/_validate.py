@@ -45,6 +45,31 @@ def check_scale(scale, D: int) -> float:
     return scale
 
 
+def check_window(window_size, causal: bool):
+    """``window_size=(left, right)`` (FlashAttention's convention; None or -1 = unbounded side) ->
+    the normal form of :func:`fp4attn.reference.common.normalize_window`: (left, right) with -1 for
+    unbounded, or None for no window."""
+    from ..reference.common import normalize_window
+
+    if window_size is None:
+        return None
+    if isinstance(window_size, (str, bytes)) or not hasattr(window_size, "__len__") or len(window_size) != 2:
+        raise TypeError(f"window_size must be a (left, right) pair of ints (-1 or None: unbounded) or None, "
+                        f"got {window_size!r}")
+    for side, w in zip(("left", "right"), window_size):
+        if w is None:
+            continue
+        if isinstance(w, bool) or not isinstance(w, numbers.Integral):
+            raise TypeError(f"window_size's {side} extent must be an int (-1 or None: unbounded), got {w!r}")
+        if w < -1:
+            raise ValueError(f"window_size's {side} extent must be >= 0, or -1 / None for unbounded, got {w}")
+    right = window_size[1]
+    if causal and right is not None and right not in (-1, 0):
+        raise ValueError(f"window_size=(left, right) with causal=True needs right 0 or -1 (causal already "
+                         f"bounds the right side), got right={right}")
+    return normalize_window(window_size, causal)
+
+
 def _check_tensor(name: str, t) -> None:
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")

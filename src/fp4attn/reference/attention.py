@@ -13,16 +13,17 @@ from __future__ import annotations
 import torch
 
 from .common import (
-    causal_keep,
     compute_dtype,
     default_scale,
     expand_kv,
     fq,
     lse_of,
     normalize,
+    normalize_window,
     quantize_p,
     row_chunks,
     softmax_numerator,
+    window_keep,
 )
 
 RECIPES = {
@@ -45,13 +46,17 @@ def recipe_flags(recipe: str, smooth_q=None, smooth_k=None, two_level_p=None):
 
 
 def attention(q, k, v, *, causal=False, scale=None, recipe="nvfp4", smooth_q=None, smooth_k=None,
-              two_level_p=None, return_lse=False):
-    """Reference attention on bhsd tensors (GQA allowed); returns float32 (float64 for float64 in)."""
+              two_level_p=None, return_lse=False, window_size=None):
+    """Reference attention on bhsd tensors (GQA allowed); returns float32 (float64 for float64 in).
+    ``window_size=(left, right)``: a sliding window (:func:`.common.normalize_window`); masked scores are
+    −inf exactly as causal's, and nothing else changes (quantization blocks stay those of the whole
+    sequence: V and P̃ along all Nk keys, the masked P̃ entries 0)."""
     fmt, quantized, sq, sk, two_level = recipe_flags(recipe, smooth_q, smooth_k, two_level_p)
     cd = compute_dtype(q, k, v)
     B, hq, nq, D = q.shape
     nk = k.shape[2]
     scale = default_scale(D, scale)
+    window = normalize_window(window_size, causal)
     q = q.to(cd)
     k = k.to(cd)
     v = v.to(cd)
@@ -88,8 +93,9 @@ def attention(q, k, v, *, causal=False, scale=None, recipe="nvfp4", smooth_q=Non
             # the GEMV correction q̄ᵢ·γ(K)ᵀ, in full precision with the unquantized smoothed K
             rows_blk = torch.arange(r0, r1, device=q.device) // SMOOTH_Q_BLOCK
             s = s + scale * (qbar[:, :, rows_blk] @ kx.transpose(-1, -2))
-        if causal:
-            s = s.masked_fill(~causal_keep(r0, r1, nq, nk, q.device), float("-inf"))
+        keep = window_keep(r0, r1, nq, nk, causal, window, q.device)
+        if keep is not None:
+            s = s.masked_fill(~keep, float("-inf"))
         p, m, l = softmax_numerator(s)
         pq = quantize_p(p, fmt, two_level) if quantized else p
         out[:, :, r0:r1] = normalize(pq @ vf, l)

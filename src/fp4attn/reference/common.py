@@ -62,6 +62,42 @@ def causal_keep(r0: int, r1: int, nq: int, nk: int, device) -> torch.Tensor:
     return j <= i + (nk - nq)
 
 
+def normalize_window(window_size, causal: bool) -> tuple[int, int] | None:
+    """A sliding window ``window_size=(left, right)`` (FlashAttention's convention) in normal form.
+
+    Query i, at position p = i + Nk − Nq (bottom-right aligned, as ``causal``), sees key j iff
+    p − left <= j <= p + right; None or a negative value leaves that side unbounded, and ``causal``
+    bounds the right side at p (its ``right`` must then be 0 or unbounded). Returns (left, right) with
+    -1 = unbounded and right = 0 under ``causal``, or None when neither side is bounded beyond
+    ``causal``. (transformers' ``sliding_window=w``, key j visible from q when q − w < j <= q, is
+    ``window_size=(w − 1, 0)`` with ``causal=True``.) Values are assumed validated
+    (``fp4attn.ops._validate.check_window``)."""
+    if window_size is None:
+        return None
+    left, right = (-1 if w is None or w < 0 else int(w) for w in window_size)
+    if causal:
+        right = 0
+    if left < 0 and (right < 0 or causal):
+        return None
+    return left, right
+
+
+def window_keep(r0: int, r1: int, nq: int, nk: int, causal: bool, window, device) -> torch.Tensor | None:
+    """Visible keys of query rows r0..r1 (bool (r1 − r0, nk)) under ``causal`` and a normalized
+    ``window`` (:func:`normalize_window`), or None when every key is visible."""
+    if window is None:
+        return causal_keep(r0, r1, nq, nk, device) if causal else None
+    left, right = window
+    p = torch.arange(r0, r1, device=device).unsqueeze(1) + (nk - nq)
+    j = torch.arange(nk, device=device).unsqueeze(0)
+    keep = torch.ones(r1 - r0, nk, dtype=torch.bool, device=device)
+    if left >= 0:
+        keep &= j >= p - left
+    if right >= 0:
+        keep &= j <= p + right
+    return keep
+
+
 def softmax_numerator(s: torch.Tensor):
     """One-shot P̃ for a chunk of score rows (masked entries already -inf).
 
