@@ -301,8 +301,10 @@ def test_cache_errors():
 # ------------------------------------------------------------------------------------------------
 # decode semantics (CPU = the reference)
 # ------------------------------------------------------------------------------------------------
-def _decode_f64(q, cache, scale, selection=None):
-    """Independent float64 materialization of the decode semantics, one sequence at a time."""
+def _decode_f64(q, cache, scale, selection=None, window=None):
+    """Independent float64 materialization of the decode semantics, one sequence at a time (``window``:
+    the left extent of a sliding window: keys before last - window score -inf, P̃ = 0 there, so the P̃
+    blocks of 16 keys stay aligned with the cache's slots)."""
     B, hq, nq, D = q.shape
     kq, vq = cache.dequantize(torch.float64)
     if selection is not None:
@@ -330,6 +332,8 @@ def _decode_f64(q, cache, scale, selection=None):
                     s16 = scale * (kq[b, kh, :n] @ qd[i])  # only the raw tail is used: raw in kq
                     vv16 = vq[b, kh, :n]
                 s = torch.where(sel, s16, s4)
+                if window is not None:
+                    s[: max(0, last - window)] = -math.inf
                 p = torch.exp(s - s.max())
                 l = p.sum()
                 p4 = torch.where(sel, torch.zeros_like(p), p)
@@ -436,6 +440,49 @@ def test_decode_errors():
         fp4attn.decode(q, c, recipe="mxfp4")
 
 
+@pytest.mark.parametrize("nq", [1, 3])
+@pytest.mark.parametrize("window", [0, 5, 40, 149, 400])
+def test_decode_window_reference_matches_float64(nq, window):
+    """window_size=(w, 0): query i of sequence b sees keys L_b - n_q + i - w ... L_b - n_q + i (ragged
+    lengths, GQA, raw tails; w = 5 stays inside the tail of the 150-token sequence, w = 400 covers all)."""
+    B, Hkv, G, D = 3, 2, 2, 32
+    k, v = _kv(B, Hkv, 150, D, dtype=torch.float32, seed=36)
+    c = KVCache.from_dense(k, v, lengths=[150, 70, 16], dtype=torch.float32)
+    q = torch.randn(B, Hkv * G, nq, D, generator=torch.Generator().manual_seed(37))
+    out = fp4attn.decode(q, c, window_size=(window, 0))
+    assert _rel(out, _decode_f64(q, c, D ** -0.5, window=window)) <= 1e-4
+    full = fp4attn.decode(q, c)
+    if window >= 149:  # every query's window starts at key 0 (its last key is <= 149)
+        assert torch.equal(out, full)
+    else:
+        assert _rel(out, full) > 1e-3
+
+
+def test_decode_window_equals_windowed_causal_attention_without_tail():
+    """No raw tail: decode with window_size=(w, 0) == attention(causal, window_size=(w, 0), nvfp4): the
+    two references' window semantics agree (bottom-right aligned, quantization blocks of the whole cache)."""
+    B, Hkv, G, N, D, nq, w = 2, 2, 3, 96, 32, 4, 37
+    k, v = _kv(B, Hkv, N, D, dtype=torch.float32, seed=38)
+    q = torch.randn(B, Hkv * G, nq, D, generator=torch.Generator().manual_seed(39))
+    c = KVCache.from_dense(k, v, dtype=torch.float32)
+    out, lse = fp4attn.decode(q, c, return_lse=True, window_size=(w, 0))
+    ref, ref_lse = reference.attention(q, k, v, causal=True, recipe="nvfp4", return_lse=True, window_size=(w, 0))
+    assert _rel(out, ref) <= 1e-5
+    assert torch.allclose(lse, ref_lse, atol=1e-5)
+
+
+def test_decode_window_errors():
+    c = KVCache.from_dense(*_kv(1, 2, 20, 16), keep_16bit=True)
+    q = torch.randn(1, 4, 1, 16)
+    with pytest.raises(ValueError, match="right"):
+        fp4attn.decode(q, c, window_size=(4, 2))
+    with pytest.raises(TypeError, match="window_size"):
+        fp4attn.decode(q, c, window_size=4)
+    with pytest.raises(ValueError, match="window_size"):
+        fp4attn.decode(q, c, window_size=(4, 0), thrift_budget=0.5)
+    assert torch.equal(fp4attn.decode(q, c, window_size=(-1, 0)), fp4attn.decode(q, c))
+
+
 # ------------------------------------------------------------------------------------------------
 # the flash-decoding kernel in the interpreter
 # ------------------------------------------------------------------------------------------------
@@ -482,6 +529,38 @@ def test_decode_kernel_interpreter_one_tile_equals_reference(G, nq):
     ref, ref_lse = decode_reference(q, c, scale=D ** -0.5)
     assert _rel(out, ref) <= 1e-5
     assert torch.allclose(lse, ref_lse, atol=1e-5)
+
+
+@needs_interp
+@pytest.mark.parametrize("nq,window,splits", [(1, 0, 2), (1, 40, 3), (3, 70, 2), (3, 5, 1), (1, 500, 2)])
+def test_decode_kernel_interpreter_window(nq, window, splits):
+    """Sliding-window decode in the split kernel: the splits start at the tile holding the sequence's first
+    visible key (the keys before it are never read) and the window's edge is masked inside the tile, in the
+    raw tail too (w = 5 < 200 % 16). LSE equals the reference's (same visible keys) to float32 rounding; the
+    output within SPEC §6 (P̃ against each split's running max vs the reference's one-shot max)."""
+    from fp4attn.kernels.decode import decode_fwd
+
+    B, Hkv, G, D = 2, 2, 2, 32
+    k, v = _kv(B, Hkv, 200, D, dtype=torch.float32, seed=40)
+    lens = [200, 77]
+    c = KVCache.from_dense(k, v, lengths=lens, dtype=torch.float32)
+    q = torch.randn(B, Hkv * G, nq, D, generator=torch.Generator().manual_seed(41))
+    out, lse = decode_fwd(q, c, scale=D ** -0.5, num_splits=splits, window=window)
+    ref, ref_lse = decode_reference(q, c, scale=D ** -0.5, window=window)
+    exact = torch.stack([reference.attention(q[b:b + 1], k[b:b + 1, :, :L], v[b:b + 1, :, :L], causal=True,
+                                             recipe="bf16", window_size=(window, 0))[0]
+                         for b, L in enumerate(lens)])
+    _spec_close(out, ref, exact)
+    assert torch.allclose(lse, ref_lse, atol=1e-5)
+    # keys before every window are never read: NaN there changes nothing (a window of w < 150 keys)
+    if window + nq < 150:
+        k2 = k.clone()
+        k2[:, :, :32] = float("nan")
+        v2 = v.clone()
+        v2[:, :, :32] = float("nan")
+        c2 = KVCache.from_dense(k2, v2, lengths=lens, dtype=torch.float32)
+        out2, _ = decode_fwd(q, c2, scale=D ** -0.5, num_splits=splits, window=window)
+        assert torch.equal(out2[0], out[0])
 
 
 @needs_interp
@@ -716,6 +795,31 @@ def test_decode_kernel_gpu_one_tile_equals_reference(nq, block_n):
     out, _ = decode_fwd(q, c, scale=D ** -0.5, block_n=block_n)
     ref, _ = decode_reference(q, c, scale=D ** -0.5)
     assert _rel(out, ref) <= 4e-3  # bf16 output rounding (2^-9 relative) and summation order
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("nq", [1, 4])
+def test_decode_window_kernel_gpu(nq):
+    """Sliding-window decode on the GPU (the Triton split kernel): ragged lengths, windows shorter and longer
+    than a sequence, vs the reference with the same window (criteria and their reason: test_decode_kernel_gpu)."""
+    B, Hkv, G, D = 3, 2, 4, 128
+    dev = "cuda"
+    lens = [3000, 777, 20]
+    k, v = _kv(B, Hkv, max(lens), D, seed=42)
+    c = KVCache.from_dense(k.to(dev), v.to(dev), lengths=lens)
+    q = torch.randn(B, Hkv * G, nq, D, device=dev, dtype=torch.bfloat16)
+    for w in (0, 100, 1023, 5000):
+        out, lse = fp4attn.decode(q, c, window_size=(w, 0), return_lse=True)
+        ref, ref_lse = decode_reference(q, c, scale=D ** -0.5, window=w)
+        exact = torch.cat([reference.attention(q[b:b + 1], k[b:b + 1, :, :L].to(dev), v[b:b + 1, :, :L].to(dev),
+                                               causal=True, recipe="bf16", window_size=(w, 0))
+                           for b, L in enumerate(lens)])
+        cos = torch.nn.functional.cosine_similarity(out.double().flatten(), ref.double().flatten(), dim=0).item()
+        assert cos >= 0.995, (w, cos)
+        assert _rel(out, ref) <= 0.1, w
+        assert _rel(out, exact) <= 1.05 * _rel(ref, exact) + 2e-3, w
+        assert torch.allclose(lse, ref_lse.float(), atol=1e-3), w
 
 
 def _thrift_gpu_case(seed):
@@ -1184,7 +1288,7 @@ def test_thrift_16bit_stream_kernel_interpreter_all_selected_is_exact_attention(
     lse = torch.empty(B, Hkv * G, nq)
     # two channel blocks of 16 per row (the LSE comes from the first)
     Dk._decode_reduce_kernel[(B * Hkv * G * nq, 2)](OP, MP, LP, q, c.k_tail, c.v_tail, c.seq_lens, out, lse, qk, n16,
-                                                    G * nq, nq, Hkv, BM, BLOCK_S=2, D=D, DB=16)
+                                                    G * nq, nq, Hkv, BM, 0, BLOCK_S=2, D=D, DB=16)
     exact = torch.stack([reference.attention(q[b:b + 1], k[b:b + 1, :, :L], v[b:b + 1, :, :L], causal=True,
                                              recipe="bf16")[0] for b, L in enumerate(lens)])
     assert _rel(out, exact) <= 1e-5, _rel(out, exact)

@@ -89,10 +89,10 @@ def _fp4_rows_f16(packed, sbytes, QB: tl.constexpr):
 
 
 @triton.jit
-def _decode_tile(t0, accT, l_i, m_i, qT, q16T, s_scale, qk_scale, vg, row_ok, hq_rows, last_key, C,
+def _decode_tile(t0, accT, l_i, m_i, qT, q16T, s_scale, qk_scale, vg, row_ok, hq_rows, last_key, WL, C,
                  b, h, KD, KS, VD, VS, K16, V16, PT, SEL, Hkv, MAXP,
                  D: tl.constexpr, PS: tl.constexpr, BLOCK_N: tl.constexpr, THRIFT: tl.constexpr,
-                 DOT_F32: tl.constexpr):
+                 DOT_F32: tl.constexpr, WINDOW: tl.constexpr):
     """One BLOCK_N-token tile (inside one page) of the split loop, transposed: FP4 (or Thrift-mixed)
     online softmax over the tile's keys for the program's query rows (the columns)."""
     offs_n = tl.arange(0, BLOCK_N)
@@ -119,6 +119,8 @@ def _decode_tile(t0, accT, l_i, m_i, qT, q16T, s_scale, qk_scale, vg, row_ok, hq
     sT = tl.dot(k, qT) * s_scale  # (BLOCK_N, BLOCK_M)
     keys = t0 + offs_n
     ok = (keys < C)[:, None] & (keys[:, None] <= last_key[None, :]) & row_ok[None, :]
+    if WINDOW:  # a sliding window: query row sees keys >= its last key - WL
+        ok = ok & (keys[:, None] >= (last_key - WL)[None, :])
     if THRIFT:
         selr = tl.load(SEL + hq_rows.to(tl.int64) * MAXP + pidx, mask=row_ok, other=0) != 0
         any_sel = tl.max(selr.to(tl.int32), axis=0) > 0
@@ -177,9 +179,9 @@ def _decode_tile(t0, accT, l_i, m_i, qT, q16T, s_scale, qk_scale, vg, row_ok, hq
 def _decode_split_kernel(
         Q, KD, KS, VD, VS, K16, V16, PT, LENS, KG, VG, SEL,
         OP, MP, LP,
-        qk_scale, Hkv, NQ, G, MAXP, TPS, NS,
+        qk_scale, Hkv, NQ, G, MAXP, TPS, NS, WL,
         D: tl.constexpr, PS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-        THRIFT: tl.constexpr, DOT_F32: tl.constexpr, N_IT: tl.constexpr):
+        THRIFT: tl.constexpr, DOT_F32: tl.constexpr, N_IT: tl.constexpr, WINDOW: tl.constexpr = False):
     pid_s = tl.program_id(0)
     pid_bh, b, h, L, C = kv_head_program(LENS, Hkv)  # C: committed (quantized) tokens; the rest is the raw tail
     r = tl.arange(0, BLOCK_M)  # query rows (g, i), the columns of the transposed tiles
@@ -213,6 +215,8 @@ def _decode_split_kernel(
     accT = tl.zeros([D, BLOCK_M], tl.float32)
     hq_rows = (b * Hkv + h) * G + r // NQ
     start = pid_s * TPS
+    if WINDOW:  # the splits cover the window of the sequence: from the tile holding its first visible key
+        start += (tl.maximum(L - NQ - WL, 0) // BLOCK_N) * BLOCK_N
     end = tl.minimum(start + TPS, C)
     if DOT_F32:
         # the interpreter cannot loop over program-id dependent bounds: fixed trip count + guard
@@ -220,13 +224,13 @@ def _decode_split_kernel(
             t0 = start + it * BLOCK_N
             if t0 < end:
                 accT, l_i, m_i = _decode_tile(t0, accT, l_i, m_i, qT, q16T, s_scale, qk_scale, vg, row_ok, hq_rows,
-                                              last_key, C, b, h, KD, KS, VD, VS, K16, V16, PT, SEL, Hkv, MAXP,
-                                              D, PS, BLOCK_N, THRIFT, DOT_F32)
+                                              last_key, WL, C, b, h, KD, KS, VD, VS, K16, V16, PT, SEL, Hkv,
+                                              MAXP, D, PS, BLOCK_N, THRIFT, DOT_F32, WINDOW)
     else:
         for t0 in range(start, end, BLOCK_N):
             accT, l_i, m_i = _decode_tile(t0, accT, l_i, m_i, qT, q16T, s_scale, qk_scale, vg, row_ok, hq_rows,
-                                          last_key, C, b, h, KD, KS, VD, VS, K16, V16, PT, SEL, Hkv, MAXP,
-                                          D, PS, BLOCK_N, THRIFT, DOT_F32)
+                                          last_key, WL, C, b, h, KD, KS, VD, VS, K16, V16, PT, SEL, Hkv, MAXP,
+                                          D, PS, BLOCK_N, THRIFT, DOT_F32, WINDOW)
     if not THRIFT:
         accT = accT * vg  # the FP4 products' V global scale (see _decode_tile)
     prow = (pid_bh.to(tl.int64) * NS + pid_s) * BLOCK_M + r
@@ -236,8 +240,9 @@ def _decode_split_kernel(
 
 
 @triton.jit
-def _decode_reduce_kernel(OP, MP, LP, Q, KT, VT, LENS, O, LSE, qk_scale, NS, GQ, NQ, Hkv, BLOCK_M,
-                          BLOCK_S: tl.constexpr, D: tl.constexpr, DB: tl.constexpr, PDL: tl.constexpr = False):
+def _decode_reduce_kernel(OP, MP, LP, Q, KT, VT, LENS, O, LSE, qk_scale, NS, GQ, NQ, Hkv, BLOCK_M, WL,
+                          BLOCK_S: tl.constexpr, D: tl.constexpr, DB: tl.constexpr, PDL: tl.constexpr = False,
+                          WINDOW: tl.constexpr = False):
     """Grid (output rows, D / DB): program (r, j) merges the NS split partials of row r = (b·Hkv + h)·G·NQ +
     row, output channels j·DB .. j·DB + DB - 1, with the raw 16-bit tail (< 16 tokens per sequence, not yet
     quantized): its scores in FP32 from the input values, unquantized P̃ (kept out of the split kernel, where
@@ -256,6 +261,8 @@ def _decode_reduce_kernel(OP, MP, LP, Q, KT, VT, LENS, O, LSE, qk_scale, NS, GQ,
     C = L - L % 16
     offs_t = tl.arange(0, 16)
     tmask = (offs_t < L - C) & (C + offs_t <= L - NQ + row % NQ)
+    if WINDOW:
+        tmask = tmask & (C + offs_t >= L - NQ + row % NQ - WL)
     q = tl.load(Q + r.to(tl.int64) * D + offs_d).to(tl.float32)  # q (B, Hq, NQ, D): row r is (b, hq, i)
     trow = (bh.to(tl.int64) * 16 + offs_t)[:, None] * D
     kt = tl.load(KT + trow + offs_d[None, :], mask=tmask[:, None], other=0.0).to(tl.float32)
@@ -453,15 +460,24 @@ def _capability(index: int) -> tuple:
 
 def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor | None = None,
                num_splits: int | None = None, block_n: int | None = None, num_warps: int | None = None,
-               num_stages: int | None = None, kernel: str = "auto", per_sm: int | None = None):
+               num_stages: int | None = None, kernel: str = "auto", per_sm: int | None = None,
+               window: int | None = None):
     """q (B, Hq, NQ, D) contiguous -> (out (B, Hq, NQ, D) in q.dtype, lse (B, Hq, NQ) float32).
 
     ``selection``: (B, Hq, max_pages) bool Thrift selection (pages computed in 16 bits) or None; an int8
     (B, Hq, max(page_table columns, 1)) contiguous tensor (what :func:`select_pages` returns) is read as is.
     ``kernel``: the FP4 split loop's implementation (see ``_use_gluon``); ``per_sm``: programs per SM
-    (default: the kernel's config below).
+    (default: the kernel's config below). ``window``: a sliding window's left extent w (query i sees keys
+    len − n_q + i − w ... len − n_q + i): the splits cover only the last ~w + n_q tokens of each sequence
+    (the Triton split kernel; no Thrift selection).
     """
     thrift = selection is not None
+    if window is not None:
+        if thrift:
+            raise ValueError("a sliding window and a Thrift selection cannot be combined")
+        if kernel == "gluon":
+            raise ValueError("kernel='gluon' has no sliding window")
+        kernel = "triton"
     B, Hq, NQ, D = q.shape
     Hkv = cache.num_kv_heads
     G = Hq // Hkv
@@ -486,6 +502,8 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
     # a reserved cache (KVCache.reserve): splits sized for its capacity, so that a step captured in a CUDA
     # graph covers the tokens appended by later replays
     max_c = max(max(committed) if committed else 0, cache.reserved_len - cache.reserved_len % 16)
+    if window is not None:  # tokens the splits of one sequence cover: from its first visible key's tile
+        max_c = min(max_c, window + NQ + block_n)
     if num_splits is None:
         per_sm = per_sm or max(1, cfg["per_sm"] * cfg["num_warps"] // num_warps)
         num_splits = default_splits(B, Hkv, max_c, block_n, q.device, per_sm, cfg["max_tiles"])
@@ -537,16 +555,17 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
             q, cache.k_data, ks, cache.v_data, vs, k16, v16, pt,
             cache.seq_lens, cache.k_global_scale, cache.v_global_scale, sel,
             OP, MP, LP,
-            scale * LOG2E, Hkv, NQ, G, max(maxp, 1), TPS, num_splits,
+            scale * LOG2E, Hkv, NQ, G, max(maxp, 1), TPS, num_splits, window or 0,
             D=D, PS=PS, BLOCK_M=BLOCK_M, BLOCK_N=block_n, THRIFT=thrift, DOT_F32=interp,
-            N_IT=TPS // block_n if interp else 0, num_warps=num_warps, num_stages=num_stages)
+            N_IT=TPS // block_n if interp else 0, WINDOW=window is not None, num_warps=num_warps,
+            num_stages=num_stages)
     out = torch.empty(B, Hq, NQ, D, dtype=q.dtype, device=dev)
     lse = torch.empty(B, Hq, NQ, dtype=torch.float32, device=dev)
     DB = min(D, 32)  # output channels per reduce program
     fast(_decode_reduce_kernel)[(B * Hq * NQ, D // DB)](
         OP, MP, LP, q, cache.k_tail, cache.v_tail, cache.seq_lens, out, lse, scale * LOG2E, ns_all, G * NQ, NQ, Hkv,
-        BLOCK_M, BLOCK_S=min(256, max(2, next_pow2(ns_all))), D=D, DB=DB, num_warps=4,
-        **({"PDL": True, "launch_pdl": True} if pdl else {}))
+        BLOCK_M, window or 0, BLOCK_S=min(256, max(2, next_pow2(ns_all))), D=D, DB=DB, WINDOW=window is not None,
+        num_warps=4, **({"PDL": True, "launch_pdl": True} if pdl else {}))
     return out, lse
 
 
@@ -738,8 +757,9 @@ def compile_for_target(capability: int = 90, *, thrift: bool = False, d: int = 1
     ptrs = {"Q": "*bf16", "KD": "*u8", "KS": "*u8", "VD": "*u8", "VS": "*u8", "K16": f"*{dtype16}",
             "V16": f"*{dtype16}", "PT": "*i32", "LENS": "*i32",
             "KG": "*fp32", "VG": "*fp32", "SEL": "*i8", "OP": "*fp32", "MP": "*fp32", "LP": "*fp32"}
-    sig = {**ptrs, "qk_scale": "fp32", **{n: "i32" for n in ("Hkv", "NQ", "G", "MAXP", "TPS", "NS")}}
-    consts = dict(D=d, PS=page_size, BLOCK_M=block_m, BLOCK_N=block_n, THRIFT=thrift, DOT_F32=False, N_IT=0)
+    sig = {**ptrs, "qk_scale": "fp32", **{n: "i32" for n in ("Hkv", "NQ", "G", "MAXP", "TPS", "NS", "WL")}}
+    consts = dict(D=d, PS=page_size, BLOCK_M=block_m, BLOCK_N=block_n, THRIFT=thrift, DOT_F32=False, N_IT=0,
+                  WINDOW=False)
     sig.update({k: "constexpr" for k in consts})
     # pointers 16-byte aligned, as the JIT specializes them at run time
     attrs = {(i,): [["tt.divisibility", 16]] for i in range(len(ptrs))}

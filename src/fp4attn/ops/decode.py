@@ -5,7 +5,9 @@ Semantics (what the reference below computes and the CUDA kernel matches within 
 * ``q``: (B, Hq, n_q, D), 1 <= n_q <= 16 new query tokens per sequence, **whose K/V were already
   appended to the cache** (as in HF generation: append this step's K/V, then attend). Sequence b has
   ``L_b = cache.seq_lens[b]`` tokens (ragged batches allowed); query i (0-based among the n_q) sees
-  the keys ``j <= L_b − n_q + i`` (bottom-right causal, as ``attention(..., causal=True)``).
+  the keys ``j <= L_b − n_q + i`` (bottom-right causal, as ``attention(..., causal=True)``), and with
+  ``window_size=(w, 0)`` only those ``j >= L_b − n_q + i − w`` (a sliding window, as ``attention``'s;
+  transformers' ``sliding_window`` is w + 1). Quantization blocks are the cache's, whatever the window.
 * GQA: query head h reads kv head ``h // (Hq / Hkv)``.
 * ``recipe="nvfp4"`` (Attn-QAT Algorithm 1 on the cache): S = scale·ϕ(q)·K̂ᵀ with ϕ(q) NVFP4 along
   D and K̂ the stored NVFP4 K; P̃ = exp(S − rowmax) (one-shot in the reference), l = rowsum(P̃),
@@ -34,13 +36,13 @@ from ..formats.core import fake_quantize_values
 from ..kvcache import SLOT, KVCache
 from ..reference.common import expand_kv, lse_of, normalize, quantize_p, softmax_numerator
 from ._dispatch import on_device, use_kernels
-from ._validate import check_bool, check_choice, check_scale
+from ._validate import check_bool, check_choice, check_scale, check_window
 
 RECIPES = ("nvfp4",)
 MAX_NEW = 16
 
 
-def _check(q, cache, scale, recipe, thrift_budget, layout, return_lse):
+def _check(q, cache, scale, recipe, thrift_budget, layout, return_lse, window_size=None):
     if not isinstance(cache, KVCache):
         raise TypeError(f"cache must be an fp4attn.KVCache, got {type(cache).__name__}")
     if not isinstance(q, torch.Tensor):
@@ -77,7 +79,10 @@ def _check(q, cache, scale, recipe, thrift_budget, layout, return_lse):
             raise ValueError(f"thrift_budget must be in (0, 1], got {thrift_budget}")
         if not cache.keep_16bit:
             raise ValueError("thrift_budget needs a cache built with keep_16bit=True (the 16-bit copy)")
-    return q, check_scale(scale, D), thrift_budget
+    window = check_window(window_size, True)  # decode is causal: (left, 0) or None
+    if window is not None and thrift_budget is not None:
+        raise ValueError("window_size and thrift_budget cannot be combined (Thrift selects among all pages)")
+    return q, check_scale(scale, D), thrift_budget, (None if window is None else window[0])
 
 
 def thrift_select(q: torch.Tensor, cache: KVCache, budget: float) -> torch.Tensor:
@@ -114,8 +119,9 @@ def top_pages(s_hat: torch.Tensor, n_b: torch.Tensor, budget: float, width: int)
 
 
 def decode_reference(q: torch.Tensor, cache: KVCache, *, scale: float, thrift_budget=None,
-                     selection=None):
+                     selection=None, window: int | None = None):
     """The semantics above in PyTorch over ``cache.dequantize()`` (and its 16-bit copy for Thrift).
+    ``window``: the sliding window's left extent w (``window_size=(w, 0)``) or None.
 
     q: (B, Hq, n_q, D) bhsd. Returns (out, lse) in float32 (float64 for float64 q)."""
     cd = torch.float64 if q.dtype == torch.float64 else torch.float32
@@ -142,7 +148,10 @@ def decode_reference(q: torch.Tensor, cache: KVCache, *, scale: float, thrift_bu
     s16 = scale * (qx @ expand_kv(k16, hq).transpose(-1, -2))
     s = torch.where(use16, s16, s4)
     i = torch.arange(nq, device=q.device)
-    keep = j.view(1, 1, -1) <= (lens.view(B, 1, 1) - nq + i.view(1, -1, 1))  # (B, nq, Lmax)
+    last = lens.view(B, 1, 1) - nq + i.view(1, -1, 1)
+    keep = j.view(1, 1, -1) <= last  # (B, nq, Lmax)
+    if window is not None:
+        keep &= j.view(1, 1, -1) >= last - window
     s = s.masked_fill(~keep.unsqueeze(1), float("-inf"))
     p, m, l = softmax_numerator(s)
     zero = torch.zeros_like(p)
@@ -152,7 +161,7 @@ def decode_reference(q: torch.Tensor, cache: KVCache, *, scale: float, thrift_bu
 
 
 def decode(q, cache: KVCache, *, scale=None, recipe: str = "nvfp4", thrift_budget=None, layout: str = "bhsd",
-           return_lse: bool = False, num_splits: int | None = None):
+           return_lse: bool = False, num_splits: int | None = None, window_size=None):
     """Attend ``q`` (B, Hq, n_q <= 16, D) new query tokens to the NVFP4 KV ``cache``, which already
     holds their K/V (see the module docstring for the exact semantics).
 
@@ -165,12 +174,16 @@ def decode(q, cache: KVCache, *, scale=None, recipe: str = "nvfp4", thrift_budge
             ``keep_16bit=True``), or None for pure FP4.
         return_lse: also return the log-sum-exp (B, Hq, n_q) float32.
         num_splits: flash-decoding splits along the context (CUDA; default: a heuristic).
+        window_size: ``(w, 0)`` (or ``(w, -1)``): a sliding window, query i sees the keys
+            ``L_b − n_q + i − w ... L_b − n_q + i``; only the pages it covers are read. Not with
+            ``thrift_budget``.
 
     CUDA tensors run the flash-decoding kernels (:mod:`fp4attn.kernels.decode`; on Hopper the FP4 split
     loop is the Gluon kernel of :mod:`fp4attn.kernels.decode_gluon`); CPU tensors the PyTorch reference.
     No autograd.
     """
-    qb, scale, thrift_budget = _check(q, cache, scale, recipe, thrift_budget, layout, return_lse)
+    qb, scale, thrift_budget, window = _check(q, cache, scale, recipe, thrift_budget, layout, return_lse,
+                                              window_size)
     D = qb.shape[-1]
     with torch.no_grad(), on_device(qb):
         kernel_ok = (use_kernels(qb) and qb.dtype != torch.float64 and D >= 16 and (D & (D - 1)) == 0
@@ -180,9 +193,9 @@ def decode(q, cache: KVCache, *, scale=None, recipe: str = "nvfp4", thrift_budge
             qb = qb.contiguous()
             # the selection by two Triton kernels (thrift_select's semantics, a few µs instead of ~40 ops)
             sel = select_pages(qb, cache, thrift_budget) if thrift_budget is not None else None
-            out, lse = decode_fwd(qb, cache, scale=scale, selection=sel, num_splits=num_splits)
+            out, lse = decode_fwd(qb, cache, scale=scale, selection=sel, num_splits=num_splits, window=window)
         else:
-            out, lse = decode_reference(qb, cache, scale=scale, thrift_budget=thrift_budget)
+            out, lse = decode_reference(qb, cache, scale=scale, thrift_budget=thrift_budget, window=window)
     out = out.to(q.dtype)
     if layout == "bshd":
         out = out.transpose(1, 2)
