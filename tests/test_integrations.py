@@ -789,3 +789,99 @@ def test_greedy_generate_thrift_cuda_graph_gives_the_eager_tokens():
     eager = fh.greedy_generate(m, ids, 150, cuda_graph=False)
     graphed = fh.greedy_generate(m, ids, 150)
     assert graphed.shape == (2, 350) and torch.equal(graphed, eager)
+
+
+# ------------------------------------------------------------------------------------------------
+# sliding windows (Mistral-style sliding_window)
+# ------------------------------------------------------------------------------------------------
+def _mistral(seed=0, window=8, layers=2):
+    from transformers import MistralConfig, MistralForCausalLM
+    cfg = MistralConfig(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
+                        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                        sliding_window=window)
+    torch.manual_seed(seed)
+    return MistralForCausalLM(cfg).eval()
+
+
+def test_sliding_window_of():
+    i, j = torch.arange(12)[:, None], torch.arange(12)[None, :]
+    win = (j <= i) & (j > i - 4)
+    assert _common.sliding_window_of(win) == (0, 0, 3)
+    padded = win & (j >= 5)  # left padding: keys (and query rows) before 5 are padding
+    assert _common.sliding_window_of(padded) == (5, 5, 3)
+    assert _common.sliding_window_of(j <= i) is None  # plain causal: no window binds
+    assert _common.sliding_window_of(torch.tril(torch.ones(12, 12, dtype=torch.bool), -1) | (j > i + 20)) is None
+    gap = win.clone()
+    gap[9, 7] = False  # not contiguous
+    assert _common.sliding_window_of(gap) is None
+    # Nq < Nk (a chunk after a prefix): bottom-right positions
+    assert _common.sliding_window_of(win[8:]) == (0, 0, 3)
+    assert _common.sliding_window_of((j <= i) & (j > i - 4) & (i > 20)) is None  # no row sees a key
+
+
+def test_mistral_sliding_window_runs_one_windowed_call_and_is_exact_with_bf16(monkeypatch):
+    """A Mistral model with sliding_window=8 (key j visible from q iff q - 8 < j <= q): every layer runs one
+    fp4attn.attention call with window_size=(7, 0), unpadded and per sequence with left padding, and with
+    the bf16 recipe the logits are transformers' sdpa ones (which apply the window through the mask)."""
+    m = _mistral()
+    g = torch.Generator().manual_seed(21)
+    ids = torch.randint(1, 96, (2, 30), generator=g)
+    am = torch.ones(2, 30, dtype=torch.long)
+    am[1, :9] = 0  # left padding
+    pos = (am.cumsum(-1) - 1).clamp(min=0)
+    calls = []
+    real = fp4attn.attention
+    monkeypatch.setattr(fp4attn, "attention", lambda *a, **kw: calls.append(kw.get("window_size")) or real(*a, **kw))
+    name = fh.register("bf16")
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "many op calls" warning
+        m.set_attn_implementation(name)
+        out = m(ids).logits
+        assert calls == [(7, 0)] * 2
+        out_pad = m(ids, attention_mask=am, position_ids=pos).logits
+        assert calls[2:] == [(7, 0)] * 4  # one windowed call per sequence and layer
+        m.set_attn_implementation("sdpa")
+        ref = m(ids).logits
+        ref_pad = m(ids, attention_mask=am, position_ids=pos).logits
+    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
+    real_tok = am.bool()
+    torch.testing.assert_close(out_pad[real_tok], ref_pad[real_tok], rtol=1e-4, atol=1e-4)
+    # the window matters here: full causal attention gives other logits
+    m.config.sliding_window = None
+    for layer in m.model.layers:
+        layer.self_attn.sliding_window = None
+    with torch.no_grad():
+        full = m(ids).logits
+    assert (full - ref).abs().max() > 1e-3
+
+
+def test_mistral_sliding_window_decodes_the_window_from_fp4_pages(monkeypatch):
+    """Decode steps of a sliding-window model on an fp4_cache run fp4attn.decode with window_size=(w - 1, 0)
+    (from transformers' sliding mask eagerly, from the layer's sliding_window when the mask function leaves
+    the mask out under CUDA-graph capture: the same logits), close to the dense FP4 path with the window."""
+    from transformers import DynamicCache
+    m = _mistral(window=12)
+    ids = torch.randint(0, 96, (2, 44), generator=torch.Generator().manual_seed(22))
+    calls = []
+    real = fp4attn.decode
+    monkeypatch.setattr(fp4attn, "decode", lambda *a, **kw: calls.append(kw.get("window_size")) or real(*a, **kw))
+
+    def run(impl, cache):
+        m.set_attn_implementation(impl)
+        with torch.no_grad():
+            outs = [m(ids[:, :36], past_key_values=cache, use_cache=True).logits[:, -1]]
+            for t in range(36, 44):
+                outs.append(m(ids[:, t: t + 1], past_key_values=cache, use_cache=True).logits[:, -1])
+        return torch.stack(outs, 1)
+
+    name = fh.register("nvfp4")
+    fp4_cached = run(name, fh.fp4_cache())
+    assert calls == [(11, 0)] * 16
+    monkeypatch.setattr(fh, "_capturing", lambda: True)
+    assert torch.equal(run(name, fh.fp4_cache()), fp4_cached)
+    assert calls[16:] == [(11, 0)] * 16
+    monkeypatch.setattr(fh, "_capturing", lambda: False)
+    dense_fp4 = run(name, DynamicCache(config=m.config))
+    exact = run("sdpa", DynamicCache(config=m.config))
+    err_cache = (fp4_cached - dense_fp4).abs().max()
+    assert err_cache < 0.05 and err_cache < (dense_fp4 - exact).abs().max()

@@ -9,6 +9,12 @@ query rows, each answered by one op call on a contiguous key span:
 * a **full run**: rows that all see the same key span [a, b] (``causal=False``);
 * rows that see no key give zeros.
 
+A **sliding window** (transformers' ``sliding_window``: Mistral, Gemma, ...) is recognized before the runs:
+rows that see keys max(a, p − left) .. p (p = i + Nk − Nq, bottom-right; keys before a are padding) become
+one call of the inference op with ``window_size=(left, 0)`` on keys a.. (the op skips the key tiles outside
+the window). Training and Thrift have no window: there the window is split into runs (one per row: exact,
+slow, warned).
+
 A padded batch (left or right padding, causal or bidirectional) becomes one or two runs per
 sequence, and each sequence is computed exactly as if it were run alone, unpadded: the FP4 blocks
 of V and P start at the sequence's first real key, so padding never changes a real token's output.
@@ -54,7 +60,9 @@ def qat_fmt(recipe: str, op_kwargs: dict) -> str:
 
 
 def make_op(recipe: str, op_kwargs: dict):
-    """``op(q, k, v, causal, scale, train) -> out`` on bhsd tensors (GQA allowed).
+    """``op(q, k, v, causal, scale, train, window=None) -> out`` on bhsd tensors (GQA allowed).
+    ``window``: ``fp4attn.attention``'s normalized ``window_size`` (left, right), only where
+    ``op.window_ok(train)`` (the inference recipes but Thrift).
 
     ``train=True``: :func:`fp4attn.attn_qat` (autograd; fake-quantized forward, Algorithm-3
     backward), or exact differentiable attention for ``recipe="bf16"``. ``train=False``: the
@@ -70,7 +78,12 @@ def make_op(recipe: str, op_kwargs: dict):
     if recipe != "thrift":
         infer_kw.pop("fmt", None)
 
-    def op(q, k, v, causal: bool, scale, train: bool):
+    def op(q, k, v, causal: bool, scale, train: bool, window=None):
+        if window is not None:
+            if not op.window_ok(train):
+                raise NotImplementedError(f"fp4attn: no sliding window for recipe={recipe!r}, train={train}")
+            return fp4attn.attention(q, k, v, causal=causal, scale=scale, recipe=recipe, window_size=window,
+                                     **infer_kw)
         if train:
             if recipe == "bf16":
                 return _exact_attention(q, k, v, causal, scale)
@@ -79,6 +92,7 @@ def make_op(recipe: str, op_kwargs: dict):
             return fp4attn.thrift_attention(q, k, v, causal=causal, scale=scale, **infer_kw)
         return fp4attn.attention(q, k, v, causal=causal, scale=scale, recipe=recipe, **infer_kw)
 
+    op.window_ok = lambda train: not train and recipe != "thrift"
     return op
 
 
@@ -123,13 +137,40 @@ def bottom_right_causal(nq: int, nk: int, device) -> torch.Tensor:
     return j <= i + (nk - nq)
 
 
+def _row_spans(m: torch.Tensor):
+    """Per row of an (Nq, Nk) boolean mask: (count, first, last) visible key."""
+    nk = m.shape[-1]
+    return m.sum(-1), m.int().argmax(-1), nk - 1 - m.flip(-1).int().argmax(-1)
+
+
+def sliding_window_of(m: torch.Tensor):
+    """(r0, a, left) when the (Nq, Nk) mask ``m`` is a causal sliding window over keys a..: rows r >= r0
+    see keys max(a, p − left) .. p with p = r + Nk − Nq, rows before r0 see none, and the window binds
+    (some row sees fewer keys than causal would give it); else None. a > 0 only for padding (keys before
+    the first row's window start that no row sees)."""
+    nq, nk = m.shape
+    cnt, first, last = _row_spans(m)
+    seen = cnt > 0
+    if not bool(seen.any()):
+        return None
+    r0 = int(seen.int().argmax())
+    rows = torch.arange(nq, device=m.device)
+    p = rows + (nk - nq)
+    left = int((last - first)[seen].max())
+    # keys before a: padding (its first row sees from a, not from where the window starts), else 0, so that
+    # the call keeps the sequence's own quantization blocks
+    a = int(first[r0]) if int(first[r0]) > int(p[r0]) - left else 0
+    ok = (bool(seen[r0:].all()) and bool((last[r0:] == p[r0:]).all()) and bool((cnt == last - first + 1)[r0:].all())
+          and bool((first[r0:] == torch.clamp(p[r0:] - left, min=a)).all()))
+    if not ok or bool((first[r0:] == a).all()):  # not a window, or one that never binds (plain causal)
+        return None
+    return r0, a, left
+
+
 def _row_runs(m: torch.Tensor):
     """Runs for one (Nq, Nk) boolean mask: list of (r0, r1, a, b_end, causal), b_end exclusive;
     None when some row's visible keys are not contiguous."""
-    nk = m.shape[-1]
-    cnt = m.sum(-1)
-    first = m.int().argmax(-1)
-    last = nk - 1 - m.flip(-1).int().argmax(-1)
+    cnt, first, last = _row_spans(m)
     if bool(((cnt > 0) & (cnt != last - first + 1)).any()):
         return None
     runs = []
@@ -181,12 +222,20 @@ def masked_attention(op, q, k, v, allowed: torch.Tensor, scale, train: bool, man
     out = q.new_zeros(B, hq, nq, v.shape[-1])
     units = [(b, h) for b in range(mb) for h in range(mh)]
     calls = 0
+    window_ok = getattr(op, "window_ok", lambda train: False)(train)
     for b, h in units:
         bs = slice(None) if mb == 1 else slice(b, b + 1)
         hs_q = slice(None) if mh == 1 else slice(h, h + 1)
         hs_k = slice(None) if mh == 1 else slice(h // g, h // g + 1)
         qu, ku, vu = q[bs, hs_q], k[bs, hs_k], v[bs, hs_k]
         m = allowed[b, h]
+        win = sliding_window_of(m) if window_ok else None
+        if win is not None:  # one windowed call on keys a.. (rows r0.. keep their bottom-right positions)
+            r0, a, left = win
+            res = op(qu[:, :, r0:], ku[:, :, a:], vu[:, :, a:], True, scale, train, window=(left, 0))
+            out[bs, hs_q, r0:] = res.to(out.dtype)
+            calls += 1
+            continue
         runs = _row_runs(m)
         if runs is None:
             warn_once("gather", "fp4attn: attention mask with non-contiguous visible keys: running each group "

@@ -24,6 +24,12 @@ full mask suffices). What runs:
   all-visible mask → ``causal=False``, padding → one call per sequence on its real tokens (each
   sequence computed exactly as if it were alone, unpadded), other patterns → exact, slower
   per-row-group calls (see :mod:`fp4attn.integrations._common`). Masks are never ignored.
+* Sliding windows (``sliding_window=w``: Mistral, Gemma 2/3 local layers, Qwen2, ...): one call of the
+  inference op with ``window_size=(w - 1, 0)`` (key tiles outside the window skipped), recognized from the
+  mask or, where transformers passes none (keys fewer than w, or a captured decode step), from the
+  ``sliding_window`` argument / the module's ``sliding_window``; decode steps on an :func:`fp4_cache` read
+  only the window's pages (``fp4attn.decode(..., window_size=(w - 1, 0))``). Training and Thrift have no
+  window: the mask is split into exact per-row calls there (slow, warned).
 * The inference op has no autograd: calling an eval-mode model with gradients enabled warns once
   that no gradient flows through attention (``torch.no_grad()`` / ``torch.inference_mode()`` for
   inference, ``model.train()`` or ``mode="qat"`` to train).
@@ -52,11 +58,13 @@ import math
 
 import torch
 
+from ..reference.common import window_keep
 from ._common import (
     additive_to_bool,
     check_recipe_mode,
     make_op,
     masked_attention,
+    sliding_window_of,
     warn_once,
 )
 
@@ -84,6 +92,8 @@ def _fallback(module, query, key, value, attention_mask, scaling, dropout, is_ca
     sinks). ``reason=None``: sdpa by choice (``prefill="sdpa"``), no warning."""
     if eager:
         import sys
+        if attention_mask is None and _hf_window(kwargs, is_causal, module) is not None:
+            raise NotImplementedError(f"fp4attn (transformers): {reason}, and a sliding window without a mask")
         fn = getattr(sys.modules.get(type(module).__module__), "eager_attention_forward", None)
         if fn is None:
             raise NotImplementedError(f"fp4attn (transformers): {reason}, and {type(module).__name__}'s module has "
@@ -92,11 +102,27 @@ def _fallback(module, query, key, value, attention_mask, scaling, dropout, is_ca
                   "eager attention instead of FP4")
         return fn(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    window = _hf_window(kwargs, is_causal, module)
+    if attention_mask is None and window is not None:  # a sliding window whose mask transformers left out
+        keep = window_keep(0, query.shape[2], query.shape[2], key.shape[2], True, window, query.device)
+        attention_mask = torch.zeros(keep.shape, dtype=query.dtype, device=query.device).masked_fill(
+            ~keep, torch.finfo(query.dtype).min)[None, None]
     if reason is not None:
         warn_once(f"hf:{reason}", f"fp4attn (transformers): {reason}; this call runs transformers' full-precision "
                   "'sdpa' attention instead of FP4")
     return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                   is_causal=is_causal, **kwargs)
+
+
+def _hf_window(kwargs: dict, is_causal, module):
+    """The normalized ``window_size`` (w - 1, 0) of a causal sliding-window layer: transformers'
+    ``sliding_window=w`` argument (Mistral, Qwen2, Gemma 2/3, ... pass it to the attention function), else
+    the module's ``sliding_window`` attribute; None for full attention or bidirectional layers."""
+    sw = kwargs.get("sliding_window", getattr(module, "sliding_window", None))
+    if sw is None or isinstance(sw, bool) or not isinstance(sw, int) or sw <= 0:
+        return None
+    causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
+    return (sw - 1, 0) if causal else None
 
 
 def _dense_kv(kv, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
@@ -158,12 +184,21 @@ def make_attention_function(recipe: str = "nvfp4", mode: str = "auto", prefill: 
                       "with mode='auto', or mode='qat', to train, or torch.no_grad() to silence this")
 
         S, T = query.shape[2], key.shape[2]
-        if (kv is not None and not train and allowed is None and recipe in ("nvfp4", "thrift") and S <= 16
-                and T == kv.get_seq_length() and (S == 1 or (len(set(kv.lengths)) == 1 and is_causal is not False))
-                and (recipe == "nvfp4" or kv.keep_16bit)):
+        window = _hf_window(kwargs, is_causal, module)
+        decodable = (kv is not None and not train and recipe in ("nvfp4", "thrift") and S <= 16
+                     and T == kv.get_seq_length() and (S == 1 or (len(set(kv.lengths)) == 1 and is_causal is not False))
+                     and (recipe == "nvfp4" or kv.keep_16bit))
+        dec_window = window if allowed is None else None
+        if decodable and allowed is not None and window is not None and recipe == "nvfp4":
+            # a sliding-window decode step's mask: the pages of the window alone (same mask for every sequence)
+            win = (sliding_window_of(allowed[0, 0]) if allowed.shape[1] == 1 and allowed.shape[0] >= 1
+                   and bool((allowed == allowed[:1]).all()) else None)
+            if win is not None and win[:2] == (0, 0) and len(set(kv.lengths)) == 1:
+                dec_window = (win[2], 0)
+        if decodable and (allowed is None or dec_window is not None) and not (dec_window and recipe == "thrift"):
             import fp4attn
             budget = op_kwargs.get("budget", 0.05) if recipe == "thrift" else None
-            out = fp4attn.decode(query, kv, scale=scaling, thrift_budget=budget)
+            out = fp4attn.decode(query, kv, scale=scaling, thrift_budget=budget, window_size=dec_window)
             return out.transpose(1, 2).contiguous(), None
         if placeholder:  # (a prompt's first update returns its own, unquantized K/V)
             key, value = _dense_kv(kv, key.dtype)
@@ -177,7 +212,14 @@ def make_attention_function(recipe: str = "nvfp4", mode: str = "auto", prefill: 
                 # as transformers' sdpa path: a static-cache prefill (the keys past the queries are empty
                 # slots); SDPA's top-left causal mask on the first S keys
                 key, value = key[:, :, :S], value[:, :, :S]
-            out = op(query, key, value, causal, scaling, train)
+            if window is not None:
+                if op.window_ok(train):
+                    out = op(query, key, value, True, scaling, train, window=window)
+                else:  # (training / Thrift: no window in the op) the window as a mask, split into runs
+                    keep = window_keep(0, S, S, key.shape[2], True, window, query.device)
+                    out = masked_attention(op, query, key, value, keep, scaling, train)
+            else:
+                out = op(query, key, value, causal, scaling, train)
         else:
             out = masked_attention(op, query, key, value, allowed, scaling, train)
         return out.transpose(1, 2).contiguous(), None
@@ -197,7 +239,10 @@ def _mask_function(sdpa_mask):
     fp4attn's attention function to its dense path (which cannot run under capture). A causal mask of 1..16
     new tokens with no padding mask and no sliding window is returned as ``None`` there, as transformers does
     eagerly: the attention function then decodes from the FP4 pages (bottom-right causal among the new tokens).
-    Every other call, and every call outside capture, is ``sdpa_mask``'s."""
+    The same for a causal sliding window (``local_size`` w, the mask function checked on probe points to be
+    transformers' sliding-window causal one): the attention function takes the window from the layer's
+    ``sliding_window`` (see ``_hf_window``). Every other call, and every call outside capture, is
+    ``sdpa_mask``'s."""
     from transformers.masking_utils import causal_mask_function
 
     def fp4attn_mask(*args, **kwargs):
@@ -205,12 +250,30 @@ def _mask_function(sdpa_mask):
             q_len = kwargs.get("q_length")
             if q_len is None and kwargs.get("cache_position") is not None:  # transformers < 5.2x
                 q_len = kwargs["cache_position"].shape[0]
+            local = kwargs.get("local_size", kwargs.get("local_attention_size"))
+            fn = kwargs.get("mask_function")
             if (isinstance(q_len, int) and 1 <= q_len <= 16 and kwargs.get("attention_mask") is None
-                    and kwargs.get("allow_is_causal_skip", True) and kwargs.get("mask_function") is causal_mask_function
-                    and kwargs.get("local_size") is None and kwargs.get("local_attention_size") is None):
+                    and kwargs.get("allow_is_causal_skip", True)
+                    and (fn is causal_mask_function if local is None else _is_sliding_causal(fn, local))):
                 return None
         return sdpa_mask(*args, **kwargs)
     return fp4attn_mask
+
+
+def _is_sliding_causal(fn, w) -> bool:
+    """Whether transformers mask function ``fn(batch, head, q_idx, kv_idx)`` is the causal sliding window of
+    ``w`` keys (key j visible from query q iff q - w < j <= q), checked on the points that tell it from a
+    causal, a bidirectional or a chunked mask."""
+    if not isinstance(w, int) or w <= 0:
+        return False
+    q = torch.tensor([w + 5, w + 5, w + 5, w + 5, 5, 2 * w + 3])
+    j = torch.tensor([5, 6, w + 5, w + 6, 6, w + 4])
+    want = (j > q - w) & (j <= q)
+    try:
+        got = torch.stack([torch.as_tensor(fn(torch.tensor(0), torch.tensor(0), qi, ji)) for qi, ji in zip(q, j)])
+    except Exception:  # noqa: BLE001 - a mask function we cannot evaluate is not one we recognize
+        return False
+    return bool(torch.equal(got.bool().flatten(), want))
 
 
 def register(recipe: str = "nvfp4", name: str | None = None, mode: str = "auto", prefill: str = "fp4",
