@@ -163,13 +163,16 @@ def recorded_cases(which, fmt="nvfp4", smooth=False):
             q = torch.randn(1, 2, 256, 128, dtype=torch.bfloat16)
             Ka.quantize_qkv(q, torch.randn_like(q), torch.randn_like(q), fmt=fmt, path=Ka.PATH_HOPPER,
                             staged=True, smooth_q=smooth, smooth_k=smooth)
-        if "attn" in which or "attnmax" in which or "attn_gl" in which:  # attention / row-max pass, D = 128
+        if any(w in which for w in ("attn", "attnmax", "attn_gl", "attnwin")):  # attention / row-max pass, D = 128
             from fp4attn.kernels import attention as Ka
             q = torch.randn(1, 2, 256, 128, dtype=torch.bfloat16)
             pk = Ka.quantize_qkv(q, q, q, fmt=fmt, path=Ka.PATH_HOPPER, staged=True, smooth_q=smooth,
                                  smooth_k=smooth)
             Ka.attention_packed(pk, causal=False, scale=0.088, two_level_p=smooth, B=1, Hq=2, Hkv=2,
                                 out=torch.empty_like(q), kernel="triton")
+            if "attnwin" in which:  # a causal sliding window (the attention pass)
+                Ka.attention_packed(pk, causal=True, scale=0.088, two_level_p=smooth, B=1, Hq=2, Hkv=2,
+                                    out=torch.empty_like(q), kernel="triton", window=(127, 0))
             if "attn_gl" in which:  # the Gluon attention pass (nvfp4); CPU tensors stand in for CUDA ones
                 Ka.attention_gluon.supported = lambda **kw: True
                 Ka.attention_packed(pk, causal=False, scale=0.088, two_level_p=False, B=1, Hq=2, Hkv=2,
@@ -182,11 +185,11 @@ def recorded_cases(which, fmt="nvfp4", smooth=False):
              "queste5": "_quest_mxfp4_kernel", "sr": "_sr_mxfp4_kernel",
              "fp8conv": "_mx_to_fp8_kernel", "prepq": "_prep_qk_kernel", "prepk": "_prep_qk_kernel",
              "prepv": "_prep_v_kernel", "attn": "_attn_fwd_kernel", "attnmax": "_attn_fwd_kernel",
-             "attn_gl": "_attn_fwd_kernel_gl"}
+             "attn_gl": "_attn_fwd_kernel_gl", "attnwin": "_attn_fwd_kernel"}
     for w in which:
         hits = [(fn, args, kwargs) for fn, args, kwargs in rec if fn.__name__ == names.get(w)]
-        if w in ("attn", "attnmax"):  # PMAX 1: the row-max pass; the attention pass: 2 (0: two-level)
-            hits = [h for h in hits if (h[2]["PMAX"] == 1) == (w == "attnmax")]
+        if w in ("attn", "attnmax", "attnwin"):  # PMAX 1: the row-max pass; the attention pass: 2 (0: two-level)
+            hits = [h for h in hits if (h[2]["PMAX"] == 1) == (w == "attnmax") and h[2]["WINDOW"] == (w == "attnwin")]
         if w == "prepk":  # the K launch comes after Q's
             hits = hits[1:]
         if w.startswith("decode_gl"):  # the FP4 / the Thrift variant
@@ -218,7 +221,7 @@ def main():
     a = ap.parse_args()
     cases = [(*c, None) for c in kernel_cases(a.fmt, a.which)]
     ap_rec = ("decode", "decode_gl", "decode_gl_thrift", "quest", "queste5", "sr", "fp8conv", "prepq", "prepk",
-              "prepv", "attn", "attnmax", "attn_gl")
+              "prepv", "attn", "attnmax", "attn_gl", "attnwin")
     cases += list(recorded_cases([w for w in a.which if w in ap_rec], a.fmt, a.smooth))
     for name, fn, args, meta, per_thread in cases:
         ck = compile_like_launch(fn, args, meta)

@@ -191,8 +191,8 @@ def finish_rows(l_i, m_i, offs_m, KVBAD, QBAD, pid_bh, NQP, Nk, causal_off, LSE,
         row_nan = kbad < Nk
     if WINDOW:
         cand = seen & row_nan
+        win_nan = offs_m < 0
         if tl.max(cand.to(tl.int32), axis=0) != 0:  # rare: scan the windows of the tile's rows
-            row_nan = offs_m < 0
             m0 = tl.min(offs_m, axis=0)
             k_lo = (tl.maximum(tl.maximum(m0 + left_off, kbad), 0) // 64) * 64
             if CAUSAL:
@@ -203,7 +203,8 @@ def finish_rows(l_i, m_i, offs_m, KVBAD, QBAD, pid_bh, NQP, Nk, causal_off, LSE,
                 kn = n0 + tl.arange(0, 64)
                 kb = tl.load(KROWS + kn, mask=kn < NKP, other=0) != 0
                 hit = kb[None, :] & visible(kn, offs_m, Nk, causal_off, CAUSAL, left_off, WINDOW)
-                row_nan = row_nan | (tl.max(hit.to(tl.int32), axis=1) != 0)
+                win_nan = win_nan | (tl.max(hit.to(tl.int32), axis=1) != 0)
+        row_nan = win_nan
     row_nan = seen & (row_nan | (tl.load(QBAD + pid_bh.to(tl.int64) * NQP + offs_m) != 0))
     inv_l, lse = softmax_finish(tl.where(row_nan, float("nan"), l_i), m_i)  # NaN l: NaN 1/l and LSE
     tl.store(LSE + pid_bh.to(tl.int64) * NQP + offs_m, lse)

@@ -42,8 +42,11 @@ Two kernels, read top to bottom:
    with the running max m and l = rowsum of the *unquantized* P̃ = exp(S − m), P̃ quantized in registers
    in blocks of 16 (NVFP4) / 32 (MXFP4) keys, O += ϕ(P̃)·V̂. Two-level P (sage3): per row and key tile
    s1 = rowmax(P̃)/(448·6), O += s1·(ϕ(P̃/s1)·V̂). Causal is bottom-right aligned; tiles above the
-   diagonal are skipped and only diagonal / ragged-tail tiles are masked. GQA reads kv head
-   h // (Hq/Hkv) (nothing repeated in memory). Output in q's dtype, LSE in FP32 (natural log).
+   diagonal are skipped and only diagonal / ragged-tail tiles are masked. A sliding window
+   (``window``, FlashAttention's ``window_size``) moves the right edge (``COFF``) and adds a left one
+   (``WINDOW``, ``LOFF``): key tiles left of every row's window are skipped too, and the tiles its left
+   edge crosses are masked (sm_90, D = 128: 581 SASS per unmasked tile as without window, 255 registers).
+   GQA reads kv head h // (Hq/Hkv) (nothing repeated in memory). Output in q's dtype, LSE in FP32 (natural log).
 
    The operand path is a constexpr ``PATH``:
 

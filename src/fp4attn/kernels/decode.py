@@ -15,7 +15,9 @@ Two attention kernels (1-2) and, for ``thrift_budget``, two page-selection kerne
    bit placement via ``fp4attn.formats.triton_helpers``), Sᵀ (FP32 accumulate, log2 domain, global K
    scale folded into the score scale), online softmax along the keys, P̃ quantized in blocks of 16 keys
    (``fake_quant_p``), Oᵀ += V̂ᵀ·ϕ(P̃)ᵀ with V̂ decoded from its token-packed nibbles.
-   Causal among the new tokens: query i sees keys j <= len − n_q + i (bottom-right).
+   Causal among the new tokens: query i sees keys j <= len − n_q + i (bottom-right). With ``WINDOW`` (a
+   sliding window of left extent WL) also j >= len − n_q + i − WL, and the splits start at the tile holding
+   the sequence's first visible key: only the window's pages are read.
    With ``THRIFT``: per tile (= Thrift block = page when page_size == BLOCK_N) the rows whose query
    head selected the block take S from the 16-bit copy (input-dtype q, FP32 accumulate), unquantized
    P̃ and 16-bit V; the others use the FP4 path with two-level P (s1 = rowmax(P̃ tile)/(448·6)). The
