@@ -30,13 +30,19 @@ EXPECTED = {
     (120, "mxfp4"): ("mma.sync.aligned.m16n8k64.row.col.kind::mxf4nvf4.block_scale.scale_vec::2X"
                      ".f32.e2m1.e2m1.f32.ue8m0"),
 }
-VARIANTS = {"plain": {}, "sage3": {"two_level_p": True, "smooth_q": True, "causal": True}}
+VARIANTS = {"plain": {}, "sage3": {"two_level_p": True, "smooth_q": True, "causal": True},
+            "window": {"window": True, "causal": True, "pmax": 2}}
 
 # (key, capability, fmt, kwargs) for every compile this file needs
 JOBS = [(f"{cap}-{fmt}-{name}", cap, fmt, kw) for cap in (100, 120) for fmt in ("nvfp4", "mxfp4")
         for name, kw in VARIANTS.items()]
 JOBS += [("100-nvfp4-maxonly", 100, "nvfp4", {"pmax": 1}), ("100-nvfp4-exactmax", 100, "nvfp4", {"pmax": 2}),
          ("90-nvfp4-plain", 90, "nvfp4", {}), ("90-mxfp4-plain", 90, "mxfp4", {})]
+# sliding windows on Hopper: causal and non-causal (right edge moved), the row-max pass, two-level P; the
+# interpreter accepts code (a scalar redefined as a vector in a runtime branch) that these reject
+JOBS += [(f"90-{fmt}-win-{name}", 90, fmt, dict(window=True, **kw)) for fmt in ("nvfp4", "mxfp4")
+         for name, kw in (("causal", dict(causal=True, pmax=2)), ("noncausal", dict(pmax=2)),
+                          ("max", dict(causal=True, pmax=1)), ("twolevel", dict(two_level_p=True)))]
 
 # Runs in a child process: Triton's AOT compiler needs real @triton.jit functions, and the CPU test
 # suite sets TRITON_INTERPRET=1 (which turns them into interpreter objects) before this file runs.
@@ -104,3 +110,15 @@ def test_hopper_path_uses_fp16_and_fp8_tensor_cores(compiled):
     mx = _mmas(compiled["90-mxfp4-plain"]["ptx"])
     assert nv and all(m.startswith("wgmma") and m.endswith(".f16.f16") for m in nv), nv
     assert mx and all(m.startswith("wgmma") and m.endswith(".e4m3.e4m3") for m in mx), mx
+
+
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
+@pytest.mark.parametrize("variant", ["causal", "noncausal", "max", "twolevel"])
+def test_hopper_window_variants_compile(compiled, fmt, variant):
+    """The sliding-window kernel (fp4attn.attention(window_size=...)) compiles for sm_90 in every variant,
+    on the tensor cores of the plain kernel."""
+    res = compiled[f"90-{fmt}-win-{variant}"]
+    mmas = _mmas(res["ptx"])
+    want = ".f16.f16" if fmt == "nvfp4" else ".e4m3.e4m3"
+    assert mmas and all(m.startswith("wgmma") and m.endswith(want) for m in mmas), mmas
+    assert res["cubin_bytes"] > 0
