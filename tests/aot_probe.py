@@ -117,6 +117,8 @@ def fam_attention():
     for fmt, staged, kw in (("nvfp4", True, {}), ("mxfp4", True, {}),
                             ("nvfp4", False, dict(smooth_q=True, smooth_k=True, two_level_p=True))):
         A.attention_fwd(q, k, v, causal=True, scale=0.1, fmt=fmt, path=A.PATH_HOPPER, staged=staged, **kw)
+    for causal, window in ((True, (63, 0)), (False, (40, 40))):  # sliding windows (the Triton pass)
+        A.attention_fwd(q, k, v, causal=causal, scale=0.1, path=A.PATH_HOPPER, window=window)
     # the Gluon attention pass (Hopper, nvfp4), D 128 and 64, causal or not
     if A.attention_gluon.HAVE_GLUON:
         A.attention_gluon.supported = lambda **kw: True  # CPU tensors stand in for CUDA ones
@@ -140,6 +142,7 @@ def fam_decode():
     k = torch.randn(2, 2, 300, 128, dtype=torch.bfloat16)
     cache = fp4attn.KVCache.from_dense(k, torch.randn_like(k))
     Dk.decode_fwd(torch.randn(2, 8, 1, 128, dtype=torch.bfloat16), cache, scale=0.1)
+    Dk.decode_fwd(torch.randn(2, 8, 1, 128, dtype=torch.bfloat16), cache, scale=0.1, window=100)  # sliding window
     # Thrift: the page selection kernels, then the split kernel reading their int8 selection
     c16 = fp4attn.KVCache.from_dense(k, torch.randn_like(k), lengths=[300, 100], keep_16bit=True)
     q = torch.randn(2, 8, 2, 128, dtype=torch.bfloat16)
