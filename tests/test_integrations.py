@@ -885,3 +885,32 @@ def test_mistral_sliding_window_decodes_the_window_from_fp4_pages(monkeypatch):
     exact = run("sdpa", DynamicCache(config=m.config))
     err_cache = (fp4_cached - dense_fp4).abs().max()
     assert err_cache < 0.05 and err_cache < (dense_fp4 - exact).abs().max()
+
+
+def test_gemma3_local_layers_windowed_global_layer_not(monkeypatch):
+    """Gemma 3 (local sliding-window layers and a global one, sliding_window passed per layer): the local
+    layers run fp4attn.attention / fp4attn.decode with window_size=(w - 1, 0), the global layer without;
+    bf16 logits equal sdpa's; generate() gives transformers' generate() tokens with the same fp4_cache."""
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+    cfg = Gemma3TextConfig(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+                           num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=512,
+                           sliding_window=8, layer_types=["sliding_attention"] * 3 + ["full_attention"])
+    torch.manual_seed(0)
+    m = Gemma3ForCausalLM(cfg).eval()
+    ids = torch.randint(1, 96, (2, 30), generator=torch.Generator().manual_seed(23))
+    calls, dec = [], []
+    real_attention, real_decode = fp4attn.attention, fp4attn.decode
+    monkeypatch.setattr(fp4attn, "attention", lambda *a, **kw: calls.append(kw.get("window_size"))
+                        or real_attention(*a, **kw))
+    monkeypatch.setattr(fp4attn, "decode", lambda *a, **kw: dec.append(kw.get("window_size")) or real_decode(*a, **kw))
+    with torch.no_grad():
+        m.set_attn_implementation(fh.register("bf16"))
+        out = m(ids).logits
+        assert calls == [(7, 0)] * 3 + [None]
+        m.set_attn_implementation("sdpa")
+        torch.testing.assert_close(out, m(ids).logits, rtol=1e-4, atol=1e-4)
+        m.set_attn_implementation(fh.register("nvfp4"))
+        ours = fh.generate(m, ids, 6, cuda_graph=False)
+        theirs = m.generate(ids, max_new_tokens=6, do_sample=False, past_key_values=fh.fp4_cache())
+    assert torch.equal(ours, theirs)
+    assert dec[:8] == [(7, 0)] * 3 + [None] + [(7, 0)] * 3 + [None]
