@@ -914,3 +914,67 @@ def test_gemma3_local_layers_windowed_global_layer_not(monkeypatch):
         theirs = m.generate(ids, max_new_tokens=6, do_sample=False, past_key_values=fh.fp4_cache())
     assert torch.equal(ours, theirs)
     assert dec[:8] == [(7, 0)] * 3 + [None] + [(7, 0)] * 3 + [None]
+
+
+def test_fp4_cache_with_config_keeps_only_the_window_of_sliding_layers():
+    """fp4_cache(model.config): sliding-window layers (Gemma 3's local ones here) hold KVCache(window=w - 1),
+    which recycles its pages; the global layer keeps every token. Prompt, one-token steps and a chunk of 200
+    tokens (whose first queries read keys its append recycles: read before it) give the logits of a cache that
+    keeps everything, with less memory."""
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+    cfg = Gemma3TextConfig(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                           num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=1024,
+                           sliding_window=24, layer_types=["sliding_attention", "full_attention"])
+    torch.manual_seed(0)
+    m = Gemma3ForCausalLM(cfg).eval()
+    m.set_attn_implementation(fh.register("nvfp4"))
+    ids = torch.randint(1, 96, (2, 510), generator=torch.Generator().manual_seed(24))
+
+    def run(cache):
+        with torch.no_grad():
+            outs = [m(ids[:, :300], past_key_values=cache, use_cache=True).logits[:, -1]]
+            for t in range(300, 305):
+                outs.append(m(ids[:, t:t + 1], past_key_values=cache, use_cache=True).logits[:, -1])
+            chunk = m(ids[:, 305:505], past_key_values=cache, use_cache=True).logits
+            outs += [chunk[:, 0], chunk[:, -1]]
+            for t in range(505, 510):
+                outs.append(m(ids[:, t:t + 1], past_key_values=cache, use_cache=True).logits[:, -1])
+        return torch.stack(outs, 1)
+
+    ring, full = fh.fp4_cache(m.config), fh.fp4_cache()
+    out_ring, out_full = run(ring), run(full)
+    assert [layer.kv.window for layer in ring.layers] == [23, None]
+    assert torch.equal(out_ring, out_full)
+    assert ring.layers[0].kv._num_used == 2 * 3 < full.layers[0].kv._num_used == 2 * 8  # pool pages, B = 2
+    assert ring.layers[0].kv.nbytes < full.layers[0].kv.nbytes
+    assert ring.layers[1].kv.nbytes == full.layers[1].kv.nbytes
+    thrift = fh.fp4_cache(m.config, keep_16bit=True)  # Thrift's 16-bit copy: every layer keeps every token
+    with torch.no_grad():
+        m(ids[:, :40], past_key_values=thrift, use_cache=True)
+    assert [layer.kv.window for layer in thrift.layers] == [None, None]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_greedy_generate_cuda_graph_sliding_window_model():
+    """A Gemma 3 model with local (sliding-window) layers on the GPU: generate()'s replayed steps decode the window
+    from recycled pages (the mask function leaves the sliding mask out under capture; the layer's sliding_window
+    gives the window) and give the eager tokens, which are transformers' generate() tokens with the same cache
+    (ragged prompts included: each prefilled alone, then one batch)."""
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+    cfg = Gemma3TextConfig(vocab_size=96, hidden_size=512, intermediate_size=1024, num_hidden_layers=4,
+                           num_attention_heads=8, num_key_value_heads=2, head_dim=64, max_position_embeddings=2048,
+                           sliding_window=100, layer_types=["sliding_attention"] * 3 + ["full_attention"])
+    torch.manual_seed(0)
+    m = Gemma3ForCausalLM(cfg).eval().to("cuda", torch.bfloat16)
+    m.set_attn_implementation(fh.register("nvfp4"))
+    ids = torch.randint(0, 96, (3, 400), generator=torch.Generator().manual_seed(25)).to("cuda")
+    eager = fh.greedy_generate(m, ids, 60, cuda_graph=False)
+    assert torch.equal(fh.greedy_generate(m, ids, 60), eager)
+    with torch.no_grad():
+        theirs = m.generate(ids, max_new_tokens=60, do_sample=False, past_key_values=fh.fp4_cache(m.config))
+    assert torch.equal(theirs, eager)
+    mask = torch.ones_like(ids)
+    mask[1, :150] = 0
+    runs = [fh.greedy_generate(m, ids, 40, attention_mask=mask, cuda_graph=g) for g in (False, True)]
+    assert torch.equal(runs[0], runs[1])

@@ -483,6 +483,73 @@ def test_decode_window_errors():
     assert torch.equal(fp4attn.decode(q, c, window_size=(-1, 0)), fp4attn.decode(q, c))
 
 
+def _ring_and_full(window, chunks, lens=None, seed=43, page_size=64):
+    """A sliding-window cache (window=...) and a full one, the same tokens appended in ``chunks``."""
+    B, H, D = 2, 2, 32
+    n = sum(chunks)
+    k, v = _kv(B, H, n, D, dtype=torch.float32, seed=seed)
+    ring = KVCache(B, H, D, dtype=torch.float32, window=window, page_size=page_size)
+    full = KVCache(B, H, D, dtype=torch.float32, page_size=page_size)
+    pos = 0
+    for c in chunks:
+        last = c == chunks[-1] and lens is not None
+        for cache in (ring, full):
+            cache.append(k[:, :, pos:pos + c], v[:, :, pos:pos + c], lengths=[min(x - pos, c) for x in lens]
+                         if last else None)
+        pos += c
+    return ring, full
+
+
+@pytest.mark.parametrize("chunks", [[37, 300, 1, 1, 16, 5, 200, 140], [700], [64, 64, 1, 1, 1]])
+def test_window_cache_keeps_the_window_and_decodes_like_a_full_cache(chunks):
+    """KVCache(window=w) recycles pool pages (at most ring_pages per sequence, also for one chunk longer than the
+    ring, which is appended in pieces): windowed decode reads the same bits as from a full cache, dequantize()
+    equals the full cache's over the kept tokens and is zero before them, and it holds fewer bytes."""
+    w = 100
+    ring, full = _ring_and_full(w, chunks)
+    R = ring.ring_pages
+    assert R == -(-(w + 16) // 64) + 2 and ring._num_used <= 2 * R
+    n = sum(chunks)
+    if n > R * 64:
+        assert ring.nbytes < full.nbytes and ring._num_used < full._num_used
+    q = torch.randn(2, 4, 3, 32, generator=torch.Generator().manual_seed(44))
+    for ww in (0, 37, w):
+        assert torch.equal(fp4attn.decode(q, ring, window_size=(ww, 0)), fp4attn.decode(q, full, window_size=(ww, 0)))
+    kr, vr = ring.dequantize()
+    kf, vf = full.dequantize()
+    kept = n - (w + 16)
+    assert torch.equal(kr[:, :, kept:], kf[:, :, kept:]) and torch.equal(vr[:, :, kept:], vf[:, :, kept:])
+    gone = max(0, -(-(n - n % 16) // 64) - R) * 64
+    assert (kr[:, :, :gone] == 0).all() and (vr[:, :, :gone] == 0).all()
+
+
+def test_window_cache_reserve_cat_reorder_and_errors():
+    ring, full = _ring_and_full(40, [150, 3], lens=[153, 150])
+    R = ring.ring_pages
+    used = ring._num_used
+    ring.reserve(5000)  # every logical page mapped, no pool growth past the ring
+    assert used <= 2 * R and ring._num_used == 2 * R and ring.page_table.shape[1] >= 5000 // 64
+    assert all(int(ring.page_table[b, p]) == int(ring.page_table[b, p - R]) for b in range(2) for p in range(R, 78))
+    q = torch.randn(2, 4, 1, 32, generator=torch.Generator().manual_seed(45))
+    want = fp4attn.decode(q, full, window_size=(40, 0))
+    assert torch.equal(fp4attn.decode(q, ring, window_size=(40, 0)), want)
+    both = KVCache.cat([ring, ring])
+    assert both.window == 40 and both._num_used <= 4 * R
+    assert torch.equal(fp4attn.decode(torch.cat([q, q]), both, window_size=(40, 0)), torch.cat([want, want]))
+    ring.reorder([1, 0])
+    assert torch.equal(fp4attn.decode(q.flip(0), ring, window_size=(40, 0)), want.flip(0))
+    with pytest.raises(ValueError, match="window_size"):
+        fp4attn.decode(q, ring)
+    with pytest.raises(ValueError, match="w <= 40"):
+        fp4attn.decode(q, ring, window_size=(41, 0))
+    with pytest.raises(ValueError, match="keep_16bit"):
+        KVCache(1, 1, 16, window=8, keep_16bit=True)
+    with pytest.raises(ValueError, match="window"):
+        KVCache(1, 1, 16, window=-1)
+    with pytest.raises(ValueError, match="window"):
+        KVCache.cat([ring, full])
+
+
 # ------------------------------------------------------------------------------------------------
 # the flash-decoding kernel in the interpreter
 # ------------------------------------------------------------------------------------------------
@@ -561,6 +628,20 @@ def test_decode_kernel_interpreter_window(nq, window, splits):
         c2 = KVCache.from_dense(k2, v2, lengths=lens, dtype=torch.float32)
         out2, _ = decode_fwd(q, c2, scale=D ** -0.5, num_splits=splits, window=window)
         assert torch.equal(out2[0], out[0])
+
+
+@needs_interp
+def test_decode_kernel_interpreter_window_cache_equals_full_cache():
+    """The split kernel on a sliding-window cache (recycled pool pages behind a static page table): the bits of
+    the same windowed decode on a cache that kept every token."""
+    from fp4attn.kernels.decode import decode_fwd
+
+    ring, full = _ring_and_full(100, [37, 300, 1, 16, 200], lens=[554, 540])
+    q = torch.randn(2, 4, 2, 32, generator=torch.Generator().manual_seed(46))
+    for ww, splits in ((0, 2), (60, 3), (100, 2)):
+        a, la = decode_fwd(q, ring, scale=32 ** -0.5, num_splits=splits, window=ww)
+        b, lb = decode_fwd(q, full, scale=32 ** -0.5, num_splits=splits, window=ww)
+        assert torch.equal(a, b) and torch.equal(la, lb)
 
 
 @needs_interp

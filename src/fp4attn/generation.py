@@ -99,7 +99,7 @@ def run(args) -> int:
         tn, out = timed(ours, args.max_new_tokens)
     new = out[:, ids.shape[1]:]
     n = new.shape[1]
-    cache = fh.fp4_cache(**({"keep_16bit": True} if args.recipe == "thrift" else {}))
+    cache = fh.fp4_cache(model.config, **({"keep_16bit": True} if args.recipe == "thrift" else {}))
     with torch.no_grad():
         model(ids, past_key_values=cache, use_cache=True)
     fp4_bytes = cache.nbytes()

@@ -34,6 +34,13 @@ Storage (one object per attention layer; :class:`KVCacheStack` holds one per lay
   copy, 0.016 for the means) instead of ≈ 0.28x, while a Thrift decode step still *reads* only the
   FP4 pages plus the selected 16-bit pages. :attr:`nbytes_16bit` reports that part separately.
 
+**Sliding-window layers** (``window=w``): a layer whose queries see only their last w + 1 keys (Mistral,
+Gemma's local layers) keeps only the pages that can still be read. Logical page p of a sequence reuses the
+pool page of logical page p − R (R = ``ring_pages``: enough pages for the last w + 16 tokens, decode's
+most new queries, plus two), so each sequence holds at most R pages, and the page table maps every logical
+page statically (``reserve`` stays CUDA-graph safe). Tokens older than that are gone: :meth:`dequantize`
+returns zeros for them, and ``decode`` needs ``window_size=(w', 0)`` with w' <= w.
+
 Ragged batches: every sequence has its own length (``seq_lens``); ``append(k, v, lengths=...)``
 takes per-sequence counts of valid new tokens (the rest of the ``n_new`` positions is padding).
 
@@ -80,11 +87,15 @@ class KVCache:
             (B, Hkv)); ``None`` (default) fixes them per sequence at its first append.
         scale_headroom: headroom factor of the automatic global scales.
         initial_pages: pool capacity to allocate up front (pages, at least 1; it grows by doubling).
+        window: for a sliding-window layer, the largest left extent w its queries use (they see the keys
+            i − w ... i): only the pages that can hold those keys are kept (see the module docstring). None:
+            every token is kept.
     """
 
     def __init__(self, batch_size: int, num_kv_heads: int, head_dim: int, *, dtype=torch.bfloat16,
                  device=None, page_size: int = 64, keep_16bit: bool = False, k_global_scale=None,
-                 v_global_scale=None, scale_headroom: float = 4.0, initial_pages: int = 0):
+                 v_global_scale=None, scale_headroom: float = 4.0, initial_pages: int = 0,
+                 window: int | None = None):
         for name, val in (("batch_size", batch_size), ("num_kv_heads", num_kv_heads),
                           ("head_dim", head_dim), ("page_size", page_size)):
             if isinstance(val, bool) or not isinstance(val, int) or val < 1:
@@ -95,6 +106,15 @@ class KVCache:
             raise ValueError(f"page_size must be a multiple of {SLOT}, got {page_size}")
         if dtype not in _DTYPES:
             raise TypeError(f"dtype must be one of {_DTYPES}, got {dtype}")
+        if window is not None:
+            if isinstance(window, bool) or not isinstance(window, int) or window < 0:
+                raise ValueError(f"window must be a non-negative int or None, got {window!r}")
+            if keep_16bit:
+                raise ValueError("window and keep_16bit cannot be combined (Thrift selects among all pages)")
+        self.window = window
+        # pool pages per sequence of a sliding-window cache: the last window + 16 tokens (decode's most new
+        # queries) may start anywhere in a page, and one more page is being filled
+        self.ring_pages = None if window is None else -(-(window + SLOT) // page_size) + 2
         if not (isinstance(scale_headroom, (int, float)) and math.isfinite(scale_headroom)
                 and scale_headroom >= 1):
             raise ValueError(f"scale_headroom must be a finite number >= 1, got {scale_headroom!r}")
@@ -167,24 +187,42 @@ class KVCache:
         have = len(self._pages[b])
         if n_pages <= have:
             return
+        if self.ring_pages is not None and n_pages > self.ring_pages:
+            # a sliding-window cache: logical pages past the ring reuse the pool page of page p - R
+            self._ensure_pages(b, self.ring_pages)
+            have = len(self._pages[b])
+            R = self.ring_pages
+            for p in range(have, n_pages):
+                self._pages[b].append(self._pages[b][p - R])
+            self._grow_page_table(n_pages)
+            self.page_table[b, have:n_pages] = torch.tensor(self._pages[b][have:n_pages], dtype=torch.int32,
+                                                            device=self.device)
+            return
         need = n_pages - have
         if self._num_used + need > self._capacity:
             self._alloc_pool(max(self._num_used + need, 2 * self._capacity, 4))
         new = list(range(self._num_used, self._num_used + need))
         self._num_used += need
         self._pages[b].extend(new)
+        self._grow_page_table(n_pages)
+        # new pages are a contiguous range of the pool: no host-to-device copy
+        self.page_table[b, have:n_pages] = torch.arange(new[0], new[-1] + 1, dtype=torch.int32, device=self.device)
+
+    def _grow_page_table(self, n_pages: int) -> None:
         if n_pages > self.page_table.shape[1]:
             cols = max(n_pages, 2 * self.page_table.shape[1])
             pt = torch.full((self.batch_size, cols), -1, dtype=torch.int32, device=self.device)
             pt[:, : self.page_table.shape[1]] = self.page_table
             self.page_table = pt
-        # new pages are a contiguous range of the pool: no host-to-device copy
-        self.page_table[b, have:n_pages] = torch.arange(new[0], new[-1] + 1, dtype=torch.int32, device=self.device)
+
+    def _pool_pages(self, n: int) -> int:
+        """Pool pages a sequence of ``n`` logical pages holds."""
+        return n if self.ring_pages is None else min(n, self.ring_pages)
 
     def _ensure_batch_pages(self, n_pages, grow: bool) -> None:
         """At least ``n_pages[b]`` pages for every sequence b, the pool grown by one allocation for the whole
         batch (``grow``: at least doubling, as one sequence's growth does; else to exactly what is needed)."""
-        need = sum(max(0, n - len(p)) for n, p in zip(n_pages, self._pages))
+        need = sum(max(0, self._pool_pages(n) - self._pool_pages(len(p))) for n, p in zip(n_pages, self._pages))
         if self._num_used + need > self._capacity:
             self._alloc_pool(max(self._num_used + need, 2 * self._capacity, 4) if grow else self._num_used + need)
         for b, n in enumerate(n_pages):
@@ -254,6 +292,15 @@ class KVCache:
         if k.device != self.device:
             raise ValueError(f"k and v must be on the cache's device {self.device}, got {k.device}")
         counts = _counts(lengths, B, n)
+        if self.ring_pages is not None and n > (self.ring_pages - 2) * self.page_size:
+            # a sliding-window cache: pieces whose slots never share a pool page (one launch writes a piece's
+            # slots in parallel; the logical pages of a longer chunk would wrap around the ring)
+            piece = (self.ring_pages - 2) * self.page_size
+            for s0 in range(0, n, piece):
+                e0 = min(n, s0 + piece)
+                self.append(k[:, :, s0:e0], v[:, :, s0:e0],
+                            lengths=None if lengths is None else [min(max(c - s0, 0), e0 - s0) for c in counts])
+            return
         k = k.to(self.dtype)
         v = v.to(self.dtype)
         if n == 1 and lengths is None and all(self._scale_set) and _use_append_kernel(self.device, D):
@@ -431,7 +478,7 @@ class KVCache:
         """Bytes held for the stored tokens: the FP4 pages in use (whole pages, the unused part of
         each sequence's last page included), the raw 16-bit tails, the global scales and the page
         table. The optional 16-bit copy is *not* included; see :attr:`nbytes_16bit`."""
-        pages = sum(len(p) for p in self._pages)
+        pages = sum(self._pool_pages(len(p)) for p in self._pages)
         fixed = (self.k_tail.numel() + self.v_tail.numel()) * self.k_tail.element_size()
         fixed += (self.k_global_scale.numel() + self.v_global_scale.numel()) * 4
         fixed += self.page_table.numel() * 4 + self.seq_lens.numel() * 4
@@ -457,8 +504,10 @@ class KVCache:
         return tot
 
     def bf16_nbytes(self) -> int:
-        """Bytes of a dense bf16 cache holding the same tokens (no padding): 2·2·Hkv·D·Σ lengths."""
-        return 4 * self.num_kv_heads * self.head_dim * sum(self._lens)
+        """Bytes of a dense bf16 cache holding the same tokens (no padding): 2·2·Hkv·D·Σ lengths (a
+        sliding-window cache: at most ``window`` tokens per sequence, what transformers' sliding layer keeps)."""
+        lens = self._lens if self.window is None else [min(L, self.window) for L in self._lens]
+        return 4 * self.num_kv_heads * self.head_dim * sum(lens)
 
     # ------------------------------------------------------------------------------------------
     # dense views (references, tests)
@@ -473,8 +522,9 @@ class KVCache:
     def dequantize(self, dtype=torch.float32):
         """Dense (k, v) of shape (B, Hkv, max_len, D): committed tokens dequantized
         (code · block scale · global scale, in float32, then rounded once to ``dtype``), the raw tail as
-        stored, zeros beyond each length. Built one sequence at a time in ``dtype``: no float32 copy of the
-        whole cache (at B=64 and 32k tokens of D=128 that was 8.6 GB per tensor next to a bf16 result)."""
+        stored, zeros beyond each length (with ``window``: also before the kept pages). Built one sequence at a
+        time in ``dtype``: no float32 copy of the whole cache (at B=64 and 32k tokens of D=128 that was 8.6 GB
+        per tensor next to a bf16 result)."""
         B, H, D = self.batch_size, self.num_kv_heads, self.head_dim
         Lmax = self.get_seq_length()
         k = torch.zeros(B, H, Lmax, D, dtype=dtype, device=self.device)
@@ -493,6 +543,10 @@ class KVCache:
                 v[b, :, :c] = vc.view(H, D, c).transpose(1, 2) * self.v_global_scale[b].view(H, 1, 1)
             k[b, :, c:L] = self.k_tail[b, :, : L - c].float()
             v[b, :, c:L] = self.v_tail[b, :, : L - c].float()
+            if self.ring_pages is not None:  # tokens whose pool pages were reused: gone
+                gone = max(0, -(-c // self.page_size) - self.ring_pages) * self.page_size
+                k[b, :, :gone] = 0
+                v[b, :, :gone] = 0
         return k, v
 
     def dense_16bit(self):
@@ -565,18 +619,19 @@ class KVCache:
     def cat(cls, caches) -> KVCache:
         """One cache holding the sequences of ``caches`` in order (e.g. prompts prefilled one at a time, then
         decoded as one batch): pages, tails, global scales and lengths copied, the same bits as each source. The
-        caches must agree in heads, head dim, page size, dtype, device and ``keep_16bit``."""
+        caches must agree in heads, head dim, page size, dtype, device, ``keep_16bit`` and ``window``."""
         caches = list(caches) if isinstance(caches, (list, tuple)) else None
         if not caches or any(not isinstance(c, KVCache) for c in caches):
             raise ValueError("caches must be a non-empty list of KVCache")
         c0 = caches[0]
         for c in caches[1:]:
-            for attr in ("num_kv_heads", "head_dim", "page_size", "dtype", "device", "keep_16bit"):
+            for attr in ("num_kv_heads", "head_dim", "page_size", "dtype", "device", "keep_16bit", "window"):
                 if getattr(c, attr) != getattr(c0, attr):
                     raise ValueError(f"caches: every cache must have the same {attr} ({getattr(c0, attr)}), got "
                                      f"{getattr(c, attr)}")
         out = cls(sum(c.batch_size for c in caches), c0.num_kv_heads, c0.head_dim, page_size=c0.page_size,
-                  dtype=c0.dtype, device=c0.device, keep_16bit=c0.keep_16bit, scale_headroom=c0.scale_headroom)
+                  dtype=c0.dtype, device=c0.device, keep_16bit=c0.keep_16bit, scale_headroom=c0.scale_headroom,
+                  window=c0.window)
         out._gather([(c, i) for c in caches for i in range(c.batch_size)])
         return out
 
@@ -592,7 +647,7 @@ class KVCache:
                                                           "v_global_scale")})
         src = [(old[id(c)], i) for c, i in sources]
         self._num_used, self._capacity = 0, 0
-        self._alloc_pool(max(sum(len(o[1][i]) for o, i in src), 4))
+        self._alloc_pool(max(sum(len(set(o[1][i])) for o, i in src), 4))
         self._pages = [[] for _ in range(self.batch_size)]
         self.page_table = torch.full((self.batch_size, self.page_table.shape[1]), -1, dtype=torch.int32,
                                      device=self.device)

@@ -370,6 +370,15 @@ def _cache_classes():
             if not self.is_initialized:
                 self.lazy_initialization(key_states, value_states)
             first = self.kv.get_seq_length() == 0
+            if not first and self.kv.window is not None and key_states.shape[2] > 16:
+                # a chunk of a sliding-window layer: its first queries read keys that the append may recycle
+                # (the ring keeps window + 16), so the dense K/V are read first: the old ones (zeros where
+                # gone: outside every window), then the chunk's own
+                k_old, v_old = _dense_kv(self.kv, key_states.dtype)
+                self.kv.append(key_states.detach(), value_states.detach())
+                k, v = torch.cat([k_old, key_states], 2), torch.cat([v_old, value_states], 2)
+                k._fp4attn_kvcache = self.kv
+                return k, v
             self.kv.append(key_states.detach(), value_states.detach())
             if first:
                 # the prompt: its own K/V, as they came (the pages hold their FP4 copy). Dequantizing the cache
@@ -413,11 +422,18 @@ def _cache_classes():
         """A transformers ``Cache`` storing every layer's K and V as NVFP4 (:class:`fp4attn.KVCache`).
 
         ``kvcache_kwargs`` go to each layer's ``KVCache`` (``page_size``, ``keep_16bit=True`` for
-        Thrift decode, ``scale_headroom``, …). :meth:`nbytes` is the storage of all layers.
+        Thrift decode, ``scale_headroom``, …). :meth:`nbytes` is the storage of all layers. With the
+        model's ``config``, the sliding-window layers (``sliding_window`` / ``layer_types``) keep only the
+        pages their window reads (``KVCache(window=sliding_window - 1)``), as transformers'
+        ``DynamicCache(config=...)`` keeps only the window's tokens; not with ``keep_16bit``.
         """
 
-        def __init__(self, **kvcache_kwargs):
-            super().__init__(layer_class_to_replicate=lambda: FP4CacheLayer(**kvcache_kwargs))
+        def __init__(self, config=None, **kvcache_kwargs):
+            windows = _layer_windows(config) if config is not None and not kvcache_kwargs.get("keep_16bit") else None
+            if windows is None:
+                super().__init__(layer_class_to_replicate=lambda: FP4CacheLayer(**kvcache_kwargs))
+            else:
+                super().__init__(layers=[FP4CacheLayer(window=w, **kvcache_kwargs) for w in windows])
 
         def nbytes(self) -> int:
             return sum(layer.kv.nbytes for layer in self.layers if getattr(layer, "kv", None) is not None)
@@ -454,10 +470,24 @@ def __getattr__(name):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def fp4_cache(**kvcache_kwargs):
-    """A new :class:`FP4Cache` for ``model.generate(..., past_key_values=fp4_cache())`` (use one per
-    generate call). ``keep_16bit=True`` is needed for ``recipe="thrift"`` decode."""
-    return __getattr__("FP4Cache")(**kvcache_kwargs)
+def fp4_cache(config=None, **kvcache_kwargs):
+    """A new :class:`FP4Cache` for ``model.generate(..., past_key_values=fp4_cache(model.config))`` (use one per
+    generate call). ``keep_16bit=True`` is needed for ``recipe="thrift"`` decode. ``config``: the model's, so
+    that sliding-window layers keep only their window's pages (without it every layer keeps every token)."""
+    return __getattr__("FP4Cache")(config, **kvcache_kwargs)
+
+
+def _layer_windows(config) -> list:
+    """Per decoder layer: the ``KVCache`` window (sliding_window - 1) of a sliding-window layer, else None."""
+    c = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+    n = getattr(c, "num_hidden_layers", None)
+    sw = getattr(c, "sliding_window", None)
+    if not isinstance(n, int) or not isinstance(sw, int) or isinstance(sw, bool) or sw <= 0:
+        return [None] * n if isinstance(n, int) else None
+    types = getattr(c, "layer_types", None)
+    if types is None:  # (Mistral) every layer slides
+        return [sw - 1] * n
+    return [sw - 1 if t == "sliding_attention" else None for t in types]
 
 
 def generate(model, input_ids: torch.Tensor, max_new_tokens: int, *, do_sample: bool = False,
@@ -488,7 +518,8 @@ def generate(model, input_ids: torch.Tensor, max_new_tokens: int, *, do_sample: 
     reserved splits, so the same logits). Eagerly a decode step is paced by the host's per-layer work;
     replayed, by the GPU (a 16-layer Llama-like model on an H200, 4096-token prompt: 1.9-3.9 ms per token at
     B = 8-32, against 16-35 for thrift eagerly and 10.7-15.6 for transformers' ``generate()`` on its bf16
-    cache, ``benchmarks/gen-s22``). ``kvcache_kwargs`` go to :func:`fp4_cache`.
+    cache, ``benchmarks/gen-s22``). ``kvcache_kwargs`` go to :func:`fp4_cache` (with the model's config: sliding-window
+    layers keep only their window's pages).
     """
     cfg = getattr(getattr(model, "config", None), "_attn_implementation", None)
     reg = _REGISTERED.get(cfg)
@@ -544,14 +575,14 @@ def generate(model, input_ids: torch.Tensor, max_new_tokens: int, *, do_sample: 
         if ragged:  # each prompt alone, then one cache of the batch
             parts, last = [], []
             for b in range(B):
-                parts.append(fp4_cache(**kvcache_kwargs))
+                parts.append(fp4_cache(model.config, **kvcache_kwargs))
                 row = input_ids[b:b + 1, am[b].bool()]
                 last.append(model(row, past_key_values=parts[b], use_cache=True).logits[:, -1:])
             cache = __getattr__("FP4Cache").cat(parts, **kvcache_kwargs)
             del parts
             tok = choose(torch.cat(last))
         else:
-            cache = fp4_cache(**kvcache_kwargs)
+            cache = fp4_cache(model.config, **kvcache_kwargs)
             tok = choose(model(input_ids, past_key_values=cache, use_cache=True).logits)
         pos = lens.view(B, 1).clone()  # each sequence's next position
         if more():

@@ -80,6 +80,9 @@ def _check(q, cache, scale, recipe, thrift_budget, layout, return_lse, window_si
         if not cache.keep_16bit:
             raise ValueError("thrift_budget needs a cache built with keep_16bit=True (the 16-bit copy)")
     window = check_window(window_size, True)  # decode is causal: (left, 0) or None
+    if cache.window is not None and (window is None or window[0] > cache.window):
+        raise ValueError(f"this KVCache keeps only what a sliding window of {cache.window} keys reads (window="
+                         f"{cache.window}): pass window_size=(w, 0) with w <= {cache.window}, got {window_size!r}")
     if window is not None and thrift_budget is not None:
         raise ValueError("window_size and thrift_budget cannot be combined (Thrift selects among all pages)")
     return q, check_scale(scale, D), thrift_budget, (None if window is None else window[0])
