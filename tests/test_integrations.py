@@ -978,3 +978,26 @@ def test_greedy_generate_cuda_graph_sliding_window_model():
     mask[1, :150] = 0
     runs = [fh.greedy_generate(m, ids, 40, attention_mask=mask, cuda_graph=g) for g in (False, True)]
     assert torch.equal(runs[0], runs[1])
+
+
+def test_generate_sliding_window_padded_prompts_equal_each_prompt_alone():
+    """Gemma 3 with 8-key windows, prompts of 40, 25 and 11 tokens left-padded: every sequence's new tokens are
+    those of its prompt alone, eagerly: each decode step reads each sequence's own window from its pages (the
+    sliding mask transformers builds for the longest sequence describes none of the others)."""
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+    cfg = Gemma3TextConfig(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                           num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=512,
+                           sliding_window=8, layer_types=["sliding_attention", "full_attention"])
+    torch.manual_seed(0)
+    m = Gemma3ForCausalLM(cfg).eval()
+    m.set_attn_implementation(fh.register("nvfp4"))
+    g = torch.Generator().manual_seed(26)
+    prompts = [torch.randint(1, 96, (n,), generator=g) for n in (40, 25, 11)]
+    alone = [fh.generate(m, p[None], 8, cuda_graph=False)[0, len(p):] for p in prompts]
+    ids = torch.zeros(3, 40, dtype=torch.long)
+    mask = torch.zeros(3, 40, dtype=torch.long)
+    for b, p in enumerate(prompts):
+        ids[b, 40 - len(p):], mask[b, 40 - len(p):] = p, 1
+    out = fh.generate(m, ids, 8, cuda_graph=False, attention_mask=mask)
+    for b in range(3):
+        assert torch.equal(out[b, 40:], alone[b]), b

@@ -190,10 +190,12 @@ def make_attention_function(recipe: str = "nvfp4", mode: str = "auto", prefill: 
                      and (recipe == "nvfp4" or kv.keep_16bit))
         dec_window = window if allowed is None else None
         if decodable and allowed is not None and window is not None and recipe == "nvfp4":
-            # a sliding-window decode step's mask: the pages of the window alone (same mask for every sequence)
+            # a sliding-window decode step's mask (the same for every sequence, no padding): the window's pages
+            # alone, each sequence's window ending at its own length (a ragged batch of prompts prefilled one
+            # at a time: transformers' mask, built for the longest, does not describe the others)
             win = (sliding_window_of(allowed[0, 0]) if allowed.shape[1] == 1 and allowed.shape[0] >= 1
                    and bool((allowed == allowed[:1]).all()) else None)
-            if win is not None and win[:2] == (0, 0) and len(set(kv.lengths)) == 1:
+            if win is not None and win[:2] == (0, 0):
                 dec_window = (win[2], 0)
         if decodable and (allowed is None or dec_window is not None) and not (dec_window and recipe == "thrift"):
             import fp4attn
