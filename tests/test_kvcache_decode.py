@@ -631,6 +631,21 @@ def test_decode_kernel_interpreter_window(nq, window, splits):
 
 
 @needs_interp
+def test_decode_kernel_interpreter_huge_window_is_no_window():
+    """A window longer than every sequence (up to 2**40: beyond int32) is capped at the longest length, which
+    covers every key: the bits of no window."""
+    from fp4attn.kernels.decode import decode_fwd
+
+    k, v = _kv(2, 2, 200, 32, dtype=torch.float32, seed=47)
+    c = KVCache.from_dense(k, v, lengths=[200, 77], dtype=torch.float32)
+    q = torch.randn(2, 4, 2, 32, generator=torch.Generator().manual_seed(48))
+    want = decode_fwd(q, c, scale=32 ** -0.5, num_splits=2)
+    for w in (199, 2**31, 2**40):
+        got = decode_fwd(q, c, scale=32 ** -0.5, num_splits=2, window=w)
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]), w
+
+
+@needs_interp
 def test_decode_kernel_interpreter_window_cache_equals_full_cache():
     """The split kernel on a sliding-window cache (recycled pool pages behind a static page table): the bits of
     the same windowed decode on a cache that kept every token."""

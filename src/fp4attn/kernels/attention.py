@@ -1033,6 +1033,10 @@ def attention_packed(pk: PackedQKV, *, causal: bool, scale: float, two_level_p: 
     kh = pk.kh if staged else lse
     vh = pk.vh if staged else lse
     wl, wr = window if window is not None else (-1, -1)
+    # extents that reach past every key are unbounded (exact: no row's window is cut there); also keeps the
+    # int32 offsets below from overflowing for huge extents
+    wl = -1 if wl >= pk.nk - 1 else wl
+    wr = -1 if wr >= pk.nq - 1 else wr
     right = causal or wr >= 0  # the kernel's CAUSAL: a right edge at key i + Nk - Nq (+ wr)
     coff = pk.nk - pk.nq + (max(wr, 0) if not causal else 0)
     loff = pk.nk - pk.nq - wl

@@ -505,6 +505,8 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
     # graph covers the tokens appended by later replays
     max_c = max(max(committed) if committed else 0, cache.reserved_len - cache.reserved_len % 16)
     if window is not None:  # tokens the splits of one sequence cover: from its first visible key's tile
+        # (a window longer than every sequence, reserved length included, is capped there: exact, and int32)
+        window = min(window, max(max(cache.lengths, default=0), cache.reserved_len))
         max_c = min(max_c, window + NQ + block_n)
     if num_splits is None:
         per_sm = per_sm or max(1, cfg["per_sm"] * cfg["num_warps"] // num_warps)
