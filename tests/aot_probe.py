@@ -108,6 +108,12 @@ def fam_attn_qat():
                                                   fmt=fmt, hp_o=True)
         K.backward(torch.randn_like(q), op, qf, kf, vf, lse, torch.empty_like(q), torch.empty_like(k),
                    torch.empty_like(v), nq=256, nk=256, d=128, causal=causal, scale=0.1, fmt=fmt, quant_p=True)
+    for causal, window in ((True, (63, 0)), (False, (40, 40))):  # sliding windows
+        qf, kf, vf, op, lse = K.attn_qat_fwd_bhsd(q, k, v, torch.empty_like(q), causal=causal, scale=0.1,
+                                                  fmt="nvfp4", hp_o=True, window=window)
+        K.backward(torch.randn_like(q), op, qf, kf, vf, lse, torch.empty_like(q), torch.empty_like(k),
+                   torch.empty_like(v), nq=256, nk=256, d=128, causal=causal, scale=0.1, fmt="nvfp4", quant_p=True,
+                   window=window)
 
 
 def fam_attention():

@@ -35,15 +35,27 @@ def _fq(x, fmt, dim):
     return fake_quantize_values(x.double(), fmt, dim).double()
 
 
-def _mask(nq, nk, causal, device):
-    if not causal:
+def _mask(nq, nk, causal, device, window=None):
+    """Visible keys (nq, nk) or None: bottom-right causal and a FlashAttention ``window=(left, right)`` as
+    given (not normalized: -1 / None = unbounded side), written out independently of the reference."""
+    if not causal and window is None:
         return None
     i = torch.arange(nq, device=device)[:, None]
     j = torch.arange(nk, device=device)[None, :]
-    return j <= i + nk - nq
+    pos = i + nk - nq  # the query's position among the keys
+    keep = torch.ones(nq, nk, dtype=torch.bool, device=device)
+    if causal:
+        keep &= j <= pos
+    if window is not None:
+        left, right = window
+        if left is not None and left >= 0:
+            keep &= j >= pos - left
+        if right is not None and right >= 0:
+            keep &= j <= pos + right
+    return keep
 
 
-def materialized(q, k, v, do, *, causal, scale, fmt, hp_o=True, quant_p=True, naive=False):
+def materialized(q, k, v, do, *, causal, scale, fmt, hp_o=True, quant_p=True, naive=False, window=None):
     """Returns o, lse, dq, dk, dv (float64), everything N x N materialized."""
     q, k, v, do = (x.double() for x in (q, k, v, do))
     hq, hkv = q.shape[1], k.shape[1]
@@ -51,7 +63,7 @@ def materialized(q, k, v, do, *, causal, scale, fmt, hp_o=True, quant_p=True, na
     rep = lambda t: t.repeat_interleave(hq // hkv, dim=1)
     kf_, vf_ = rep(kf), rep(vf)
     s = scale * qf @ kf_.transpose(-1, -2)
-    keep = _mask(q.shape[2], k.shape[2], causal, q.device)
+    keep = _mask(q.shape[2], k.shape[2], causal, q.device, window)
     if keep is not None:
         s = s.masked_fill(~keep, float("-inf"))
     m = s.amax(-1, keepdim=True)
@@ -94,17 +106,25 @@ def cosine(a, b):
 # -------------------------------------------------------------------------------------------------
 # CPU: kernels under the interpreter
 # -------------------------------------------------------------------------------------------------
-def _run_kernels(q, k, v, do, *, causal, scale, fmt, hp_o=True, quant_p=True, naive=False, configs=None):
-    """Forward + backward through the kernel launchers (CPU tensors under the interpreter)."""
+def _run_kernels(q, k, v, do, *, causal, scale, fmt, hp_o=True, quant_p=True, naive=False, configs=None,
+                 window=None):
+    """Forward + backward through the kernel launchers (CPU tensors under the interpreter). ``window``: a
+    window_size as fp4attn.attn_qat takes it (normalized here); ``configs["fwd"]``: the forward's tiles."""
+    from fp4attn.reference.common import normalize_window
+
+    window = normalize_window(window, causal)
+    configs = configs or {}
     o = torch.empty_like(q)
     qf, kf, vf, op, lse = K.attn_qat_fwd_bhsd(q, k, v, o, causal=causal, scale=scale, fmt=fmt,
-                                              hp_o=hp_o and not naive)
+                                              hp_o=hp_o and not naive, config=configs.get("fwd"),
+                                              window=window)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     if naive:
         qf, kf, vf = (K.prep(x, 0, fmt, qf.dtype) for x in (q, k, v))
     o_for_d = op if (hp_o and not naive) else o
     K.backward(do, o_for_d, qf, kf, vf, lse, dq, dk, dv, nq=q.shape[2], nk=k.shape[2], d=q.shape[3],
-               causal=causal, scale=scale, fmt=fmt, quant_p=quant_p and not naive, configs=configs)
+               causal=causal, scale=scale, fmt=fmt, quant_p=quant_p and not naive, configs=configs,
+               window=window)
     return o, op, lse[:, :, : q.shape[2]], dq, dk, dv
 
 
@@ -283,6 +303,240 @@ def test_public_op_cpu_goes_to_reference():
 
 
 # -------------------------------------------------------------------------------------------------
+# sliding windows (window_size=(left, right), FlashAttention's convention)
+# -------------------------------------------------------------------------------------------------
+def _qkvdo(B, hq, hkv, nq, nk, D, seed):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(B, hq, nq, D, generator=g)
+    k = torch.randn(B, hkv, nk, D, generator=g)
+    v = torch.randn(B, hkv, nk, D, generator=g)
+    do = torch.randn(B, hq, nq, D, generator=g)
+    return q, k, v, do
+
+
+# tiles with BLOCK_M != BLOCK_N (the interpreter's default is 32 x 32 everywhere), both dK/dV orientations
+_WCFG = {
+    "a": {"fwd": {"BLOCK_M": 64, "BLOCK_N": 32}, "dkdv": {"BLOCK_M": 64, "BLOCK_N": 32, "P_QK": False},
+          "dq": {"BLOCK_M": 32, "BLOCK_N": 64}},
+    "b": {"fwd": {"BLOCK_M": 32, "BLOCK_N": 64}, "dkdv": {"BLOCK_M": 32, "BLOCK_N": 64, "P_QK": True},
+          "dq": {"BLOCK_M": 64, "BLOCK_N": 32}},
+}
+
+WINDOW_CASES = [
+    # B, Hq, Hkv, Nq, Nk, D, causal, window, fmt, hp_o, quant_p, naive, tiles
+    (1, 2, 1, 100, 100, 32, True, (20, 0), "nvfp4", True, True, False, None),  # left < a 32 tile, GQA
+    # left > a tile: unmasked tiles. Edge cases of the dK/dV query-tile range (tiles of 32): the last query
+    # tile of key tile 0 holds one row that sees it (row 192: 192 - 2 - 159 = 31), and the first query tile
+    # that sees all of it by the right edge is the second (row 32 sees keys up to 30 only)
+    (1, 2, 1, 200, 198, 32, True, (159, -1), "nvfp4", True, True, False, None),
+    (1, 2, 2, 70, 50, 32, True, (25, None), "mxfp4", False, False, False, None),  # Nq > Nk: rows see no key
+    (1, 2, 2, 40, 120, 48, False, (10, 40), "nvfp4", True, True, False, None),  # two-sided, past Nk; unseen keys
+    # right edge only; row 31 (the last of query tile 0) is the first that sees key 64 (31 + 6 + 27)
+    (1, 2, 1, 64, 70, 32, False, (-1, 27), "mxfp4", True, False, False, None),
+    (1, 2, 1, 64, 70, 32, False, (30, None), "nvfp4", True, True, True, None),  # left edge only, naive backward
+    # real rows that see every key of the last key tile, padded keys included (kept out of ϕ(P))
+    (1, 2, 1, 50, 50, 32, False, (45, 45), "nvfp4", True, True, False, None),
+    (1, 2, 1, 100, 90, 32, False, (40, 20), "nvfp4", False, True, False, "a"),
+    # 106: the left edge leaves the last row of the last fully visible query tile (dK/dV, key tile 0) one key
+    # short of the next query tile's last row
+    (1, 2, 1, 200, 180, 32, True, (106, 0), "mxfp4", True, True, False, "b"),
+]
+
+
+@pytest.mark.skipif(not INTERPRET, reason="interpreter tests (TRITON_INTERPRET=1)")
+@pytest.mark.parametrize("case", WINDOW_CASES, ids=lambda c: "-".join(map(str, c)).replace(" ", ""))
+def test_interpreter_window_vs_references(case):
+    """Forward and backward with a sliding window vs the reference and the materialized float64 Algorithms
+    2/3 (whose mask ``_mask`` writes the window out independently): float32-tight everywhere (the exact
+    row max makes O the one-shot O, so D from O (hp_o=False, naive) is tight as well). Rows that see no key
+    give O = 0, LSE = -inf, dQ = 0; keys that no query sees get dK = dV = 0 exactly."""
+    from fp4attn.reference.attn_qat import attn_qat_backward, attn_qat_forward
+
+    B, hq, hkv, nq, nk, D, causal, window, fmt, hp_o, quant_p, naive, tiles = case
+    q, k, v, do = _qkvdo(B, hq, hkv, nq, nk, D, seed=nq + nk + D)
+    scale = 1.3 / math.sqrt(D)
+    kw = dict(causal=causal, scale=scale, fmt=fmt, hp_o=hp_o, quant_p=quant_p, naive=naive, window=window)
+    o, op, lse, dq, dk, dv = _run_kernels(q, k, v, do, configs=_WCFG.get(tiles), **kw)
+    mo, mlse, mdq, mdk, mdv = materialized(q, k, v, do, **kw)
+    qd, kd, vd = q.double(), k.double(), v.double()
+    ro, rop, rlse = attn_qat_forward(qd, kd, vd, causal=causal, scale=scale, fmt=fmt, window_size=window)
+    assert rel_l2(ro, mo) < 1e-6
+    assert rel_l2(o, mo) < 1e-5
+    if hp_o and not naive:
+        assert rel_l2(op[:, :, :nq, :D], rop) < 1e-5
+    fin = torch.isfinite(mlse)
+    assert torch.equal(torch.isfinite(rlse), fin) and torch.equal(torch.isfinite(lse), fin)
+    assert (lse[fin] - mlse[fin]).abs().max().item() < 1e-4
+    assert not any(t.isnan().any() for t in (o, dq, dk, dv))
+    rdq, rdk, rdv = attn_qat_backward(do.double(), qd, kd, vd, ro, rop, rlse, causal=causal, scale=scale, fmt=fmt,
+                                      high_precision_o=hp_o, quantize_p_in_backward=quant_p,
+                                      backward="naive" if naive else "qat", window_size=window)
+    for got, ref, mat in ((dq, rdq, mdq), (dk, rdk, mdk), (dv, rdv, mdv)):
+        assert rel_l2(ref, mat) < 1e-6
+        assert rel_l2(got, mat) < 1e-4, rel_l2(got, mat)
+    keep = _mask(nq, nk, causal, q.device, window)
+    dead, unseen = ~keep.any(1), ~keep.any(0)
+    assert torch.equal(~fin[0, 0], dead)
+    assert torch.all(o[:, :, dead] == 0) and torch.all(dq[:, :, dead] == 0)
+    assert torch.all(dk[:, :, unseen] == 0) and torch.all(dv[:, :, unseen] == 0)
+    # the cases meant to have rows that see no key / keys that no query sees have them, and only those
+    assert dead.any() == (causal and nq > nk) and unseen.any() == (window == (10, 40))
+
+
+@pytest.mark.skipif(not INTERPRET, reason="interpreter tests (TRITON_INTERPRET=1)")
+def test_interpreter_window_left_zero():
+    """window_size=(0, 0) with causal: each row sees its own key only, so P = 1 there: O = ϕ(1)·Vᶠ
+    row by row, LSE = S_ii, and dS = P·(dP − D) = 0, i.e. dQ = dK = 0 (up to float32 rounding of D),
+    while dV = ϕ(P)ᵀdO is dO's row."""
+    q, k, v, do = _qkvdo(1, 2, 1, 64, 64, 32, seed=5)
+    kw = dict(causal=True, scale=0.3, fmt="mxfp4", window=(0, 0))
+    o, op, lse, dq, dk, dv = _run_kernels(q, k, v, do, **kw)
+    mo, mlse, mdq, mdk, mdv = materialized(q, k, v, do, **kw)
+    assert rel_l2(o, mo) < 1e-5 and rel_l2(dv, mdv) < 1e-5
+    assert (lse - mlse).abs().max().item() < 1e-5
+    assert mdq.abs().max().item() < 1e-12 and mdk.abs().max().item() < 1e-12
+    assert dq.abs().max().item() < 1e-5 and dk.abs().max().item() < 1e-5
+    # one key per row: any leak of a second key would make dS of order one
+    assert do.abs().max().item() > 1
+
+
+@pytest.mark.skipif(not INTERPRET, reason="interpreter tests (TRITON_INTERPRET=1)")
+def test_interpreter_window_skips_invisible_key_tiles():
+    """Key tiles outside every row's window are never read: NaN keys and values in the two 32-key tiles that
+    no query sees (Nq = 40, Nk = 120, window (10, 40): keys >= 70 only) change nothing, bit for bit (a NaN
+    loaded into a tile poisons its rows even where P = 0: 0·NaN), and their dK, dV are 0."""
+    q, k, v, do = _qkvdo(1, 2, 2, 40, 120, 32, seed=9)
+    kw = dict(causal=False, scale=0.3, fmt="nvfp4", window=(10, 40))
+    clean = _run_kernels(q, k, v, do, **kw)
+    k2, v2 = k.clone(), v.clone()
+    k2[:, :, :64], v2[:, :, :64] = float("nan"), float("nan")
+    dirty = _run_kernels(q, k2, v2, do, **kw)
+    for a, b in zip(clean[:4], dirty[:4]):  # o, o', lse, dq
+        assert torch.equal(a, b)
+    for a, b in zip(clean[4:], dirty[4:]):  # dk, dv: zero where no query sees the key
+        assert torch.all(b[:, :, :64] == 0) and torch.equal(a[:, :, 64:], b[:, :, 64:])
+
+
+@pytest.mark.skipif(not INTERPRET, reason="interpreter tests (TRITON_INTERPRET=1)")
+@pytest.mark.parametrize("causal,window", [(False, (200, 200)), (True, (200, 0))])
+def test_interpreter_window_covering_everything_is_no_window(causal, window):
+    """A window wider than the sequence runs the windowed loops (WINDOW constexpr, masked edge tiles) and
+    gives the non-window kernels' results bit for bit; the reference likewise."""
+    from fp4attn.reference.attn_qat import attn_qat_backward, attn_qat_forward
+
+    q, k, v, do = _qkvdo(1, 2, 1, 100, 100, 32, seed=4)
+    kw = dict(causal=causal, scale=0.3, fmt="nvfp4")
+    for a, b in zip(_run_kernels(q, k, v, do, window=window, **kw), _run_kernels(q, k, v, do, **kw)):
+        assert torch.equal(a, b)
+    ref = dict(causal=causal, scale=0.3, fmt="nvfp4")
+    fw, fn = attn_qat_forward(q, k, v, window_size=window, **ref), attn_qat_forward(q, k, v, **ref)
+    for a, b in zip(fw, fn):
+        assert torch.equal(a, b)
+    for a, b in zip(attn_qat_backward(do, q, k, v, *fw, window_size=window, **ref),
+                    attn_qat_backward(do, q, k, v, *fn, **ref)):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.skipif(not INTERPRET, reason="interpreter tests (TRITON_INTERPRET=1)")
+@pytest.mark.parametrize("causal,window,fmt", [(True, (40, 0), "nvfp4"), (False, (30, 20), "mxfp4")])
+def test_interpreter_window_running_max_variant(causal, window, fmt, monkeypatch):
+    """FP4ATTN_QAT_EXACT_MAX=0 (one pass, running max) with a window: O' (unquantized P̃, rescaled as the max
+    grows) and the LSE are float32-tight, so the window's masks and tile ranges are the reference's; O is
+    within about one P quantization error of the one-shot reference (as test_interpreter_running_max_variant;
+    the bound is 0.1 for MXFP4: ``exact_max``'s docstring measured 0.06-0.09 there, 0.059 here)."""
+    from fp4attn.reference.attn_qat import attn_qat_forward
+
+    monkeypatch.setenv("FP4ATTN_QAT_EXACT_MAX", "0")
+    q, k, v, do = _qkvdo(1, 2, 1, 96, 110, 32, seed=3)
+    kw = dict(causal=causal, scale=1.3 / math.sqrt(32), fmt=fmt)
+    o, op, lse, *_ = _run_kernels(q, k, v, do, window=window, **kw)
+    ro, rop, rlse = attn_qat_forward(q.double(), k.double(), v.double(), window_size=window, **kw)
+    assert rel_l2(op[:, :, :96, :32], rop) < 1e-5
+    fin = torch.isfinite(rlse)
+    assert torch.equal(torch.isfinite(lse), fin)
+    assert (lse[fin] - rlse[fin]).abs().max().item() < 1e-5
+    assert 1e-3 < rel_l2(o, ro) <= (0.1 if fmt == "mxfp4" else 0.05) and cosine(o, ro) >= 0.998
+
+
+@pytest.mark.skipif(not INTERPRET, reason="interpreter tests (TRITON_INTERPRET=1)")
+def test_interpreter_window_wide_max_pass_is_bit_identical(monkeypatch):
+    """The row-max pass's wider key tiles under a window (64 under the interpreter; they start at a multiple
+    of 64 inside the unmasked range: for the query tile at 160, window (150, 0), the unmasked keys 64..159
+    run one 64-key tile and one 32-key tile) give the results of the pass on the attention tiles, bit for
+    bit."""
+    q, k, v, do = _qkvdo(1, 1, 1, 200, 200, 32, seed=8)
+    kw = dict(causal=True, scale=0.2, fmt="nvfp4", window=(150, 0))
+    assert K.max_pass_block_n(32) == 64
+    wide = _run_kernels(q, k, v, do, **kw)
+    monkeypatch.setenv("FP4ATTN_QAT_MAX_BN", "0")
+    narrow = _run_kernels(q, k, v, do, **kw)
+    for a, b in zip(wide, narrow):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("causal,window,nq,nk,hq,hkv", [(True, (5, 0), 24, 24, 2, 1), (False, (3, 4), 20, 26, 2, 2),
+                                                        (True, (7, None), 18, 30, 4, 2),
+                                                        (False, (-1, 2), 22, 22, 1, 1)])
+def test_reference_window_gradients_vs_autograd(causal, window, nq, nk, hq, hkv):
+    """With quantize_p_in_backward=False and high_precision_o=True, Algorithm 3 is the exact gradient of
+    O' = softmax(S)·Vᶠ (and of the LSE) in the straight-through fake-quantized operands: the reference's
+    windowed gradients (through the autograd Function) equal float64 autograd through an explicit masked
+    softmax."""
+    from fp4attn.reference.attn_qat import attn_qat_reference
+
+    g = torch.Generator().manual_seed(nq * nk)
+    D, fmt, scale = 32, "nvfp4", 0.4
+    q = torch.randn(1, hq, nq, D, generator=g, dtype=torch.float64)
+    k, v = (torch.randn(1, hkv, nk, D, generator=g, dtype=torch.float64) for _ in range(2))
+    do = torch.randn(1, hq, nq, D, generator=g, dtype=torch.float64)
+    w = torch.randn(1, hq, nq, generator=g).double()  # exact in float32, the dtype of the lse output
+    args = [x.clone().requires_grad_(True) for x in (q, k, v)]
+    out, lse = attn_qat_reference(*args, causal=causal, scale=scale, fmt=fmt, quantize_p_in_backward=False,
+                                  window_size=window)
+    ((out * do).sum() + (lse * w).sum()).backward()
+
+    st = lambda x, dim: x + (_fq(x.detach(), fmt, dim) - x.detach())  # straight-through fake quantization
+    xs = [x.clone().requires_grad_(True) for x in (q, k, v)]
+    rep = lambda t: t.repeat_interleave(hq // hkv, dim=1)
+    s = scale * st(xs[0], -1) @ rep(st(xs[1], -1)).transpose(-1, -2)
+    keep = _mask(nq, nk, causal, q.device, window)
+    assert keep.any(1).all() and not keep.all()  # every row sees a key, and the window masks some
+    s = s.masked_fill(~keep, float("-inf"))
+    o_prime = torch.softmax(s, -1) @ rep(st(xs[2], -2))
+    ((o_prime * do).sum() + (torch.logsumexp(s, -1) * w).sum()).backward()
+    for a, x in zip(args, xs):
+        assert a.grad.dtype == torch.float64
+        assert rel_l2(a.grad, x.grad) < 1e-10, rel_l2(a.grad, x.grad)
+
+
+def test_public_op_window_cpu():
+    """fp4attn.attn_qat(window_size=...) on CPU runs the windowed reference (bshd too); errors are checked."""
+    import fp4attn.ops.attn_qat as op
+    from fp4attn.reference.attn_qat import attn_qat_reference
+
+    g = torch.Generator().manual_seed(2)
+    q = torch.randn(1, 2, 12, 32, generator=g)
+    k, v = torch.randn(1, 1, 12, 32, generator=g), torch.randn(1, 1, 12, 32, generator=g)
+    res = []
+    for layout, win in (("bhsd", (3, 0)), ("bshd", (3, -1)), ("bhsd", None)):
+        xs = [(x.transpose(1, 2) if layout == "bshd" else x).clone().requires_grad_(True) for x in (q, k, v)]
+        out, lse = op.attn_qat(*xs, causal=True, layout=layout, window_size=win, return_lse=True)
+        out.sum().backward()
+        tr = (lambda t: t.transpose(1, 2)) if layout == "bshd" else (lambda t: t)
+        res.append((tr(out), lse, *(tr(x.grad) for x in xs)))
+    xr = [x.clone().requires_grad_(True) for x in (q, k, v)]
+    ro, rlse = attn_qat_reference(*xr, causal=True, window_size=(3, 0))
+    ro.sum().backward()
+    for a, b, c in zip(res[0], res[1], (ro, rlse, *(x.grad for x in xr))):
+        assert torch.equal(a, c) and torch.equal(b, c)
+    assert rel_l2(res[0][0], res[2][0]) > 0.01  # the window changes the output
+    for bad, err in (((2, 3), ValueError), ((1,), TypeError), ((1.5, 0), TypeError), ((-2, 0), ValueError),
+                     ("ab", TypeError), (5, TypeError)):
+        with pytest.raises(err, match="window_size"):
+            op.attn_qat(q, k, v, causal=True, window_size=bad)
+
+
+# -------------------------------------------------------------------------------------------------
 # GPU
 # -------------------------------------------------------------------------------------------------
 def _inputs(B, hq, hkv, nq, nk, D, dtype, layout, seed=0):
@@ -299,22 +553,22 @@ def _bhsd(x, layout):
 
 
 def _check_case(B, hq, hkv, nq, nk, D, causal, fmt, dtype, layout, hp_o=True, quant_p=True,
-                backward="qat"):
+                backward="qat", window=None):
     from fp4attn.ops.attn_qat import attn_qat
     from fp4attn.reference.attn_qat import attn_qat_forward
 
     q, k, v, do = _inputs(B, hq, hkv, nq, nk, D, dtype, layout)
     qg, kg, vg = (x.clone().requires_grad_(True) for x in (q, k, v))
     out, lse = attn_qat(qg, kg, vg, causal=causal, fmt=fmt, layout=layout, high_precision_o=hp_o,
-                        quantize_p_in_backward=quant_p, backward=backward, return_lse=True)
+                        quantize_p_in_backward=quant_p, backward=backward, return_lse=True, window_size=window)
     assert out.dtype == dtype and out.shape == q.shape and out.is_contiguous()
     out.backward(do)
     scale = 1 / math.sqrt(D)
     qb, kb, vb, dob = (_bhsd(x, layout) for x in (q, k, v, do))
     mo, mlse, mdq, mdk, mdv = materialized(qb, kb, vb, dob, causal=causal, scale=scale, fmt=fmt,
-                                           hp_o=hp_o, quant_p=quant_p, naive=backward == "naive")
+                                           hp_o=hp_o, quant_p=quant_p, naive=backward == "naive", window=window)
     ro, _, rlse = attn_qat_forward(qb.double(), kb.double(), vb.double(), causal=causal, scale=scale,
-                                   fmt=fmt)
+                                   fmt=fmt, window_size=window)
     ob = _bhsd(out, layout)
     assert cosine(ob, ro) >= 0.998 and rel_l2(ob, ro) <= 0.05, (cosine(ob, ro), rel_l2(ob, ro))
     # the default forward uses the exact row max (the one-shot P~): 16-bit rounding of P~ and of the
@@ -323,7 +577,7 @@ def _check_case(B, hq, hkv, nq, nk, D, causal, fmt, dtype, layout, hp_o=True, qu
     # own FP4 error vs unquantized attention within 1.05x the reference's
     exact = torch.nn.functional.scaled_dot_product_attention(
         qb.double(), kb.double().repeat_interleave(hq // hkv, 1), vb.double().repeat_interleave(hq // hkv, 1),
-        is_causal=False, attn_mask=_mask(nq, nk, causal, q.device), scale=scale)
+        is_causal=False, attn_mask=_mask(nq, nk, causal, q.device, window), scale=scale)
     live = torch.isfinite(rlse)
     e_own = rel_l2(ob[live], exact[live])
     e_ref = rel_l2(ro[live], exact[live])
@@ -470,3 +724,87 @@ def test_gpu_torch_compile_fullgraph():
         grads.append((o, lse, qg.grad, kg.grad, vg.grad))
     for a, b in zip(*grads):
         assert torch.equal(a, b)
+
+
+GPU_WINDOW_CASES = [
+    # B, Hq, Hkv, Nq, Nk, D, causal, fmt, dtype, layout, window
+    (2, 4, 4, 512, 512, 128, True, "nvfp4", torch.bfloat16, "bhsd", (127, 0)),  # Mistral-like, one tile wide
+    (1, 4, 2, 700, 700, 128, True, "mxfp4", torch.bfloat16, "bshd", (300, -1)),  # unmasked and wide row-max tiles
+    (1, 4, 2, 200, 333, 64, False, "nvfp4", torch.bfloat16, "bhsd", (64, 32)),  # two-sided, Nq < Nk
+    (1, 2, 2, 300, 260, 32, True, "nvfp4", torch.float16, "bhsd", (50, 0)),  # Nq > Nk: rows see no key
+    (1, 3, 1, 257, 190, 96, False, "mxfp4", torch.bfloat16, "bshd", (-1, 20)),  # right edge only
+    (1, 2, 1, 160, 160, 256, True, "nvfp4", torch.bfloat16, "bhsd", (70, 0)),  # D = 256 tiles
+    # three keys per row (not (0, 0): one key per row makes dQ = dK = 0 exactly, and a relative error of the
+    # kernel's 16-bit rounding of dP - D against 0 meaningless; the interpreter test covers (0, 0))
+    (1, 2, 2, 300, 300, 128, False, "nvfp4", torch.float32, "bhsd", (1, 1)),
+]
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", GPU_WINDOW_CASES,
+                         ids=lambda c: "-".join(map(str, c)).replace("torch.", "").replace(" ", ""))
+def test_gpu_window_vs_reference(case):
+    """Windowed forward and backward on the GPU vs the references, with test_gpu_vs_reference's criteria."""
+    *args, window = case
+    _check_case(*args, window=window)
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("hp_o,quant_p,backward", [(False, True, "qat"), (True, False, "qat"),
+                                                    (True, True, "naive")])
+def test_gpu_window_ablations(hp_o, quant_p, backward):
+    _check_case(1, 4, 2, 192, 256, 64, True, "nvfp4", torch.bfloat16, "bhsd", hp_o=hp_o, quant_p=quant_p,
+                backward=backward, window=(90, 0))
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("cfg", [{"BLOCK_M": 64, "BLOCK_N": 128, "P_QK": False, "num_warps": 8},
+                                 {"BLOCK_M": 32, "BLOCK_N": 64, "P_QK": False, "num_warps": 4},
+                                 {"BLOCK_M": 128, "BLOCK_N": 64, "P_QK": True, "num_warps": 8}])
+def test_gpu_window_dkdv_configs(cfg):
+    """Every dK/dV orientation/tile the autotuner may pick, with a two-sided window (query-tile ranges of
+    window_query_range on tiles of unequal sizes)."""
+    B, hq, hkv, nq, nk, D = 1, 4, 2, 300, 384, 128
+    q, k, v, do = _inputs(B, hq, hkv, nq, nk, D, torch.bfloat16, "bhsd")
+    kw = dict(causal=False, scale=D ** -0.5, fmt="nvfp4", window=(150, 40))
+    _, _, _, dq, dk, dv = _run_kernels(q, k, v, do, configs={"dkdv": cfg}, **kw)
+    _, _, mdq, mdk, mdv = materialized(q, k, v, do, **kw)
+    for got, ref in ((dk, mdk), (dv, mdv), (dq, mdq)):
+        assert cosine(got, ref) >= 0.998 and rel_l2(got, ref) <= 0.06
+
+
+@gpu
+@pytest.mark.gpu
+def test_gpu_window_opcheck_and_compile():
+    """The custom ops with the trailing window arguments pass opcheck; torch.compile(fullgraph=True) of a
+    windowed call gives the eager results bit for bit; a window wider than the sequence gives the non-window
+    results (the same tiles in the same order, only the masks differ: bit for bit under the interpreter,
+    test_interpreter_window_covering_everything_is_no_window; here up to code generation)."""
+    from fp4attn.ops import attn_qat as op
+
+    q, k, v, do = _inputs(1, 4, 2, 100, 150, 64, torch.bfloat16, "bhsd")
+    for causal, naive, wl, wr in ((True, False, 40, 0), (False, True, 30, 10), (False, False, -1, 5)):
+        args = [x.clone().requires_grad_(True) for x in (q, k, v)]
+        torch.library.opcheck(torch.ops.fp4attn.attn_qat_fwd.default,
+                              (*args, causal, 0.125, "nvfp4", "bhsd", True, True, naive, wl, wr))
+
+    def fwd(q, k, v, window):
+        o, lse = op.attn_qat(q, k, v, causal=True, return_lse=True, window_size=window)
+        return o * 2.0, lse
+
+    res = []
+    for f, window in ((fwd, (60, 0)), (torch.compile(fwd, fullgraph=True), (60, 0)), (fwd, (1000, 0)),
+                      (fwd, None)):
+        qg, kg, vg = (x.clone().requires_grad_(True) for x in (q, k, v))
+        o, lse = f(qg, kg, vg, window)
+        o.backward(do)
+        res.append((o, lse, qg.grad, kg.grad, vg.grad))
+    for a, b in zip(res[0], res[1]):
+        assert torch.equal(a, b)
+    for a, b in zip(res[2], res[3]):
+        fin = torch.isfinite(b)
+        assert torch.equal(torch.isfinite(a), fin) and rel_l2(a[fin], b[fin]) < 1e-5
+    assert rel_l2(res[0][0], res[3][0]) > 1e-2  # the window matters

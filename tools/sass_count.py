@@ -111,7 +111,7 @@ def kernel_cases(fmt, which):
         cfg = K._default_config("fwd", D)
         nw, ns = cfg.pop("num_warps"), cfg.pop("num_stages")
         args = (t, t, t, t, t, f32, *ostr, 0.1, H, 1, N, N, N, N, D)
-        meta = dict(CAUSAL=False, HP_O=True, QB=qb, IS_MX=is_mx, EXACT_M=K.exact_max(fmt), DP=D, **cfg,
+        meta = dict(CAUSAL=False, HP_O=True, QB=qb, IS_MX=is_mx, EXACT_M=K.exact_max(), DP=D, **cfg,
                     num_warps=nw, num_stages=ns)
         yield "fwd", K._fwd_kernel, args, meta
     if "dkdv" in which:

@@ -94,6 +94,29 @@ def window_key_range(m0, left_off, hi, full_end, BLOCK_M: tl.constexpr, BLOCK_N:
 
 
 @triton.jit
+def window_query_range(n0, causal_off, left_off, NQP, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                       CAUSAL: tl.constexpr):
+    """The mirror of ``causal_key_range`` + ``window_key_range`` for the loop of the key tile
+    [n0, n0 + BLOCK_N) over query tiles (of BLOCK_M, up to NQP) of a sliding window: query i sees key j
+    iff j >= i + left_off and, with CAUSAL, j <= i + causal_off. Returns (lo, mid, e, hi) with query tiles
+    [lo, mid) masked (the right edge crosses them; empty without CAUSAL), [mid, e) unmasked (every row
+    sees every key of the tile, as far as the edges go: padded keys are the caller's), [e, hi) masked
+    (the left edge crosses them). Queries outside [lo, hi) see none of the tile's keys."""
+    # queries i > n0 + BLOCK_N - 1 - left_off see none of the keys, i <= n0 - left_off all of them
+    hi = tl.minimum(tl.cdiv(tl.maximum(n0 + BLOCK_N - left_off, 0), BLOCK_M) * BLOCK_M, NQP)
+    full_hi = (tl.maximum(n0 - left_off + 1, 0) // BLOCK_M) * BLOCK_M
+    if CAUSAL:  # queries i < n0 - causal_off see none of the keys, i >= n0 + BLOCK_N - 1 - causal_off all
+        lo = tl.minimum((tl.maximum(n0 - causal_off, 0) // BLOCK_M) * BLOCK_M, hi)
+        mid = tl.cdiv(tl.maximum(n0 + BLOCK_N - 1 - causal_off, 0), BLOCK_M) * BLOCK_M
+        mid = tl.minimum(tl.maximum(mid, lo), hi)
+    else:
+        lo = 0
+        mid = 0
+    e = tl.minimum(tl.maximum(full_hi, mid), hi)
+    return lo, mid, e, hi
+
+
+@triton.jit
 def online_softmax_step(s, m_i, l_i, MASKED: tl.constexpr):
     """One online-softmax update for a score tile ``s`` (log2 domain, masked entries -inf).
 

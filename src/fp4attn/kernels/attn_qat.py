@@ -23,7 +23,9 @@ Read top to bottom, like the Triton fused-attention tutorial:
    * **LSE = m + log l** (natural log; -inf for a row that sees no key, whose O is 0).
 
    Causal tiles strictly above the (bottom-right aligned) diagonal are skipped; only the diagonal
-   tiles and the ragged key tail take the masked path.
+   tiles and the ragged key tail take the masked path. A sliding window (``window``, constexpr WINDOW:
+   query i sees keys i + LOFF <= j <= i + COFF) adds the left edge: key tiles before it are skipped, the
+   ones it crosses masked (``window_key_range``); the non-window kernels compile as before.
 
 3. Backward, FlashAttention-2 style, Algorithm 3 with straight-through Q, K, V:
 
@@ -58,7 +60,16 @@ import triton.language as tl
 
 from ..formats.triton_helpers import fake_quant_blocks, fake_quant_p
 from ._launch import cdiv, fast, head_grid
-from ._tiles import causal_key_range, head_program, load_bhsd_rows, program_rows, softmax_finish, visible
+from ._tiles import (
+    causal_key_range,
+    head_program,
+    load_bhsd_rows,
+    program_rows,
+    softmax_finish,
+    visible,
+    window_key_range,
+    window_query_range,
+)
 
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
@@ -183,8 +194,9 @@ def prep(x: torch.Tensor, mode: int, fmt: str, dot_dtype: torch.dtype) -> torch.
 # 2. Forward (Algorithm 2)
 # =================================================================================================
 @triton.jit
-def _fwd_rowmax(m_i, q, k_base, offs_m, lo, hi, Nk, causal_off, qk_scale,
-                MASK: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_N: tl.constexpr, DP: tl.constexpr):
+def _fwd_rowmax(m_i, q, k_base, offs_m, lo, hi, Nk, causal_off, left_off, qk_scale,
+                MASK: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr, BLOCK_N: tl.constexpr,
+                DP: tl.constexpr):
     """EXACT_M pass 1: the row max of S (log2 domain) over key tiles [lo, hi); S only, no PV."""
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, DP)
@@ -193,14 +205,15 @@ def _fwd_rowmax(m_i, q, k_base, offs_m, lo, hi, Nk, causal_off, qk_scale,
         start_n = tl.multiple_of(start_n, BLOCK_N)
         s = tl.dot(q, tl.load(kT_ptrs + start_n * DP))
         if MASK:
-            s = tl.where(visible(start_n + offs_n, offs_m, Nk, causal_off, CAUSAL, 0, False), s, float("-inf"))
+            s = tl.where(visible(start_n + offs_n, offs_m, Nk, causal_off, CAUSAL, left_off, WINDOW), s,
+                         float("-inf"))
         m_i = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
     return m_i
 
 
 @triton.jit
-def _fwd_inner(acc, acc_hp, l_i, m_i, q, k_base, v_base, offs_m, lo, hi, Nk, causal_off, qk_scale,
-               MASK: tl.constexpr, CAUSAL: tl.constexpr, HP_O: tl.constexpr,
+def _fwd_inner(acc, acc_hp, l_i, m_i, q, k_base, v_base, offs_m, lo, hi, Nk, causal_off, left_off, qk_scale,
+               MASK: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr, HP_O: tl.constexpr,
                QB: tl.constexpr, IS_MX: tl.constexpr, EXACT_M: tl.constexpr,
                BLOCK_N: tl.constexpr, DP: tl.constexpr):
     """One sweep over key tiles [lo, hi); m_i is the max in the log2 domain.
@@ -218,7 +231,8 @@ def _fwd_inner(acc, acc_hp, l_i, m_i, q, k_base, v_base, offs_m, lo, hi, Nk, cau
         kT = tl.load(kT_ptrs + start_n * DP)
         s = tl.dot(q, kT)  # unscaled; S * log2(e) = s * qk_scale
         if MASK:
-            s = tl.where(visible(start_n + offs_n, offs_m, Nk, causal_off, CAUSAL, 0, False), s, float("-inf"))
+            s = tl.where(visible(start_n + offs_n, offs_m, Nk, causal_off, CAUSAL, left_off, WINDOW), s,
+                         float("-inf"))
         if EXACT_M:
             m_use = m_i
         else:
@@ -248,7 +262,10 @@ def _fwd_kernel(Qf, Kf, Vf, O, OP, LSE,
                 qk_scale, Hq, GROUP, Nq, Nk, NQP, NKP, D,
                 CAUSAL: tl.constexpr, HP_O: tl.constexpr, QB: tl.constexpr, IS_MX: tl.constexpr,
                 EXACT_M: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DP: tl.constexpr,
-                MAX_BN: tl.constexpr = 0):
+                MAX_BN: tl.constexpr = 0,
+                WINDOW: tl.constexpr = False,  # a sliding window: the offsets below
+                COFF=0,  # with WINDOW, the right edge (CAUSAL): query i sees keys j <= i + COFF
+                LOFF=0):  # with WINDOW, the left edge: query i sees keys j >= i + LOFF
     start_m, pid_bh = head_program()
     b = pid_bh // Hq
     h = pid_bh % Hq
@@ -267,26 +284,47 @@ def _fwd_kernel(Qf, Kf, Vf, O, OP, LSE,
     acc = tl.zeros([BLOCK_M, DP], dtype=tl.float32)
     acc_hp = tl.zeros([BLOCK_M, DP], dtype=tl.float32)
 
-    causal_off = Nk - Nq  # bottom-right: query i sees keys j <= i + Nk - Nq
-    hi, full_end = causal_key_range(m0, Nk - Nq, Nk, BLOCK_M, BLOCK_N, CAUSAL)
+    if WINDOW:  # query i sees keys i + LOFF <= j (<= i + COFF with CAUSAL)
+        causal_off = COFF
+    else:
+        causal_off = Nk - Nq  # bottom-right: query i sees keys j <= i + Nk - Nq
+    hi, full_end = causal_key_range(m0, causal_off, Nk, BLOCK_M, BLOCK_N, CAUSAL)
+    # key tiles [lo, e1) masked (the window's left edge crosses them, the right one may), [e1, e2) unmasked,
+    # [e2, hi) masked (the right edge and the key tail; the left edge is behind them); without WINDOW
+    # (0, 0, full_end)
+    lo, e1, e2 = window_key_range(m0, LOFF, hi, full_end, BLOCK_M, BLOCK_N, WINDOW)
     if EXACT_M:  # pass 1: the final row max, so that P~ is the one-shot P~ of SPEC §3
-        mid = 0
+        if WINDOW:
+            m_i = _fwd_rowmax(m_i, q, k_base, offs_m, lo, e1, Nk, causal_off, LOFF, qk_scale, True, CAUSAL,
+                              WINDOW, BLOCK_N, DP)
+        mid = e1
         if MAX_BN > BLOCK_N:  # wider key tiles for the S-only pass (the maxima do not depend on the tiles)
-            mid = full_end // MAX_BN * MAX_BN
-            m_i = _fwd_rowmax(m_i, q, k_base, offs_m, 0, mid, Nk, causal_off, qk_scale, False, CAUSAL,
-                              MAX_BN, DP)
-        m_i = _fwd_rowmax(m_i, q, k_base, offs_m, mid, full_end, Nk, causal_off, qk_scale, False, CAUSAL,
-                          BLOCK_N, DP)
-        m_i = _fwd_rowmax(m_i, q, k_base, offs_m, full_end, hi, Nk, causal_off, qk_scale, True, CAUSAL,
-                          BLOCK_N, DP)
+            if WINDOW:  # the wide tiles start at a multiple of MAX_BN
+                wlo = tl.minimum(tl.cdiv(e1, MAX_BN) * MAX_BN, e2)
+                m_i = _fwd_rowmax(m_i, q, k_base, offs_m, e1, wlo, Nk, causal_off, LOFF, qk_scale, False,
+                                  CAUSAL, WINDOW, BLOCK_N, DP)
+                mid = tl.maximum(e2 // MAX_BN * MAX_BN, wlo)
+            else:
+                wlo = 0
+                mid = e2 // MAX_BN * MAX_BN
+            m_i = _fwd_rowmax(m_i, q, k_base, offs_m, wlo, mid, Nk, causal_off, LOFF, qk_scale, False, CAUSAL,
+                              WINDOW, MAX_BN, DP)
+        m_i = _fwd_rowmax(m_i, q, k_base, offs_m, mid, e2, Nk, causal_off, LOFF, qk_scale, False, CAUSAL,
+                          WINDOW, BLOCK_N, DP)
+        m_i = _fwd_rowmax(m_i, q, k_base, offs_m, e2, hi, Nk, causal_off, LOFF, qk_scale, True, CAUSAL,
+                          False, BLOCK_N, DP)
         m_i = tl.where(m_i == float("-inf"), 0.0, m_i)  # rows that see no key: P~ = 0, l = 0
+    if WINDOW:  # key tiles the window's left edge crosses
+        acc, acc_hp, l_i, m_i = _fwd_inner(acc, acc_hp, l_i, m_i, q, k_base, v_base, offs_m, lo, e1,
+                                           Nk, causal_off, LOFF, qk_scale, True, CAUSAL, WINDOW, HP_O, QB,
+                                           IS_MX, EXACT_M, BLOCK_N, DP)
     # tiles every query of this block fully sees: no masks
-    acc, acc_hp, l_i, m_i = _fwd_inner(acc, acc_hp, l_i, m_i, q, k_base, v_base, offs_m, 0, full_end,
-                                       Nk, causal_off, qk_scale, False, CAUSAL, HP_O, QB, IS_MX,
+    acc, acc_hp, l_i, m_i = _fwd_inner(acc, acc_hp, l_i, m_i, q, k_base, v_base, offs_m, e1, e2,
+                                       Nk, causal_off, LOFF, qk_scale, False, CAUSAL, WINDOW, HP_O, QB, IS_MX,
                                        EXACT_M, BLOCK_N, DP)
-    # diagonal tiles and the ragged key tail
-    acc, acc_hp, l_i, m_i = _fwd_inner(acc, acc_hp, l_i, m_i, q, k_base, v_base, offs_m, full_end, hi,
-                                       Nk, causal_off, qk_scale, True, CAUSAL, HP_O, QB, IS_MX,
+    # diagonal tiles (the right edge) and the ragged key tail (the left edge is behind them: no mask)
+    acc, acc_hp, l_i, m_i = _fwd_inner(acc, acc_hp, l_i, m_i, q, k_base, v_base, offs_m, e2, hi,
+                                       Nk, causal_off, LOFF, qk_scale, True, CAUSAL, False, HP_O, QB, IS_MX,
                                        EXACT_M, BLOCK_N, DP)
 
     inv_l, lse = softmax_finish(l_i, m_i)
@@ -335,16 +373,39 @@ def _prune_fwd(configs, named_args, **kwargs):
     return configs
 
 
-_fwd_tuned = triton.autotune(_fwd_configs(), key=["NKP", "CAUSAL", "HP_O", "QB", "DP", "EXACT_M", "MAX_BN"],
+_fwd_tuned = triton.autotune(_fwd_configs(), key=["NKP", "CAUSAL", "HP_O", "QB", "DP", "EXACT_M", "MAX_BN",
+                                                 "WINDOW"],
                              prune_configs_by={"early_config_prune": _prune_fwd})(_fwd_kernel)
 
 
+def window_meta(window: tuple[int, int] | None, causal: bool, nq: int, nk: int, nqp: int) -> dict:
+    """The kernels' window arguments for a normalized ``window=(left, right)`` (``fp4attn.attn_qat``'s
+    ``window_size`` after ``check_window``: -1 = unbounded, right 0 with ``causal``) or None: CAUSAL (a right
+    edge: causal, or a bounded right side), WINDOW, and the edges' offsets: query i sees keys
+    i + LOFF <= j (<= i + COFF with CAUSAL). An unbounded left side gets LOFF = -nqp (no query's edge reaches
+    key 0); extents beyond every key are clipped (the same mask, and the offsets stay in int32)."""
+    if window is None:
+        return dict(CAUSAL=causal, WINDOW=False)
+    wl, wr = window
+    wl, wr = min(wl, nk + nqp), min(wr, nk + nqp)
+    right = causal or wr >= 0
+    coff = nk - nq + (wr if not causal and wr >= 0 else 0)
+    loff = nk - nq - wl if wl >= 0 else -nqp
+    return dict(CAUSAL=right, WINDOW=True, COFF=coff, LOFF=loff)
+
+
 def forward(qf: torch.Tensor, kf: torch.Tensor, vf: torch.Tensor, o: torch.Tensor, *, nq: int, nk: int,
-            d: int, causal: bool, scale: float, fmt: str, hp_o: bool, config: dict | None = None):
+            d: int, causal: bool, scale: float, fmt: str, hp_o: bool, config: dict | None = None,
+            window: tuple[int, int] | None = None):
     """Run Algorithm 2 on the pre-pass buffers; writes ``o`` (a bhsd view, any strides).
 
     Returns ``(o_prime, lse)``: O' as a padded (B, Hq, NQP, DP) buffer in the dot dtype (an empty
     tensor when ``hp_o`` is False) and LSE as a padded (B, Hq, NQP) float32 buffer.
+
+    ``window=(left, right)``: a sliding window, normalized (``window_meta``): query i sees keys
+    i + Nk − Nq − left ... i + Nk − Nq + right. Per query tile, the key tiles outside every row's window are
+    skipped and the ones an edge crosses masked (``window_key_range``); P̃'s quantization blocks stay those of
+    the whole sequence (tiles start at multiples of BLOCK_N).
     """
     B, Hq, NQP, DP = qf.shape
     Hkv, NKP = kf.shape[1], kf.shape[2]
@@ -354,7 +415,7 @@ def forward(qf: torch.Tensor, kf: torch.Tensor, vf: torch.Tensor, o: torch.Tenso
           else torch.empty((0,), device=qf.device, dtype=qf.dtype))
     args = (qf, kf, vf, o, op if hp_o else o, lse, *o.stride(), scale * LOG2E, Hq, Hq // Hkv,
             nq, nk, NQP, NKP, d)
-    meta = dict(CAUSAL=causal, HP_O=hp_o, QB=qb, IS_MX=is_mx, DP=DP, EXACT_M=exact_max())
+    meta = dict(HP_O=hp_o, QB=qb, IS_MX=is_mx, DP=DP, EXACT_M=exact_max(), **window_meta(window, causal, nq, nk, NQP))
     if meta["EXACT_M"]:
         meta["MAX_BN"] = max_pass_block_n(DP)
     if config is None and not _autotune():
@@ -396,9 +457,10 @@ def _load_lse2(LSE, Delta, row_off, offs_m):
 
 
 @triton.jit
-def _dkdv_inner(dk, dv, k, v, q_base, do_base, LSE, Delta, row_off, offs_n, lo, hi, causal_off,
-                qk_scale, Nk, MASK: tl.constexpr, KEY_TAIL: tl.constexpr, QUANT_P: tl.constexpr,
-                QB: tl.constexpr, IS_MX: tl.constexpr, BLOCK_M: tl.constexpr, DP: tl.constexpr):
+def _dkdv_inner(dk, dv, k, v, q_base, do_base, LSE, Delta, row_off, offs_n, lo, hi, causal_off, left_off,
+                qk_scale, Nk, MASK: tl.constexpr, KEY_TAIL: tl.constexpr, WINDOW: tl.constexpr,
+                QUANT_P: tl.constexpr, QB: tl.constexpr, IS_MX: tl.constexpr, BLOCK_M: tl.constexpr,
+                DP: tl.constexpr):
     """dK, dV of one key tile over query tiles [lo, hi).
 
     P is computed as (queries, keys), the orientation of the forward's S, so that the blocks of 16
@@ -406,9 +468,11 @@ def _dkdv_inner(dk, dv, k, v, q_base, do_base, LSE, Delta, row_off, offs_n, lo, 
     block (the (keys, queries) orientation of the Triton tutorial gives it 2, doubling the per-block
     scale arithmetic). The two products that need Pᵀ / dSᵀ take a transposed register operand.
 
-    KEY_TAIL: the tile reaches past Nk. Its zero-padded keys have S = 0, so P = exp(-LSE) there, which
-    is not zero and would enter the ϕ(P) block maxima of the last real keys: it is zeroed first. (MASK
-    tiles need no such step: the causal mask already hides every key >= Nk from every real query.)
+    MASK: the causal (right) edge, query i sees keys j <= i + causal_off; WINDOW: a sliding window's left
+    edge, j >= i + left_off. KEY_TAIL: the tile reaches past Nk. Its zero-padded keys have S = 0, so
+    P = exp(-LSE) there, which is not zero and would enter the ϕ(P) block maxima of the last real keys: it
+    is zeroed first. (Causal MASK tiles need no such step: the causal mask already hides every key >= Nk
+    from every real query; a window's right edge may not, so its masked tiles set KEY_TAIL.)
     """
     offs_d = tl.arange(0, DP)
     offs_mb = tl.arange(0, BLOCK_M)
@@ -422,6 +486,8 @@ def _dkdv_inner(dk, dv, k, v, q_base, do_base, LSE, Delta, row_off, offs_n, lo, 
         p = tl.math.exp2(tl.fma(s, qk_scale, -lse[:, None]))  # P = exp(S - LSE)
         if MASK:
             p = tl.where(offs_m[:, None] + causal_off >= offs_n[None, :], p, 0.0)
+        if WINDOW:
+            p = tl.where(offs_n[None, :] >= offs_m[:, None] + left_off, p, 0.0)
         if KEY_TAIL:
             p = tl.where(offs_n[None, :] < Nk, p, 0.0)
         if QUANT_P:  # phi(P) in blocks along keys, the same rounding as the forward
@@ -436,9 +502,10 @@ def _dkdv_inner(dk, dv, k, v, q_base, do_base, LSE, Delta, row_off, offs_n, lo, 
 
 
 @triton.jit
-def _dkdv_inner_kq(dk, dv, k, v, q_base, do_base, LSE, Delta, row_off, offs_n, lo, hi, causal_off,
-                   qk_scale, Nk, MASK: tl.constexpr, KEY_TAIL: tl.constexpr, QUANT_P: tl.constexpr,
-                   QB: tl.constexpr, IS_MX: tl.constexpr, BLOCK_M: tl.constexpr, DP: tl.constexpr):
+def _dkdv_inner_kq(dk, dv, k, v, q_base, do_base, LSE, Delta, row_off, offs_n, lo, hi, causal_off, left_off,
+                   qk_scale, Nk, MASK: tl.constexpr, KEY_TAIL: tl.constexpr, WINDOW: tl.constexpr,
+                   QUANT_P: tl.constexpr, QB: tl.constexpr, IS_MX: tl.constexpr, BLOCK_M: tl.constexpr,
+                   DP: tl.constexpr):
     """The same in the (keys, queries) orientation of the Triton tutorial: Pᵀ and dSᵀ come out of
     the dots ready to use, but ϕ needs its blocks along the accumulator's rows (2 elements of a block
     per thread). Autotuning picks the faster orientation per shape."""
@@ -454,6 +521,8 @@ def _dkdv_inner_kq(dk, dv, k, v, q_base, do_base, LSE, Delta, row_off, offs_n, l
         pT = tl.math.exp2(tl.fma(sT, qk_scale, -lse[None, :]))
         if MASK:
             pT = tl.where(offs_m[None, :] + causal_off >= offs_n[:, None], pT, 0.0)
+        if WINDOW:
+            pT = tl.where(offs_n[:, None] >= offs_m[None, :] + left_off, pT, 0.0)
         if KEY_TAIL:
             pT = tl.where(offs_n[:, None] < Nk, pT, 0.0)
         if QUANT_P:
@@ -472,7 +541,8 @@ def _bwd_dkdv_kernel(Qb, Kb, Vb, DOb, LSE, Delta, DK, DV,
                      sk_b, sk_h, sk_n, sk_d, sv_b, sv_h, sv_n, sv_d,
                      qk_scale, scale, Hq, GROUP, Nq, Nk, NQP, NKP, D,
                      CAUSAL: tl.constexpr, QUANT_P: tl.constexpr, QB: tl.constexpr, IS_MX: tl.constexpr,
-                     P_QK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DP: tl.constexpr):
+                     P_QK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DP: tl.constexpr,
+                     WINDOW: tl.constexpr = False, COFF=0, LOFF=0):  # as _fwd_kernel's
     pid_n, pid_bh = head_program()  # pid_bh = b * Hkv + kv head
     Hkv = Hq // GROUP
     b = pid_bh // Hkv
@@ -486,14 +556,22 @@ def _bwd_dkdv_kernel(Qb, Kb, Vb, DOb, LSE, Delta, DK, DV,
     dk = tl.zeros([BLOCK_N, DP], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, DP], dtype=tl.float32)
 
-    causal_off = Nk - Nq
-    if CAUSAL:
+    if WINDOW:
+        # query tiles [lo, mid) masked (the right edge crosses them, the left one may), [mid, e) unmasked,
+        # [e, hi) masked (the left edge; the right one is behind them); the others see none of these keys.
+        # The last key tile (padded keys): all masked
+        causal_off = COFF
+        lo, mid, e, hi = window_query_range(n0, COFF, LOFF, NQP, BLOCK_M, BLOCK_N, CAUSAL)
+        e = tl.where(n0 + BLOCK_N > Nk, mid, e)
+    elif CAUSAL:
+        causal_off = Nk - Nq
         # queries i < n0 - off see none of these keys; i >= n0 + BLOCK_N - 1 - off see all of them
         lo = (tl.maximum(n0 - causal_off, 0) // BLOCK_M) * BLOCK_M
         mid = tl.cdiv(tl.maximum(n0 + BLOCK_N - 1 - causal_off, 0), BLOCK_M) * BLOCK_M
         mid = tl.minimum(tl.maximum(mid, lo), NQP)
         lo = tl.minimum(lo, mid)
     else:
+        causal_off = Nk - Nq
         # only the last key tile has padded keys: all its query tiles run the KEY_TAIL loop [0, mid),
         # the other tiles the plain loop [mid, NQP) (two sequential loops, one empty, as for the causal
         # mask: an if/else around two calls doubled the shared memory, beyond the limit at D > 128)
@@ -504,24 +582,47 @@ def _bwd_dkdv_kernel(Qb, Kb, Vb, DOb, LSE, Delta, DK, DV,
         q_off = qh.to(tl.int64) * NQP * DP
         row_off = qh.to(tl.int64) * NQP
         qb, dob = Qb + q_off, DOb + q_off
-        if P_QK:
+        if WINDOW:  # masked tiles mask the padded keys too (a window's right edge may reach past Nk)
+            if P_QK:
+                if CAUSAL:
+                    dk, dv = _dkdv_inner(dk, dv, k, v, qb, dob, LSE, Delta, row_off, offs_n, lo, mid, causal_off,
+                                         LOFF, qk_scale, Nk, True, True, True, QUANT_P, QB, IS_MX, BLOCK_M, DP)
+                dk, dv = _dkdv_inner(dk, dv, k, v, qb, dob, LSE, Delta, row_off, offs_n, mid, e, causal_off,
+                                     LOFF, qk_scale, Nk, False, False, False, QUANT_P, QB, IS_MX, BLOCK_M, DP)
+                dk, dv = _dkdv_inner(dk, dv, k, v, qb, dob, LSE, Delta, row_off, offs_n, e, hi, causal_off,
+                                     LOFF, qk_scale, Nk, False, True, True, QUANT_P, QB, IS_MX, BLOCK_M, DP)
+            else:
+                if CAUSAL:
+                    dk, dv = _dkdv_inner_kq(dk, dv, k, v, qb, dob, LSE, Delta, row_off, offs_n, lo, mid,
+                                            causal_off, LOFF, qk_scale, Nk, True, True, True, QUANT_P, QB, IS_MX,
+                                            BLOCK_M, DP)
+                dk, dv = _dkdv_inner_kq(dk, dv, k, v, qb, dob, LSE, Delta, row_off, offs_n, mid, e,
+                                        causal_off, LOFF, qk_scale, Nk, False, False, False, QUANT_P, QB, IS_MX,
+                                        BLOCK_M, DP)
+                dk, dv = _dkdv_inner_kq(dk, dv, k, v, qb, dob, LSE, Delta, row_off, offs_n, e, hi,
+                                        causal_off, LOFF, qk_scale, Nk, False, True, True, QUANT_P, QB, IS_MX,
+                                        BLOCK_M, DP)
+        elif P_QK:
             if CAUSAL:
                 dk, dv = _dkdv_inner(dk, dv, k, v, qb, dob, LSE, Delta, row_off, offs_n, lo, mid, causal_off,
-                                     qk_scale, Nk, True, False, QUANT_P, QB, IS_MX, BLOCK_M, DP)
+                                     LOFF, qk_scale, Nk, True, False, False, QUANT_P, QB, IS_MX, BLOCK_M, DP)
             else:
                 dk, dv = _dkdv_inner(dk, dv, k, v, qb, dob, LSE, Delta, row_off, offs_n, lo, mid, causal_off,
-                                     qk_scale, Nk, False, True, QUANT_P, QB, IS_MX, BLOCK_M, DP)
+                                     LOFF, qk_scale, Nk, False, True, False, QUANT_P, QB, IS_MX, BLOCK_M, DP)
             dk, dv = _dkdv_inner(dk, dv, k, v, qb, dob, LSE, Delta, row_off, offs_n, mid, NQP, causal_off,
-                                 qk_scale, Nk, False, False, QUANT_P, QB, IS_MX, BLOCK_M, DP)
+                                 LOFF, qk_scale, Nk, False, False, False, QUANT_P, QB, IS_MX, BLOCK_M, DP)
         else:
             if CAUSAL:
                 dk, dv = _dkdv_inner_kq(dk, dv, k, v, qb, dob, LSE, Delta, row_off, offs_n, lo, mid,
-                                        causal_off, qk_scale, Nk, True, False, QUANT_P, QB, IS_MX, BLOCK_M, DP)
+                                        causal_off, LOFF, qk_scale, Nk, True, False, False, QUANT_P, QB, IS_MX,
+                                        BLOCK_M, DP)
             else:
                 dk, dv = _dkdv_inner_kq(dk, dv, k, v, qb, dob, LSE, Delta, row_off, offs_n, lo, mid,
-                                        causal_off, qk_scale, Nk, False, True, QUANT_P, QB, IS_MX, BLOCK_M, DP)
+                                        causal_off, LOFF, qk_scale, Nk, False, True, False, QUANT_P, QB, IS_MX,
+                                        BLOCK_M, DP)
             dk, dv = _dkdv_inner_kq(dk, dv, k, v, qb, dob, LSE, Delta, row_off, offs_n, mid, NQP,
-                                    causal_off, qk_scale, Nk, False, False, QUANT_P, QB, IS_MX, BLOCK_M, DP)
+                                    causal_off, LOFF, qk_scale, Nk, False, False, False, QUANT_P, QB, IS_MX,
+                                    BLOCK_M, DP)
 
     dk = dk * scale
     msk = (offs_n[:, None] < Nk) & (offs_d[None, :] < D)
@@ -533,8 +634,11 @@ def _bwd_dkdv_kernel(Qb, Kb, Vb, DOb, LSE, Delta, DK, DV,
 
 
 @triton.jit
-def _dq_inner(dq, q, do, lse, delta, k_base, v_base, offs_m, lo, hi, causal_off, qk_scale,
-              MASK: tl.constexpr, BLOCK_N: tl.constexpr, DP: tl.constexpr):
+def _dq_inner(dq, q, do, lse, delta, k_base, v_base, offs_m, lo, hi, causal_off, left_off, qk_scale,
+              MASK: tl.constexpr, WINDOW: tl.constexpr, BLOCK_N: tl.constexpr, DP: tl.constexpr):
+    """dQ of one query tile over key tiles [lo, hi). MASK: the causal (right) edge, query i sees keys
+    j <= i + causal_off; WINDOW: a sliding window's left edge, j >= i + left_off. (Padded keys need no
+    mask here: their zero K rows add nothing to dQ.)"""
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, DP)
     kT_ptrs = k_base + offs_n[None, :] * DP + offs_d[:, None]
@@ -548,6 +652,9 @@ def _dq_inner(dq, q, do, lse, delta, k_base, v_base, offs_m, lo, hi, causal_off,
         if MASK:
             keys = start_n + offs_n
             p = tl.where(keys[None, :] <= offs_m[:, None] + causal_off, p, 0.0)
+        if WINDOW:
+            keys = start_n + offs_n
+            p = tl.where(keys[None, :] >= offs_m[:, None] + left_off, p, 0.0)
         dp = tl.dot(do, vT)
         ds = p * (dp - delta[:, None])
         dq = tl.dot(ds.to(kT.dtype), tl.trans(kT), dq)
@@ -558,7 +665,8 @@ def _dq_inner(dq, q, do, lse, delta, k_base, v_base, offs_m, lo, hi, causal_off,
 def _bwd_dq_kernel(Qb, Kb, Vb, DOb, LSE, Delta, DQ,
                    sq_b, sq_h, sq_n, sq_d,
                    qk_scale, scale, Hq, GROUP, Nq, Nk, NQP, NKP, D,
-                   CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DP: tl.constexpr):
+                   CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DP: tl.constexpr,
+                   WINDOW: tl.constexpr = False, COFF=0, LOFF=0):  # as _fwd_kernel's
     pid_m, pid_bh = head_program()
     b = pid_bh // Hq
     h = pid_bh % Hq
@@ -574,18 +682,28 @@ def _bwd_dq_kernel(Qb, Kb, Vb, DOb, LSE, Delta, DQ,
     v_base = Vb + kv_bh.to(tl.int64) * NKP * DP
     dq = tl.zeros([BLOCK_M, DP], dtype=tl.float32)
 
-    causal_off = Nk - Nq
-    if CAUSAL:
+    if WINDOW:  # the forward's key tiles: [lo, e1) and [e2, hi) masked (as there), [e1, e2) not
+        hi, full_end = causal_key_range(m0, COFF, Nk, BLOCK_M, BLOCK_N, CAUSAL)
+        lo, e1, e2 = window_key_range(m0, LOFF, hi, full_end, BLOCK_M, BLOCK_N, WINDOW)
+        dq = _dq_inner(dq, q, do, lse, delta, k_base, v_base, offs_m, lo, e1, COFF, LOFF, qk_scale,
+                       CAUSAL, True, BLOCK_N, DP)
+        dq = _dq_inner(dq, q, do, lse, delta, k_base, v_base, offs_m, e1, e2, COFF, LOFF, qk_scale,
+                       False, False, BLOCK_N, DP)
+        dq = _dq_inner(dq, q, do, lse, delta, k_base, v_base, offs_m, e2, hi, COFF, LOFF, qk_scale,
+                       CAUSAL, False, BLOCK_N, DP)
+    elif CAUSAL:
+        causal_off = Nk - Nq
         hi = tl.minimum(tl.maximum(m0 + BLOCK_M + causal_off, 0), Nk)
         full_end = tl.minimum((tl.maximum(m0 + causal_off + 1, 0) // BLOCK_N) * BLOCK_N, hi)
-        dq = _dq_inner(dq, q, do, lse, delta, k_base, v_base, offs_m, 0, full_end, causal_off, qk_scale,
-                       False, BLOCK_N, DP)
-        dq = _dq_inner(dq, q, do, lse, delta, k_base, v_base, offs_m, full_end, hi, causal_off, qk_scale,
-                       True, BLOCK_N, DP)
+        dq = _dq_inner(dq, q, do, lse, delta, k_base, v_base, offs_m, 0, full_end, causal_off, LOFF, qk_scale,
+                       False, False, BLOCK_N, DP)
+        dq = _dq_inner(dq, q, do, lse, delta, k_base, v_base, offs_m, full_end, hi, causal_off, LOFF, qk_scale,
+                       True, False, BLOCK_N, DP)
     else:
+        causal_off = Nk - Nq
         # keys in the zero padding beyond Nk contribute nothing (zero K rows)
-        dq = _dq_inner(dq, q, do, lse, delta, k_base, v_base, offs_m, 0, Nk, causal_off, qk_scale,
-                       False, BLOCK_N, DP)
+        dq = _dq_inner(dq, q, do, lse, delta, k_base, v_base, offs_m, 0, Nk, causal_off, LOFF, qk_scale,
+                       False, False, BLOCK_N, DP)
     dq = dq * scale
     msk = (offs_m[:, None] < Nq) & (offs_d[None, :] < D)
     tl.store(DQ + b.to(tl.int64) * sq_b + h.to(tl.int64) * sq_h + offs_m[:, None].to(tl.int64) * sq_n
@@ -622,21 +740,26 @@ def _prune_dkdv(configs, named_args, **kwargs):
     return configs
 
 
-_dkdv_tuned = triton.autotune(_bwd_configs("dkdv"), key=["NQP", "NKP", "CAUSAL", "QUANT_P", "QB", "DP"],
+_dkdv_tuned = triton.autotune(_bwd_configs("dkdv"), key=["NQP", "NKP", "CAUSAL", "QUANT_P", "QB", "DP", "WINDOW"],
                               prune_configs_by={"early_config_prune": _prune_dkdv})(_bwd_dkdv_kernel)
-_dq_tuned = triton.autotune(_bwd_configs("dq"), key=["NQP", "NKP", "CAUSAL", "DP"],
+_dq_tuned = triton.autotune(_bwd_configs("dq"), key=["NQP", "NKP", "CAUSAL", "DP", "WINDOW"],
                             prune_configs_by={"early_config_prune": _prune_bwd})(_bwd_dq_kernel)
 
 
 def backward(do: torch.Tensor, o_for_delta: torch.Tensor, qb: torch.Tensor, kb: torch.Tensor,
              vb: torch.Tensor, lse: torch.Tensor, dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor, *,
              nq: int, nk: int, d: int, causal: bool, scale: float, fmt: str, quant_p: bool,
-             dlse: torch.Tensor | None = None, configs: dict | None = None):
+             dlse: torch.Tensor | None = None, configs: dict | None = None,
+             window: tuple[int, int] | None = None):
     """Algorithm 3 (or the naive FlashAttention backward when given unquantized buffers, quant_p=False).
 
     ``do`` and ``o_for_delta`` are bhsd views (any strides; ``o_for_delta`` may also be the padded O'
     buffer), ``qb, kb, vb`` the padded pre-pass buffers, ``lse`` the padded forward LSE; writes the bhsd
     views ``dq, dk, dv`` (any strides). ``dlse``: optional (B, Hq, Nq) gradient of the LSE output.
+
+    ``window``: the forward's (``forward``). dQ loops over the forward's key tiles; dK/dV of a key tile over
+    the query tiles that see any of its keys (``window_query_range``): those an edge crosses, and all of them
+    for the last key tile (its padded keys stay out of ϕ(P)), masked.
     """
     B, Hq, NQP, DP = qb.shape
     Hkv, NKP = kb.shape[1], kb.shape[2]
@@ -656,8 +779,9 @@ def backward(do: torch.Tensor, o_for_delta: torch.Tensor, qb: torch.Tensor, kb: 
     common = (scale * LOG2E, scale, Hq, group, nq, nk, NQP, NKP, d)
     args_kv = (qb, kb, vb, dop, lse, delta, dk, dv, *dk.stride(), *dv.stride(), *common)
     args_q = (qb, kb, vb, dop, lse, delta, dq, *dq.stride(), *common)
-    meta_kv = dict(CAUSAL=causal, QUANT_P=quant_p, QB=qbk, IS_MX=is_mx, DP=DP)
-    meta_q = dict(CAUSAL=causal, DP=DP)
+    wmeta = window_meta(window, causal, nq, nk, NQP)
+    meta_kv = dict(QUANT_P=quant_p, QB=qbk, IS_MX=is_mx, DP=DP, **wmeta)
+    meta_q = dict(DP=DP, **wmeta)
     configs = dict(configs or {})
     if not _autotune():
         configs.setdefault("dkdv", _default_config("dkdv", DP))
@@ -694,14 +818,15 @@ def dot_dtype_for(dtype: torch.dtype) -> torch.dtype:
 
 
 def attn_qat_fwd_bhsd(q, k, v, o, *, causal: bool, scale: float, fmt: str, hp_o: bool,
-                      config: dict | None = None):
-    """Pre-pass + forward on bhsd views. Returns (qf, kf, vf, o_prime, lse_padded)."""
+                      config: dict | None = None, window: tuple[int, int] | None = None):
+    """Pre-pass + forward on bhsd views. Returns (qf, kf, vf, o_prime, lse_padded). ``window``: see
+    ``forward``."""
     dt = dot_dtype_for(q.dtype)
     qf = prep(q, 1, fmt, dt)
     kf = prep(k, 1, fmt, dt)
     vf = prep(v, 2, fmt, dt)
     op, lse = forward(qf, kf, vf, o, nq=q.shape[2], nk=k.shape[2], d=q.shape[3], causal=causal,
-                      scale=scale, fmt=fmt, hp_o=hp_o, config=config)
+                      scale=scale, fmt=fmt, hp_o=hp_o, config=config, window=window)
     return qf, kf, vf, op, lse
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from ._dispatch import kernels_for, on_device
-from ._validate import check_attention_args, check_bool, check_choice, check_fmt, from_bhsd
+from ._validate import check_attention_args, check_bool, check_choice, check_fmt, check_window, from_bhsd
 
 BACKWARDS = ("qat", "naive")
 
@@ -43,31 +43,39 @@ def _buffer_dtype(dtype):
     return dot_dtype_for(dtype)
 
 
+def _window(window_left: int, window_right: int):
+    """The custom ops' window arguments (a normalized window; -1, -1: none) -> the kernels' ``window``."""
+    return None if window_left < 0 and window_right < 0 else (window_left, window_right)
+
+
 # -------------------------------------------------------------------------------------------------
 # custom ops (inputs in the caller's layout; layout is an argument)
 # -------------------------------------------------------------------------------------------------
 @torch.library.custom_op("fp4attn::attn_qat_fwd", mutates_args=(), device_types="cuda")
 def _attn_qat_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,
-                  fmt: str, layout: str, high_precision_o: bool, quantize_p_in_backward: bool, naive: bool
+                  fmt: str, layout: str, high_precision_o: bool, quantize_p_in_backward: bool, naive: bool,
+                  window_left: int = -1, window_right: int = -1
                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
                              torch.Tensor]:
     """Returns (o in the caller's layout, lse_padded, o_prime_padded, qf, kf, vf).
 
     O' is computed only when the backward will use it (``high_precision_o`` and not ``naive``);
     otherwise ``o_prime_padded`` is an empty tensor. ``quantize_p_in_backward`` only travels to the
-    autograd context.
+    autograd context. ``window_left/right``: the normalized sliding window (-1, -1: none).
     """
     from ..kernels.attn_qat import attn_qat_fwd_bhsd
     qb, kb, vb = _bhsd(q, layout), _bhsd(k, layout), _bhsd(v, layout)
     o = _empty_like_layout(qb.shape, layout, q.dtype, q.device)
     with on_device(q):
         qf, kf, vf, op, lse = attn_qat_fwd_bhsd(qb, kb, vb, o, causal=causal, scale=scale, fmt=fmt,
-                                                hp_o=high_precision_o and not naive)
+                                                hp_o=high_precision_o and not naive,
+                                                window=_window(window_left, window_right))
     return _bhsd(o, layout), lse, op, qf, kf, vf
 
 
 @_attn_qat_fwd.register_fake
-def _(q, k, v, causal, scale, fmt, layout, high_precision_o, quantize_p_in_backward, naive):
+def _(q, k, v, causal, scale, fmt, layout, high_precision_o, quantize_p_in_backward, naive, window_left=-1,
+      window_right=-1):
     qb, kb = _bhsd(q, layout), _bhsd(k, layout)
     B, Hq, Hkv, NQP, NKP, DP = _padded_shapes(qb, kb)
     dt = _buffer_dtype(q.dtype)
@@ -83,12 +91,14 @@ def _attn_qat_bwd(do: torch.Tensor, o_for_delta: torch.Tensor, qb: torch.Tensor,
                   vb: torch.Tensor, lse: torch.Tensor, dlse: torch.Tensor | None,
                   shape_q: list[int], shape_k: list[int], dtype: torch.dtype,
                   causal: bool, scale: float, fmt: str, layout: str, quant_p: bool, raw_inputs: bool,
-                  o_padded: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                  o_padded: bool, window_left: int = -1, window_right: int = -1
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dq, dk, dv (dtype ``dtype``) in the caller's layout.
 
     ``raw_inputs``: qb/kb/vb are the unquantized q, k, v in the caller's layout (naive backward) and
     still need the padding pre-pass; otherwise they are the forward's padded Qᶠ, Kᶠ, Vᶠ buffers.
     ``o_padded``: ``o_for_delta`` is the padded O' buffer; otherwise O in the caller's layout.
+    ``window_left/right``: the forward's sliding window (-1, -1: none).
     """
     from ..kernels import attn_qat as K
     B, Hq, Nq, D = shape_q
@@ -105,13 +115,13 @@ def _attn_qat_bwd(do: torch.Tensor, o_for_delta: torch.Tensor, qb: torch.Tensor,
         dk = _empty_like_layout((B, Hkv, Nk, D), layout, dtype, dev)
         dv = _empty_like_layout((B, Hkv, Nk, D), layout, dtype, dev)
         K.backward(_bhsd(do, layout), ob, qb, kb, vb, lse, dq, dk, dv, nq=Nq, nk=Nk, d=D, causal=causal,
-                   scale=scale, fmt=fmt, quant_p=quant_p, dlse=dlse)
+                   scale=scale, fmt=fmt, quant_p=quant_p, dlse=dlse, window=_window(window_left, window_right))
     return _bhsd(dq, layout), _bhsd(dk, layout), _bhsd(dv, layout)
 
 
 @_attn_qat_bwd.register_fake
 def _(do, o_for_delta, qb, kb, vb, lse, dlse, shape_q, shape_k, dtype, causal, scale, fmt, layout,
-      quant_p, raw_inputs, o_padded):
+      quant_p, raw_inputs, o_padded, window_left=-1, window_right=-1):
     B, Hq, Nq, D = shape_q
     Hkv, Nk = shape_k[1], shape_k[2]
     mk = lambda shp: _bhsd(_empty_like_layout(shp, layout, dtype, do.device), layout)
@@ -122,10 +132,12 @@ def _(do, o_for_delta, qb, kb, vb, lse, dlse, shape_q, shape_k, dtype, causal, s
 # autograd: the forward op's backward calls the backward op
 # -------------------------------------------------------------------------------------------------
 def _setup_context(ctx, inputs, output):
-    q, k, v, causal, scale, fmt, layout, high_precision_o, quantize_p_in_backward, naive = inputs
+    (q, k, v, causal, scale, fmt, layout, high_precision_o, quantize_p_in_backward, naive, window_left,
+     window_right) = inputs
     o, lse, op, qf, kf, vf = output
     ctx.set_materialize_grads(False)  # no zero gradients for the internal buffers
-    ctx.cfg = dict(causal=causal, scale=scale, fmt=fmt, layout=layout)
+    ctx.cfg = dict(causal=causal, scale=scale, fmt=fmt, layout=layout, window_left=window_left,
+                   window_right=window_right)
     ctx.naive = naive
     ctx.quant_p = quantize_p_in_backward and not naive
     ctx.hp_o = high_precision_o and not naive
@@ -148,7 +160,7 @@ def _backward(ctx, do, dlse, d_op, d_qf, d_kf, d_vf):
     dq, dk, dv = torch.ops.fp4attn.attn_qat_bwd(
         do, o_for_delta, qb, kb, vb, lse, dlse, ctx.shape_q, ctx.shape_k, ctx.dtype,
         quant_p=ctx.quant_p, raw_inputs=ctx.naive, o_padded=ctx.hp_o, **ctx.cfg)
-    return dq, dk, dv, None, None, None, None, None, None, None
+    return dq, dk, dv, None, None, None, None, None, None, None, None, None
 
 
 _attn_qat_fwd.register_autograd(_backward, setup_context=_setup_context)
@@ -159,7 +171,8 @@ _attn_qat_fwd.register_autograd(_backward, setup_context=_setup_context)
 # -------------------------------------------------------------------------------------------------
 def attn_qat(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False, scale=None,
              fmt: str = "nvfp4", layout: str = "bhsd", high_precision_o: bool = True,
-             quantize_p_in_backward: bool = True, backward: str = "qat", return_lse: bool = False):
+             quantize_p_in_backward: bool = True, backward: str = "qat", return_lse: bool = False,
+             window_size=None):
     """Attn-QAT attention for training (SPEC §3): FP4 fake-quantized forward, Algorithm-3 backward.
 
     Args:
@@ -172,6 +185,12 @@ def attn_qat(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool 
         backward: ``"qat"`` (Algorithm 3) or ``"naive"`` (FP4 forward + ordinary FlashAttention
             backward on the unquantized q, k, v: the unstable drop-in baseline).
         return_lse: also return the float32 log-sum-exp (B, Hq, Nq) (-inf for rows that see no key).
+        window_size: ``(left, right)`` sliding window, as :func:`fp4attn.attention`'s (FlashAttention's
+            convention): query i (at position p = i + Nk − Nq) sees keys p − left ... p + right; -1 or None
+            leaves a side unbounded; with ``causal=True`` right must be 0 or -1 (transformers'
+            ``sliding_window=w`` is ``causal=True, window_size=(w - 1, 0)``). Key tiles outside the window
+            are skipped in the forward and both backward kernels; quantization blocks are those of the whole
+            sequence. ``backward="naive"`` honours it too.
 
     Returns ``out`` (q's dtype and layout), or ``(out, lse)``. Gradients flow to q, k, v (and through
     ``lse`` as d lse / dS = P).
@@ -182,16 +201,19 @@ def attn_qat(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool 
     check_bool("quantize_p_in_backward", quantize_p_in_backward)
     check_bool("return_lse", return_lse)
     qb, kb, vb, scale = check_attention_args(q, k, v, layout=layout, scale=scale, causal=causal)
+    window = check_window(window_size, causal)
     on_gpu = kernels_for(q, k, v)
     if on_gpu and q.dtype != torch.float64:
+        wl, wr = window if window is not None else (-1, -1)
         o, lse, *_ = torch.ops.fp4attn.attn_qat_fwd(q, k, v, causal, scale, fmt, layout, high_precision_o,
-                                                    quantize_p_in_backward, backward == "naive")
+                                                    quantize_p_in_backward, backward == "naive", wl, wr)
         if return_lse:
             return o, lse[:, :, : qb.shape[2]].contiguous()
         return o
     from ..reference.attn_qat import attn_qat_reference
     out, lse = attn_qat_reference(qb, kb, vb, causal=causal, scale=scale, fmt=fmt,
                                   high_precision_o=high_precision_o,
-                                  quantize_p_in_backward=quantize_p_in_backward, backward=backward)
+                                  quantize_p_in_backward=quantize_p_in_backward, backward=backward,
+                                  window_size=window)
     out = from_bhsd(out, layout)
     return (out, lse) if return_lse else out

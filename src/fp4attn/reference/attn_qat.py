@@ -10,6 +10,10 @@ P = exp(S − LSE); D = rowsum(dO∘O') (∘O without ``high_precision_o``); dV 
 ``backward="naive"`` is the drop-in baseline: the FP4 forward's O and LSE with an ordinary
 FlashAttention backward on the unquantized q, k, v (P recomputed from them), which is inconsistent
 with the forward and is expected to be unstable.
+
+``window_size=(left, right)``: a sliding window (:func:`.common.normalize_window`, FlashAttention's
+convention, bottom-right aligned like ``causal``): scores outside it are −inf exactly as causal's (P̃ = P = 0
+there); quantization blocks stay those of the whole sequence (Vᶠ and ϕ(P̃) along all Nk keys).
 """
 
 from __future__ import annotations
@@ -17,17 +21,18 @@ from __future__ import annotations
 import torch
 
 from .common import (
-    causal_keep,
     compute_dtype,
     default_scale,
     expand_kv,
     fq,
     lse_of,
     normalize,
+    normalize_window,
     quantize_p,
     reduce_kv,
     row_chunks,
     softmax_numerator,
+    window_keep,
 )
 
 FMTS = ("nvfp4", "mxfp4")
@@ -38,12 +43,13 @@ def _quantized_operands(q, k, v, fmt, cd):
     return fq(q.to(cd), fmt, -1, cd), fq(k.to(cd), fmt, -1, cd), fq(v.to(cd), fmt, -2, cd)
 
 
-def attn_qat_forward(q, k, v, *, causal=False, scale=None, fmt="nvfp4"):
+def attn_qat_forward(q, k, v, *, causal=False, scale=None, fmt="nvfp4", window_size=None):
     """Returns (O, O', LSE) in the compute dtype (float32, float64 for float64 inputs)."""
     cd = compute_dtype(q, k, v)
     B, hq, nq, D = q.shape
     nk = k.shape[2]
     scale = default_scale(D, scale)
+    window = normalize_window(window_size, causal)
     qf, kf, vf = _quantized_operands(q, k, v, fmt, cd)
     kf = expand_kv(kf, hq)
     vf = expand_kv(vf, hq)
@@ -52,8 +58,9 @@ def attn_qat_forward(q, k, v, *, causal=False, scale=None, fmt="nvfp4"):
     lse = torch.empty(B, hq, nq, dtype=cd, device=q.device)
     for r0, r1 in row_chunks(B, hq, nq, nk):
         s = scale * (qf[:, :, r0:r1] @ kf.transpose(-1, -2))
-        if causal:
-            s = s.masked_fill(~causal_keep(r0, r1, nq, nk, q.device), float("-inf"))
+        keep = window_keep(r0, r1, nq, nk, causal, window, q.device)
+        if keep is not None:
+            s = s.masked_fill(~keep, float("-inf"))
         p, m, l = softmax_numerator(s)
         o[:, :, r0:r1] = normalize(quantize_p(p, fmt, False) @ vf, l)
         o_prime[:, :, r0:r1] = normalize(p @ vf, l)
@@ -62,16 +69,19 @@ def attn_qat_forward(q, k, v, *, causal=False, scale=None, fmt="nvfp4"):
 
 
 def attn_qat_backward(do, q, k, v, o, o_prime, lse, *, causal=False, scale=None, fmt="nvfp4",
-                      high_precision_o=True, quantize_p_in_backward=True, backward="qat", dlse=None):
+                      high_precision_o=True, quantize_p_in_backward=True, backward="qat", dlse=None,
+                      window_size=None):
     """Returns (dQ, dK, dV) in the compute dtype; dK, dV summed over GQA groups.
 
     ``dlse`` (optional, (B, Hq, Nq)) is a gradient flowing into the returned LSE: since
-    dLSE/dS = P, it adds P·dlse to dS.
+    dLSE/dS = P, it adds P·dlse to dS. ``window_size``: the forward's; P = 0 outside the window (and
+    above the causal diagonal), as the masked scores are −inf.
     """
     cd = compute_dtype(q, k, v, do)
     B, hq, nq, D = q.shape
     hkv, nk = k.shape[1], k.shape[2]
     scale = default_scale(D, scale)
+    window = normalize_window(window_size, causal)
     naive = backward == "naive"
     if naive:
         qf, kf, vf = q.to(cd), k.to(cd), v.to(cd)
@@ -87,8 +97,9 @@ def attn_qat_backward(do, q, k, v, o, o_prime, lse, *, causal=False, scale=None,
     dv = torch.zeros(B, hq, nk, D, dtype=cd, device=q.device)
     for r0, r1 in row_chunks(B, hq, nq, nk):
         s = scale * (qf[:, :, r0:r1] @ kf.transpose(-1, -2))
-        if causal:
-            s = s.masked_fill(~causal_keep(r0, r1, nq, nk, q.device), float("-inf"))
+        keep = window_keep(r0, r1, nq, nk, causal, window, q.device)
+        if keep is not None:
+            s = s.masked_fill(~keep, float("-inf"))
         lr = lse[:, :, r0:r1].unsqueeze(-1)
         p = torch.where(torch.isfinite(lr), torch.exp(s - torch.where(torch.isfinite(lr), lr, 0.0)),
                         torch.zeros_like(s))
@@ -107,22 +118,24 @@ def attn_qat_backward(do, q, k, v, o, o_prime, lse, *, causal=False, scale=None,
 
 class _AttnQATFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, causal, scale, fmt, high_precision_o, quantize_p_in_backward, backward):
-        o, o_prime, lse = attn_qat_forward(q, k, v, causal=causal, scale=scale, fmt=fmt)
+    def forward(ctx, q, k, v, causal, scale, fmt, high_precision_o, quantize_p_in_backward, backward,
+                window_size):
+        o, o_prime, lse = attn_qat_forward(q, k, v, causal=causal, scale=scale, fmt=fmt, window_size=window_size)
         ctx.save_for_backward(q, k, v, o, o_prime, lse)
         ctx.cfg = dict(causal=causal, scale=scale, fmt=fmt, high_precision_o=high_precision_o,
-                       quantize_p_in_backward=quantize_p_in_backward, backward=backward)
+                       quantize_p_in_backward=quantize_p_in_backward, backward=backward, window_size=window_size)
         return o.to(q.dtype), lse.float()
 
     @staticmethod
     def backward(ctx, do, dlse):
         q, k, v, o, o_prime, lse = ctx.saved_tensors
         dq, dk, dv = attn_qat_backward(do, q, k, v, o, o_prime, lse, dlse=dlse, **ctx.cfg)
-        return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None, None, None, None, None
+        return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None, None, None, None, None, None
 
 
 def attn_qat_reference(q, k, v, *, causal=False, scale=None, fmt="nvfp4", high_precision_o=True,
-                       quantize_p_in_backward=True, backward="qat"):
-    """Autograd-enabled reference Attn-QAT on bhsd tensors: returns (out in q.dtype, lse float32)."""
+                       quantize_p_in_backward=True, backward="qat", window_size=None):
+    """Autograd-enabled reference Attn-QAT on bhsd tensors: returns (out in q.dtype, lse float32).
+    ``window_size=(left, right)``: a sliding window (module docstring)."""
     return _AttnQATFunction.apply(q, k, v, causal, scale, fmt, high_precision_o,
-                                  quantize_p_in_backward, backward)
+                                  quantize_p_in_backward, backward, normalize_window(window_size, causal))
