@@ -1001,3 +1001,27 @@ def test_generate_sliding_window_padded_prompts_equal_each_prompt_alone():
     out = fh.generate(m, ids, 8, cuda_graph=False, attention_mask=mask)
     for b in range(3):
         assert torch.equal(out[b, 40:], alone[b]), b
+
+
+def test_mistral_training_runs_windowed_attn_qat(monkeypatch):
+    """Training a sliding-window model: one fp4attn.attn_qat call per layer with window_size=(w - 1, 0), not one
+    call per query row; with the bf16 recipe the gradients are those of transformers' sdpa (the window as a
+    mask)."""
+    m = _mistral()
+    m.train()
+    ids = torch.randint(1, 96, (2, 30), generator=torch.Generator().manual_seed(27))
+    calls = []
+    real = fp4attn.attn_qat
+    monkeypatch.setattr(fp4attn, "attn_qat", lambda *a, **kw: calls.append(kw.get("window_size")) or real(*a, **kw))
+    m.set_attn_implementation(fh.register("nvfp4"))
+    m(ids, labels=ids).loss.backward()
+    assert calls == [(7, 0)] * 2
+    assert all(torch.isfinite(p.grad).all() for p in m.parameters() if p.grad is not None)
+
+    def grads(impl):
+        m.zero_grad()
+        m.set_attn_implementation(impl)
+        m(ids, labels=ids).loss.backward()
+        return [p.grad.clone() for p in m.parameters() if p.grad is not None]
+    for ours, theirs in zip(grads(fh.register("bf16")), grads("sdpa")):
+        torch.testing.assert_close(ours, theirs, rtol=1e-4, atol=1e-5)

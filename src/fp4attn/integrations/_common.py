@@ -11,8 +11,8 @@ query rows, each answered by one op call on a contiguous key span:
 
 A **sliding window** (transformers' ``sliding_window``: Mistral, Gemma, ...) is recognized before the runs:
 rows that see keys max(a, p − left) .. p (p = i + Nk − Nq, bottom-right; keys before a are padding) become
-one call of the inference op with ``window_size=(left, 0)`` on keys a.. (the op skips the key tiles outside
-the window). Training and Thrift have no window: there the window is split into runs (one per row: exact,
+one call of the op with ``window_size=(left, 0)`` on keys a.. (the inference op and Attn-QAT skip the key
+tiles outside the window). Thrift has no window: there the window is split into runs (one per row: exact,
 slow, warned).
 
 A padded batch (left or right padding, causal or bidirectional) becomes one or two runs per
@@ -62,7 +62,7 @@ def qat_fmt(recipe: str, op_kwargs: dict) -> str:
 def make_op(recipe: str, op_kwargs: dict):
     """``op(q, k, v, causal, scale, train, window=None) -> out`` on bhsd tensors (GQA allowed).
     ``window``: ``fp4attn.attention``'s normalized ``window_size`` (left, right), only where
-    ``op.window_ok(train)`` (the inference recipes but Thrift).
+    ``op.window_ok(train)`` (every recipe but Thrift).
 
     ``train=True``: :func:`fp4attn.attn_qat` (autograd; fake-quantized forward, Algorithm-3
     backward), or exact differentiable attention for ``recipe="bf16"``. ``train=False``: the
@@ -79,31 +79,33 @@ def make_op(recipe: str, op_kwargs: dict):
         infer_kw.pop("fmt", None)
 
     def op(q, k, v, causal: bool, scale, train: bool, window=None):
-        if window is not None:
-            if not op.window_ok(train):
-                raise NotImplementedError(f"fp4attn: no sliding window for recipe={recipe!r}, train={train}")
-            return fp4attn.attention(q, k, v, causal=causal, scale=scale, recipe=recipe, window_size=window,
-                                     **infer_kw)
+        if window is not None and not op.window_ok(train):
+            raise NotImplementedError(f"fp4attn: no sliding window for recipe={recipe!r}")
+        wkw = {} if window is None else {"window_size": window}
         if train:
             if recipe == "bf16":
-                return _exact_attention(q, k, v, causal, scale)
-            return fp4attn.attn_qat(q, k, v, causal=causal, scale=scale, fmt=fmt, **qat_kw)
+                return _exact_attention(q, k, v, causal, scale, window)
+            return fp4attn.attn_qat(q, k, v, causal=causal, scale=scale, fmt=fmt, **wkw, **qat_kw)
         if recipe == "thrift":
             return fp4attn.thrift_attention(q, k, v, causal=causal, scale=scale, **infer_kw)
-        return fp4attn.attention(q, k, v, causal=causal, scale=scale, recipe=recipe, **infer_kw)
+        return fp4attn.attention(q, k, v, causal=causal, scale=scale, recipe=recipe, **wkw, **infer_kw)
 
-    op.window_ok = lambda train: not train and recipe != "thrift"
+    op.window_ok = lambda train: recipe != "thrift"
     return op
 
 
-def _exact_attention(q, k, v, causal, scale):
-    """Differentiable unquantized attention (bottom-right causal, GQA) with PyTorch SDPA."""
+def _exact_attention(q, k, v, causal, scale, window=None):
+    """Differentiable unquantized attention (bottom-right causal, GQA, a normalized sliding ``window``) with
+    PyTorch SDPA."""
     hq, hkv = q.shape[1], k.shape[1]
     if hq != hkv:
         k = k.repeat_interleave(hq // hkv, dim=1)
         v = v.repeat_interleave(hq // hkv, dim=1)
     nq, nk = q.shape[2], k.shape[2]
     sdpa = _ORIGINAL_SDPA
+    if window is not None:
+        from ..reference.common import window_keep
+        return sdpa(q, k, v, attn_mask=window_keep(0, nq, nq, nk, causal, window, q.device), scale=scale)
     if not causal or nq == 1:
         return sdpa(q, k, v, scale=scale)
     if nq == nk:

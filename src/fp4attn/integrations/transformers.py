@@ -28,8 +28,9 @@ full mask suffices). What runs:
   inference op with ``window_size=(w - 1, 0)`` (key tiles outside the window skipped), recognized from the
   mask or, where transformers passes none (keys fewer than w, or a captured decode step), from the
   ``sliding_window`` argument / the module's ``sliding_window``; decode steps on an :func:`fp4_cache` read
-  only the window's pages (``fp4attn.decode(..., window_size=(w - 1, 0))``). Training and Thrift have no
-  window: the mask is split into exact per-row calls there (slow, warned).
+  only the window's pages (``fp4attn.decode(..., window_size=(w - 1, 0))``); training runs
+  :func:`fp4attn.attn_qat` with the window. Thrift has no window: the mask is split into exact per-row calls
+  there (slow, warned).
 * The inference op has no autograd: calling an eval-mode model with gradients enabled warns once
   that no gradient flows through attention (``torch.no_grad()`` / ``torch.inference_mode()`` for
   inference, ``model.train()`` or ``mode="qat"`` to train).
@@ -217,7 +218,7 @@ def make_attention_function(recipe: str = "nvfp4", mode: str = "auto", prefill: 
             if window is not None:
                 if op.window_ok(train):
                     out = op(query, key, value, True, scaling, train, window=window)
-                else:  # (training / Thrift: no window in the op) the window as a mask, split into runs
+                else:  # (Thrift: no window in the op) the window as a mask, split into runs
                     keep = window_keep(0, S, S, key.shape[2], True, window, query.device)
                     out = masked_attention(op, query, key, value, keep, scaling, train)
             else:
