@@ -537,6 +537,20 @@ def _dkdv_inner_kq(dk, dv, k, v, q_base, do_base, LSE, Delta, row_off, offs_n, l
 
 
 @triton.jit
+def _dkdv_tiles(dk, dv, k, v, q_base, do_base, LSE, Delta, row_off, offs_n, lo, hi, causal_off, left_off,
+                qk_scale, Nk, MASK: tl.constexpr, KEY_TAIL: tl.constexpr, WINDOW: tl.constexpr,
+                QUANT_P: tl.constexpr, QB: tl.constexpr, IS_MX: tl.constexpr, BLOCK_M: tl.constexpr,
+                DP: tl.constexpr, P_QK: tl.constexpr):
+    """Query tiles [lo, hi) of a key tile in the orientation ``P_QK`` picks (``_dkdv_inner`` or ``_kq``)."""
+    if P_QK:
+        return _dkdv_inner(dk, dv, k, v, q_base, do_base, LSE, Delta, row_off, offs_n, lo, hi, causal_off, left_off,
+                           qk_scale, Nk, MASK, KEY_TAIL, WINDOW, QUANT_P, QB, IS_MX, BLOCK_M, DP)
+    else:
+        return _dkdv_inner_kq(dk, dv, k, v, q_base, do_base, LSE, Delta, row_off, offs_n, lo, hi, causal_off,
+                              left_off, qk_scale, Nk, MASK, KEY_TAIL, WINDOW, QUANT_P, QB, IS_MX, BLOCK_M, DP)
+
+
+@triton.jit
 def _bwd_dkdv_kernel(Qb, Kb, Vb, DOb, LSE, Delta, DK, DV,
                      sk_b, sk_h, sk_n, sk_d, sv_b, sv_h, sv_n, sv_d,
                      qk_scale, scale, Hq, GROUP, Nq, Nk, NQP, NKP, D,
@@ -583,46 +597,22 @@ def _bwd_dkdv_kernel(Qb, Kb, Vb, DOb, LSE, Delta, DK, DV,
         row_off = qh.to(tl.int64) * NQP
         qb, dob = Qb + q_off, DOb + q_off
         if WINDOW:  # masked tiles mask the padded keys too (a window's right edge may reach past Nk)
-            if P_QK:
-                if CAUSAL:
-                    dk, dv = _dkdv_inner(dk, dv, k, v, qb, dob, LSE, Delta, row_off, offs_n, lo, mid, causal_off,
-                                         LOFF, qk_scale, Nk, True, True, True, QUANT_P, QB, IS_MX, BLOCK_M, DP)
-                dk, dv = _dkdv_inner(dk, dv, k, v, qb, dob, LSE, Delta, row_off, offs_n, mid, e, causal_off,
-                                     LOFF, qk_scale, Nk, False, False, False, QUANT_P, QB, IS_MX, BLOCK_M, DP)
-                dk, dv = _dkdv_inner(dk, dv, k, v, qb, dob, LSE, Delta, row_off, offs_n, e, hi, causal_off,
-                                     LOFF, qk_scale, Nk, False, True, True, QUANT_P, QB, IS_MX, BLOCK_M, DP)
-            else:
-                if CAUSAL:
-                    dk, dv = _dkdv_inner_kq(dk, dv, k, v, qb, dob, LSE, Delta, row_off, offs_n, lo, mid,
-                                            causal_off, LOFF, qk_scale, Nk, True, True, True, QUANT_P, QB, IS_MX,
-                                            BLOCK_M, DP)
-                dk, dv = _dkdv_inner_kq(dk, dv, k, v, qb, dob, LSE, Delta, row_off, offs_n, mid, e,
-                                        causal_off, LOFF, qk_scale, Nk, False, False, False, QUANT_P, QB, IS_MX,
-                                        BLOCK_M, DP)
-                dk, dv = _dkdv_inner_kq(dk, dv, k, v, qb, dob, LSE, Delta, row_off, offs_n, e, hi,
-                                        causal_off, LOFF, qk_scale, Nk, False, True, True, QUANT_P, QB, IS_MX,
-                                        BLOCK_M, DP)
-        elif P_QK:
             if CAUSAL:
-                dk, dv = _dkdv_inner(dk, dv, k, v, qb, dob, LSE, Delta, row_off, offs_n, lo, mid, causal_off,
-                                     LOFF, qk_scale, Nk, True, False, False, QUANT_P, QB, IS_MX, BLOCK_M, DP)
-            else:
-                dk, dv = _dkdv_inner(dk, dv, k, v, qb, dob, LSE, Delta, row_off, offs_n, lo, mid, causal_off,
-                                     LOFF, qk_scale, Nk, False, True, False, QUANT_P, QB, IS_MX, BLOCK_M, DP)
-            dk, dv = _dkdv_inner(dk, dv, k, v, qb, dob, LSE, Delta, row_off, offs_n, mid, NQP, causal_off,
-                                 LOFF, qk_scale, Nk, False, False, False, QUANT_P, QB, IS_MX, BLOCK_M, DP)
+                dk, dv = _dkdv_tiles(dk, dv, k, v, qb, dob, LSE, Delta, row_off, offs_n, lo, mid, causal_off, LOFF,
+                                     qk_scale, Nk, True, True, True, QUANT_P, QB, IS_MX, BLOCK_M, DP, P_QK)
+            dk, dv = _dkdv_tiles(dk, dv, k, v, qb, dob, LSE, Delta, row_off, offs_n, mid, e, causal_off, LOFF,
+                                 qk_scale, Nk, False, False, False, QUANT_P, QB, IS_MX, BLOCK_M, DP, P_QK)
+            dk, dv = _dkdv_tiles(dk, dv, k, v, qb, dob, LSE, Delta, row_off, offs_n, e, hi, causal_off, LOFF,
+                                 qk_scale, Nk, False, True, True, QUANT_P, QB, IS_MX, BLOCK_M, DP, P_QK)
         else:
             if CAUSAL:
-                dk, dv = _dkdv_inner_kq(dk, dv, k, v, qb, dob, LSE, Delta, row_off, offs_n, lo, mid,
-                                        causal_off, LOFF, qk_scale, Nk, True, False, False, QUANT_P, QB, IS_MX,
-                                        BLOCK_M, DP)
+                dk, dv = _dkdv_tiles(dk, dv, k, v, qb, dob, LSE, Delta, row_off, offs_n, lo, mid, causal_off, LOFF,
+                                     qk_scale, Nk, True, False, False, QUANT_P, QB, IS_MX, BLOCK_M, DP, P_QK)
             else:
-                dk, dv = _dkdv_inner_kq(dk, dv, k, v, qb, dob, LSE, Delta, row_off, offs_n, lo, mid,
-                                        causal_off, LOFF, qk_scale, Nk, False, True, False, QUANT_P, QB, IS_MX,
-                                        BLOCK_M, DP)
-            dk, dv = _dkdv_inner_kq(dk, dv, k, v, qb, dob, LSE, Delta, row_off, offs_n, mid, NQP,
-                                    causal_off, LOFF, qk_scale, Nk, False, False, False, QUANT_P, QB, IS_MX,
-                                    BLOCK_M, DP)
+                dk, dv = _dkdv_tiles(dk, dv, k, v, qb, dob, LSE, Delta, row_off, offs_n, lo, mid, causal_off, LOFF,
+                                     qk_scale, Nk, False, True, False, QUANT_P, QB, IS_MX, BLOCK_M, DP, P_QK)
+            dk, dv = _dkdv_tiles(dk, dv, k, v, qb, dob, LSE, Delta, row_off, offs_n, mid, NQP, causal_off, LOFF,
+                                 qk_scale, Nk, False, False, False, QUANT_P, QB, IS_MX, BLOCK_M, DP, P_QK)
 
     dk = dk * scale
     msk = (offs_n[:, None] < Nk) & (offs_d[None, :] < D)
