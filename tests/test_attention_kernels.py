@@ -47,13 +47,14 @@ def make_qkv(B, hq, hkv, nq, nk, D, dtype=torch.float32, seed=0, device=DEV):
     return [t.to(device=device, dtype=dtype) for t in (q, k, v)]
 
 
-def spec_check(out, q, k, v, *, causal, recipe, flags=None, tight=None):
+def spec_check(out, q, k, v, *, causal, recipe, flags=None, tight=None, window=None):
     """SPEC §6: vs the float64 reference of the same recipe cosine >= 0.998, rel L2 <= 0.05, and the
-    kernel's error vs unquantized attention <= 1.05x the reference's. ``tight``: also rel L2 <= tight."""
+    kernel's error vs unquantized attention <= 1.05x the reference's. ``tight``: also rel L2 <= tight.
+    ``window``: a sliding ``window_size`` (both references take it)."""
     flags = flags or {}
     qd, kd, vd = q.double(), k.double(), v.double()
-    ref = reference.attention(qd, kd, vd, causal=causal, recipe=recipe, **flags)
-    exact = reference.attention(qd, kd, vd, causal=causal, recipe="bf16")
+    ref = reference.attention(qd, kd, vd, causal=causal, recipe=recipe, window_size=window, **flags)
+    exact = reference.attention(qd, kd, vd, causal=causal, recipe="bf16", window_size=window)
     cos, rel = cosine(out, ref), rel_l2(out, ref)
     own, ref_err = rel_l2(out, exact), rel_l2(ref, exact)
     msg = f"cos={cos:.5f} rel={rel:.4f} own_err={own:.4f} ref_err={ref_err:.4f}"

@@ -625,11 +625,15 @@ def test_gpu_ablations(hp_o, quant_p, backward, causal):
                 quant_p=quant_p, backward=backward)
 
 
+# dK/dV orientations and tiles the autotuner may pick (the other tests run one fixed config)
+DKDV_CONFIGS = [{"BLOCK_M": 64, "BLOCK_N": 128, "P_QK": False, "num_warps": 8},
+                {"BLOCK_M": 32, "BLOCK_N": 64, "P_QK": False, "num_warps": 4},
+                {"BLOCK_M": 128, "BLOCK_N": 64, "P_QK": True, "num_warps": 8}]
+
+
 @gpu
 @pytest.mark.gpu
-@pytest.mark.parametrize("cfg", [{"BLOCK_M": 64, "BLOCK_N": 128, "P_QK": False, "num_warps": 8},
-                                 {"BLOCK_M": 32, "BLOCK_N": 64, "P_QK": False, "num_warps": 4},
-                                 {"BLOCK_M": 128, "BLOCK_N": 64, "P_QK": True, "num_warps": 8}])
+@pytest.mark.parametrize("cfg", DKDV_CONFIGS)
 def test_gpu_dkdv_configs(cfg):
     """Every dK/dV orientation/tile the autotuner may pick (the tests otherwise run one fixed config)."""
     B, hq, hkv, nq, nk, D = 1, 4, 2, 300, 384, 128
@@ -761,9 +765,7 @@ def test_gpu_window_ablations(hp_o, quant_p, backward):
 
 @gpu
 @pytest.mark.gpu
-@pytest.mark.parametrize("cfg", [{"BLOCK_M": 64, "BLOCK_N": 128, "P_QK": False, "num_warps": 8},
-                                 {"BLOCK_M": 32, "BLOCK_N": 64, "P_QK": False, "num_warps": 4},
-                                 {"BLOCK_M": 128, "BLOCK_N": 64, "P_QK": True, "num_warps": 8}])
+@pytest.mark.parametrize("cfg", DKDV_CONFIGS)
 def test_gpu_window_dkdv_configs(cfg):
     """Every dK/dV orientation/tile the autotuner may pick, with a two-sided window (query-tile ranges of
     window_query_range on tiles of unequal sizes)."""

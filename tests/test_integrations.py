@@ -57,6 +57,17 @@ def _qkv(B=2, hq=4, hkv=2, nq=40, nk=40, D=32, seed=0, grad=False):
     return q, k, v
 
 
+def _teacher_forced(m, impl, cache, ids, prompt):
+    """Last-position logits of ``m`` (attention ``impl``) on ``cache``: the first ``prompt`` tokens of ``ids`` in
+    one call, then the rest one token per step; (B, steps + 1, vocab)."""
+    m.set_attn_implementation(impl)
+    with torch.no_grad():
+        outs = [m(ids[:, :prompt], past_key_values=cache, use_cache=True).logits[:, -1]]
+        for t in range(prompt, ids.shape[1]):
+            outs.append(m(ids[:, t: t + 1], past_key_values=cache, use_cache=True).logits[:, -1])
+    return torch.stack(outs, 1)
+
+
 def _masked_exact(q, k, v, allowed, scale=None):
     """Masked softmax attention in float64 with repeated K/V (independent of fp4attn)."""
     hq, hkv = q.shape[1], k.shape[1]
@@ -424,12 +435,7 @@ def test_fp4_kv_cache_decode_matches_dense_fp4(monkeypatch):
     monkeypatch.setattr(fp4attn, "decode", lambda *a, **kw: calls.append(1) or real(*a, **kw))
 
     def run(impl, cache):
-        m.set_attn_implementation(impl)
-        with torch.no_grad():
-            outs = [m(ids[:, :36], past_key_values=cache, use_cache=True).logits[:, -1]]
-            for t in range(36, 44):
-                outs.append(m(ids[:, t: t + 1], past_key_values=cache, use_cache=True).logits[:, -1])
-        return torch.stack(outs, 1)
+        return _teacher_forced(m, impl, cache, ids, 36)
 
     cache = fh.fp4_cache()
     fp4_cached = run(fh.register("nvfp4"), cache)
@@ -803,6 +809,16 @@ def _mistral(seed=0, window=8, layers=2):
     return MistralForCausalLM(cfg).eval()
 
 
+def _gemma3(window, layers, seed=0):
+    """A small Gemma 3 (local sliding-window and global layers, ``layers`` their types) in eval mode."""
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+    cfg = Gemma3TextConfig(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=len(layers),
+                           num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=1024,
+                           sliding_window=window, layer_types=list(layers))
+    torch.manual_seed(seed)
+    return Gemma3ForCausalLM(cfg).eval()
+
+
 def test_sliding_window_of():
     i, j = torch.arange(12)[:, None], torch.arange(12)[None, :]
     win = (j <= i) & (j > i - 4)
@@ -867,12 +883,7 @@ def test_mistral_sliding_window_decodes_the_window_from_fp4_pages(monkeypatch):
     monkeypatch.setattr(fp4attn, "decode", lambda *a, **kw: calls.append(kw.get("window_size")) or real(*a, **kw))
 
     def run(impl, cache):
-        m.set_attn_implementation(impl)
-        with torch.no_grad():
-            outs = [m(ids[:, :36], past_key_values=cache, use_cache=True).logits[:, -1]]
-            for t in range(36, 44):
-                outs.append(m(ids[:, t: t + 1], past_key_values=cache, use_cache=True).logits[:, -1])
-        return torch.stack(outs, 1)
+        return _teacher_forced(m, impl, cache, ids, 36)
 
     name = fh.register("nvfp4")
     fp4_cached = run(name, fh.fp4_cache())
@@ -891,12 +902,7 @@ def test_gemma3_local_layers_windowed_global_layer_not(monkeypatch):
     """Gemma 3 (local sliding-window layers and a global one, sliding_window passed per layer): the local
     layers run fp4attn.attention / fp4attn.decode with window_size=(w - 1, 0), the global layer without;
     bf16 logits equal sdpa's; generate() gives transformers' generate() tokens with the same fp4_cache."""
-    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
-    cfg = Gemma3TextConfig(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
-                           num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=512,
-                           sliding_window=8, layer_types=["sliding_attention"] * 3 + ["full_attention"])
-    torch.manual_seed(0)
-    m = Gemma3ForCausalLM(cfg).eval()
+    m = _gemma3(window=8, layers=["sliding_attention"] * 3 + ["full_attention"])
     ids = torch.randint(1, 96, (2, 30), generator=torch.Generator().manual_seed(23))
     calls, dec = [], []
     real_attention, real_decode = fp4attn.attention, fp4attn.decode
@@ -921,12 +927,7 @@ def test_fp4_cache_with_config_keeps_only_the_window_of_sliding_layers():
     which recycles its pages; the global layer keeps every token. Prompt, one-token steps and a chunk of 200
     tokens (whose first queries read keys its append recycles: read before it) give the logits of a cache that
     keeps everything, with less memory."""
-    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
-    cfg = Gemma3TextConfig(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                           num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=1024,
-                           sliding_window=24, layer_types=["sliding_attention", "full_attention"])
-    torch.manual_seed(0)
-    m = Gemma3ForCausalLM(cfg).eval()
+    m = _gemma3(window=24, layers=["sliding_attention", "full_attention"])
     m.set_attn_implementation(fh.register("nvfp4"))
     ids = torch.randint(1, 96, (2, 510), generator=torch.Generator().manual_seed(24))
 
@@ -984,12 +985,7 @@ def test_generate_sliding_window_padded_prompts_equal_each_prompt_alone():
     """Gemma 3 with 8-key windows, prompts of 40, 25 and 11 tokens left-padded: every sequence's new tokens are
     those of its prompt alone, eagerly: each decode step reads each sequence's own window from its pages (the
     sliding mask transformers builds for the longest sequence describes none of the others)."""
-    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
-    cfg = Gemma3TextConfig(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                           num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=512,
-                           sliding_window=8, layer_types=["sliding_attention", "full_attention"])
-    torch.manual_seed(0)
-    m = Gemma3ForCausalLM(cfg).eval()
+    m = _gemma3(window=8, layers=["sliding_attention", "full_attention"])
     m.set_attn_implementation(fh.register("nvfp4"))
     g = torch.Generator().manual_seed(26)
     prompts = [torch.randint(1, 96, (n,), generator=g) for n in (40, 25, 11)]

@@ -40,6 +40,7 @@ from test_attention_kernels import (  # noqa: E402
     nan_reference,
     poison,
     rel_l2,
+    spec_check,
 )
 
 
@@ -76,23 +77,6 @@ def kernel(q, k, v, *, causal, window, recipe, flags=None, **opts):
     fmt, _, sq, sk, tlp = reference.recipe_flags(recipe, **(flags or {}))
     return A.attention_fwd(q, k, v, causal=causal, fmt=fmt, smooth_q=sq, smooth_k=sk, two_level_p=tlp,
                            path=A.PATH_INTERP, window=normalize_window(window, causal), **opts)
-
-
-def window_spec_check(out, q, k, v, *, causal, window, recipe, flags=None, tight=None):
-    """``test_attention_kernels.spec_check`` with a window (its unquantized reference takes the same
-    window): vs the float64 reference of the same recipe cosine >= 0.998, rel L2 <= 0.05 (and <= tight),
-    and the error vs exact windowed attention <= 1.05x the reference's."""
-    qd, kd, vd = q.double(), k.double(), v.double()
-    ref = reference.attention(qd, kd, vd, causal=causal, recipe=recipe, window_size=window, **(flags or {}))
-    exact = reference.attention(qd, kd, vd, causal=causal, recipe="bf16", window_size=window)
-    cos, rel = cosine(out, ref), rel_l2(out, ref)
-    own, ref_err = rel_l2(out, exact), rel_l2(ref, exact)
-    msg = f"cos={cos:.5f} rel={rel:.4f} own_err={own:.4f} ref_err={ref_err:.4f}"
-    assert cos >= 0.998, msg
-    assert rel <= 0.05, msg
-    assert own <= 1.05 * ref_err, msg
-    if tight is not None:
-        assert rel <= tight, msg
 
 
 # -------------------------------------------------------------------------------------------------
@@ -333,7 +317,7 @@ def test_interpreter_window_vs_reference(case):
     recipe, causal, window, B, hq, hkv, nq, nk, D, flags, opts = case
     q, k, v = make_qkv(B, hq, hkv, nq, nk, D, seed=zlib.crc32(repr(case[:9]).encode()) % 1000)
     out, lse = kernel(q, k, v, causal=causal, window=window, recipe=recipe, flags=flags, **opts)
-    window_spec_check(out, q, k, v, causal=causal, window=window, recipe=recipe, flags=flags, tight=1e-3)
+    spec_check(out, q, k, v, causal=causal, window=window, recipe=recipe, flags=flags, tight=1e-3)
     _, ref_lse = reference.attention(q.double(), k.double(), v.double(), causal=causal, recipe=recipe,
                                      window_size=window, return_lse=True, **flags)
     fin = torch.isfinite(ref_lse)
@@ -573,7 +557,7 @@ def test_gpu_window_op_vs_reference(case, operands, monkeypatch):
     assert out.dtype == dtype and out.shape == args[0].shape
     if layout == "bshd":
         out = out.transpose(1, 2)
-    window_spec_check(out.float(), q.float(), k.float(), v.float(), causal=causal, window=window, recipe=recipe,
+    spec_check(out.float(), q.float(), k.float(), v.float(), causal=causal, window=window, recipe=recipe,
                       flags=flags)
     _, ref_lse = reference.attention(q.double(), k.double(), v.double(), causal=causal, recipe=recipe,
                                      window_size=window, return_lse=True, **flags)
