@@ -845,12 +845,13 @@ def _pv_update(acc, p, pre, Vc, Vs, vexp, VH, start_n, NKP, IS_MX: tl.constexpr,
 
 
 @triton.jit
-def _attn_fwd_kernel(Qc, Qs, Kc, Ks, Vc, Vs, VEXP, QCORR, O, LSE, MBUF, KH, VH, QBAD, KVBAD, KROWS,
+def _attn_fwd_kernel(Qc, Qs, Kc, Ks, Vc, Vs, VEXP, QCORR, O, LSE, MBUF, KH, VH, QBAD, KVBAD, KROWS, SINK,
                      so_b, so_h, so_n, so_d,
                      qk_scale, Hq, GROUP, Nq, Nk, NQP, NKP, D, I0, NQBC, COFF, LOFF,
                      PMAX: tl.constexpr,  # 0: online softmax, 1: row-max pass, 2: with the exact row max
                      CAUSAL: tl.constexpr,  # the right edge: query i sees keys j <= i + COFF
                      WINDOW: tl.constexpr,  # a sliding window's left edge: keys j >= i + LOFF
+                     SINKS: tl.constexpr,  # attention sinks: SINK (B, Hq, NQP) per-row logits, log2 units
                      IS_MX: tl.constexpr, TWO_LEVEL: tl.constexpr, STAGED: tl.constexpr,
                      SMOOTH_Q: tl.constexpr, PATH: tl.constexpr, QB: tl.constexpr,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DP: tl.constexpr):
@@ -905,6 +906,13 @@ def _attn_fwd_kernel(Qc, Qs, Kc, Ks, Vc, Vs, VEXP, QCORR, O, LSE, MBUF, KH, VH, 
     else:
         m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    if SINKS:  # the sink joins the softmax as a key with no value: its share of l, and of the max
+        sk = tl.load(SINK + pid_bh.to(tl.int64) * NQP + offs_m)
+        if PMAX == 2:  # m (from the row-max pass) includes the sink
+            l_i = tl.math.exp2(sk - tl.where(m_i == float("-inf"), 0.0, m_i))
+        elif PMAX == 0:  # online: start from the sink (exp2(sk - sk) = 1; -inf: no sink)
+            m_i = sk
+            l_i = tl.where(sk == float("-inf"), 0.0, 1.0)
     tau = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)  # two-level P: the last tile's row max
     acc = tl.zeros([BLOCK_M, DP], dtype=tl.float32)
 
@@ -927,6 +935,8 @@ def _attn_fwd_kernel(Qc, Qs, Kc, Ks, Vc, Vs, VEXP, QCORR, O, LSE, MBUF, KH, VH, 
                                 offs_m, e2, hi, Nk, COFF, LOFF, qk_scale, NKP, PMAX,
                                 True, CAUSAL, WINDOW, IS_MX, TWO_LEVEL, STAGED, SMOOTH_Q, PATH, QB, BLOCK_N, DP)
     if PMAX == 1:
+        if SINKS:
+            m_i = tl.maximum(m_i, sk)
         tl.store(MBUF + pid_bh.to(tl.int64) * NQP + offs_m, m_i)
         return
 
@@ -990,7 +1000,7 @@ def attention_packed(pk: PackedQKV, *, causal: bool, scale: float, two_level_p: 
                      Hkv: int, out: torch.Tensor, online: bool | None = None,
                      config: dict | None = None, max_config: dict | None = None,
                      kernel: str | None = None, gluon_config: dict | None = None,
-                     window: tuple[int, int] | None = None) -> torch.Tensor:
+                     window: tuple[int, int] | None = None, sinks: torch.Tensor | None = None) -> torch.Tensor:
     """Main kernel on the pre-pass buffers; writes ``out`` (a bhsd view, any strides) and returns
     the padded LSE (B, Hq, NQP) float32 (natural log, relative to the smoothed K if smooth_k).
 
@@ -1010,6 +1020,10 @@ def attention_packed(pk: PackedQKV, *, causal: bool, scale: float, two_level_p: 
     unbounded, ``right == 0`` when ``causal``): query i sees keys i + Nk − Nq − left ... i + Nk − Nq + right.
     Key tiles outside every row's window are skipped, the ones its edges cross are masked. The Triton pass
     runs it (the Gluon pass has no window).
+
+    ``sinks`` (Hq,): attention sinks in score units (``fp4attn.attention``'s); they join the row max (the
+    one-shot max P̃ is quantized against), l and the LSE. With smooth_k the scores are shifted by scale·q·k̄
+    per row, so the kernel's per-row sink is shifted by the same (the Triton pass runs it).
     """
     qb, is_mx = quant_block(pk.fmt)
     NQP, DP = pk.qc.shape[2], pk.qc.shape[3] * 2
@@ -1040,21 +1054,28 @@ def attention_packed(pk: PackedQKV, *, causal: bool, scale: float, two_level_p: 
     right = causal or wr >= 0  # the kernel's CAUSAL: a right edge at key i + Nk - Nq (+ wr)
     coff = pk.nk - pk.nq + (max(wr, 0) if not causal else 0)
     loff = pk.nk - pk.nq - wl
+    if sinks is not None:  # per-row sink logits in the kernel's log2 units (minus the smooth_k shift)
+        sink = sinks.to(device=out.device, dtype=torch.float32).view(1, Hq, 1).expand(B, Hq, NQP)
+        if pk.qkb is not None:
+            sink = sink - scale * pk.qkb
+        sink = (sink * LOG2E).contiguous()
+    else:
+        sink = lse  # unused pointer
     args = (pk.qc.view(i32), pk.qs, pk.kc.view(i32), pk.ks, pk.vc.view(i32), pk.vs, vexp, table, out, lse, mbuf,
-            kh, vh, pk.qbad, pk.kvbad, pk.krows, *out.stride(),
+            kh, vh, pk.qbad, pk.kvbad, pk.krows, sink, *out.stride(),
             scale * LOG2E, Hq, Hq // Hkv, pk.nq, pk.nk, NQP, NKP, pk.d)
     targs = (coff, loff)  # the Triton kernel's window offsets (after I0, NQBC)
-    meta = dict(CAUSAL=right, WINDOW=wl >= 0, IS_MX=is_mx, TWO_LEVEL=two_level_p, STAGED=staged, SMOOTH_Q=smooth_q,
-                PATH=pk.path, QB=qb, DP=DP)
+    meta = dict(CAUSAL=right, WINDOW=wl >= 0, SINKS=sinks is not None, IS_MX=is_mx, TWO_LEVEL=two_level_p,
+                STAGED=staged, SMOOTH_Q=smooth_q, PATH=pk.path, QB=qb, DP=DP)
 
     kernel = kernel or os.environ.get("FP4ATTN_ATTN_KERNEL", "auto")
     if kernel not in ("auto", "gluon", "triton"):
         raise ValueError(f"kernel: expected 'auto', 'gluon' or 'triton', got {kernel!r}")
-    gluon_ok = not online and window is None and pk.path == PATH_HOPPER and attention_gluon.supported(
+    gluon_ok = not online and window is None and sinks is None and pk.path == PATH_HOPPER and attention_gluon.supported(
         is_mx=is_mx, two_level=two_level_p, smooth_q=smooth_q, staged=staged, dp=DP, device=out.device)
     if kernel == "gluon" and not gluon_ok:
         raise ValueError("kernel='gluon': the Gluon attention pass runs single-level nvfp4 on sm_90 "
-                         "(staged operands, 32 < D <= 128, no smooth_q, exact row max, no window)")
+                         "(staged operands, 32 < D <= 128, no smooth_q, exact row max, no window, no sinks)")
     use_gluon = gluon_ok and (kernel == "gluon" or (kernel == "auto" and attention_gluon.preferred(DP)))
 
     def launch(pmax, cfg, i0, n):
@@ -1083,9 +1104,10 @@ def attention_packed(pk: PackedQKV, *, causal: bool, scale: float, two_level_p: 
 def attention_fwd(q, k, v, *, causal: bool = False, scale: float | None = None, fmt: str = "nvfp4",
                   smooth_q: bool = False, smooth_k: bool = False, two_level_p: bool = False,
                   out: torch.Tensor | None = None, path: int | None = None, online: bool | None = None,
-                  staged: bool | None = None, config: dict | None = None, window: tuple[int, int] | None = None):
+                  staged: bool | None = None, config: dict | None = None, window: tuple[int, int] | None = None,
+                  sinks: torch.Tensor | None = None):
     """Pre-pass + main kernel on bhsd views (any strides). Returns (out (B, Hq, Nq, D) in q's dtype,
-    lse (B, Hq, Nq) float32). ``window``: see ``attention_packed``."""
+    lse (B, Hq, Nq) float32). ``window``, ``sinks``: see ``attention_packed``."""
     B, Hq, Nq, D = q.shape
     Hkv = k.shape[1]
     scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
@@ -1095,7 +1117,7 @@ def attention_fwd(q, k, v, *, causal: bool = False, scale: float | None = None, 
     if out is None:
         out = torch.empty((B, Hq, Nq, D), device=q.device, dtype=q.dtype)
     lse = attention_packed(pk, causal=causal, scale=scale, two_level_p=two_level_p, B=B, Hq=Hq, Hkv=Hkv,
-                           out=out, online=online, config=config, window=window)
+                           out=out, online=online, config=config, window=window, sinks=sinks)
     lse = lse[:, :, :Nq]
     if pk.kbar is not None:
         # K smoothing shifts every score of a row by scale·q·k̄ (softmax-invariant); LSE refers to the
@@ -1108,6 +1130,7 @@ def attention_fwd(q, k, v, *, causal: bool = False, scale: float | None = None, 
 # Ahead-of-time compilation for a target without its GPU (tests/test_blackwell_ptx.py, CI)
 # =================================================================================================
 def compile_for_target(capability: int, *, fmt: str = "nvfp4", causal: bool = False, window: bool = False,
+                       sinks: bool = False,
                        two_level_p: bool = False, smooth_q: bool = False, pmax: int = 0, staged: bool = False,
                        path: int | None = None, dp: int = 128, block_m: int = 128, block_n: int = 64,
                        num_warps: int = 8, num_stages: int = 2):
@@ -1122,12 +1145,12 @@ def compile_for_target(capability: int, *, fmt: str = "nvfp4", causal: bool = Fa
     ptrs = {"Qc": "*i32", "Qs": "*u8", "Kc": "*i32", "Ks": "*u8", "Vc": "*i32", "Vs": "*u8",
             "VEXP": "*i32", "QCORR": "*fp32", "O": "*bf16", "LSE": "*fp32", "MBUF": "*fp32",
             "KH": "*fp8e4nv" if is_mx else "*fp16", "VH": "*fp8e4nv" if is_mx else "*fp16",
-            "QBAD": "*u8", "KVBAD": "*i32", "KROWS": "*u8"}
+            "QBAD": "*u8", "KVBAD": "*i32", "KROWS": "*u8", "SINK": "*fp32"}
     ints = {n: "i32" for n in ("so_b", "so_h", "so_n", "so_d")}
     sig = {**ptrs, **ints, "qk_scale": "fp32", "Hq": "i32", "GROUP": "i32", "Nq": "i32", "Nk": "i32",
            "NQP": "i32", "NKP": "i32", "D": "i32", "I0": "i32", "NQBC": "i32", "COFF": "i32", "LOFF": "i32"}
-    consts = dict(PMAX=pmax, CAUSAL=causal, WINDOW=window, IS_MX=is_mx, TWO_LEVEL=two_level_p, STAGED=staged,
-                  SMOOTH_Q=smooth_q, PATH=path, QB=qb, BLOCK_M=block_m, BLOCK_N=block_n, DP=dp)
+    consts = dict(PMAX=pmax, CAUSAL=causal, WINDOW=window, SINKS=sinks, IS_MX=is_mx, TWO_LEVEL=two_level_p,
+                  STAGED=staged, SMOOTH_Q=smooth_q, PATH=path, QB=qb, BLOCK_M=block_m, BLOCK_N=block_n, DP=dp)
     sig.update({k: "constexpr" for k in consts})
     src = ASTSource(_attn_fwd_kernel, sig, consts)
     return triton.compile(src, target=GPUTarget("cuda", capability, 32),

@@ -251,7 +251,8 @@ DEFAULT = {"BLOCK_M": 64, "BLOCK_N": 64, "NS": 2, "NV": 1, "UNROLL": 1, "num_war
 def launch(args, *, causal: bool, B: int, Hq: int, cfg: dict):
     """The PMAX=2 pass of ``attention.attention_packed`` on this kernel (``args``: that launcher's
     argument tuple, staged operands, no smooth_q)."""
-    (qc, qs, _kc, _ks, _vc, _vs, _vexp, _table, out, lse, mbuf, kh, vh, qbad, kvbad, _krows, so_b, so_h, so_n, so_d,
+    (qc, qs, _kc, _ks, _vc, _vs, _vexp, _table, out, lse, mbuf, kh, vh, qbad, kvbad, _krows, _sink, so_b, so_h,
+     so_n, so_d,
      qk_scale, _hq, group, nq, nk, nqp, nkp, d) = args
     bm, bn, ns, nv = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["NS"], cfg["NV"]
     dp = kh.shape[-1]

@@ -70,6 +70,22 @@ def check_window(window_size, causal: bool):
     return normalize_window(window_size, causal)
 
 
+def check_sinks(sinks, hq: int, device: torch.device):
+    """Attention sinks: None, or a float tensor of shape (Hq,) on the inputs' device (one logit per query head,
+    in score units; values are not inspected: no host sync, CUDA-graph safe)."""
+    if sinks is None:
+        return None
+    if not isinstance(sinks, torch.Tensor):
+        raise TypeError(f"sinks must be a torch.Tensor of shape (Hq,) or None, got {type(sinks).__name__}")
+    if not sinks.is_floating_point():
+        raise TypeError(f"sinks must be a floating-point tensor, got dtype {sinks.dtype}")
+    if tuple(sinks.shape) != (hq,):
+        raise ValueError(f"sinks must have shape (Hq,) = ({hq},), one logit per query head, got {tuple(sinks.shape)}")
+    if sinks.device != device:
+        raise ValueError(f"sinks must be on the inputs' device {device}, got {sinks.device}")
+    return sinks
+
+
 def _check_tensor(name: str, t) -> None:
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")

@@ -17,7 +17,15 @@ import torch
 
 from .. import reference
 from ._dispatch import call_op, kernels_for, on_device
-from ._validate import check_attention_args, check_bool, check_choice, check_window, fake_outputs, from_bhsd
+from ._validate import (
+    check_attention_args,
+    check_bool,
+    check_choice,
+    check_sinks,
+    check_window,
+    fake_outputs,
+    from_bhsd,
+)
 
 
 def finish(out, lse, q_dtype, layout, return_lse):
@@ -28,7 +36,7 @@ def finish(out, lse, q_dtype, layout, return_lse):
 
 
 def attention(q, k, v, *, causal=False, scale=None, recipe="nvfp4", layout="bhsd", return_lse=False,
-              smooth_q=None, smooth_k=None, two_level_p=None, window_size=None):
+              smooth_q=None, smooth_k=None, two_level_p=None, window_size=None, sinks=None):
     """FP4 inference attention (SPEC §3).
 
     Args:
@@ -45,12 +53,17 @@ def attention(q, k, v, *, causal=False, scale=None, recipe="nvfp4", layout="bhsd
             with ``causal=True`` right must be 0 or -1. transformers' ``sliding_window=w`` (Mistral,
             Gemma) is ``causal=True, window_size=(w - 1, 0)``. Key tiles outside the window are skipped
             (the work is O(N·window)); quantization blocks are those of the whole sequence.
+        sinks: (Hq,) attention sinks (gpt-oss's ``sinks`` / ``s_aux``): one logit per query head, in score units
+            (scale·q·k), that joins every row's softmax without a value, so that O = Σ P̃ⱼ V̂ⱼ / (Σ P̃ⱼ + e^(sink − m))
+            with m = max(row max, sink) (P̃ quantized against that m); the LSE includes it. A row with no
+            visible key gives 0 (LSE = sink).
 
     Returns:
         out in q's layout and dtype (and lse). No autograd (use :func:`fp4attn.attn_qat` to train).
     """
     q, k, v, scale = check_attention_args(q, k, v, layout=layout, scale=scale, causal=causal)
     window = check_window(window_size, causal)
+    sinks = check_sinks(sinks, q.shape[1], q.device)
     check_choice("recipe", recipe, tuple(reference.RECIPES))
     check_bool("return_lse", return_lse)
     for name, val in (("smooth_q", smooth_q), ("smooth_k", smooth_k), ("two_level_p", two_level_p)):
@@ -60,16 +73,16 @@ def attention(q, k, v, *, causal=False, scale=None, recipe="nvfp4", layout="bhsd
         if quantized:
             wl, wr = window if window is not None else (-1, -1)
             out, lse = call_op(torch.ops.fp4attn.attention_fp4, _attention_fp4_impl, q, k, v, causal, scale, fmt,
-                               sq, sk, tlp, layout, return_lse, wl, wr)
+                               sq, sk, tlp, layout, return_lse, wl, wr, sinks)
             return (out, lse) if return_lse else out
-        if window is None:  # (SDPA has no sliding window: the reference runs it)
+        if window is None and sinks is None:  # (SDPA has neither sliding windows nor sinks: the reference)
             res = _attention_bf16_sdpa(q, k, v, causal=causal, scale=scale, layout=layout, return_lse=return_lse)
             if res is not None:
                 return res
     with torch.no_grad():
         out, lse = reference.attention(q, k, v, causal=causal, scale=scale, recipe=recipe,
                                        smooth_q=smooth_q, smooth_k=smooth_k, two_level_p=two_level_p,
-                                       return_lse=True, window_size=window)
+                                       return_lse=True, window_size=window, sinks=sinks)
     return finish(out, lse, q.dtype, layout, return_lse)
 
 
@@ -116,18 +129,20 @@ def _attention_bf16_sdpa(q, k, v, *, causal, scale, layout, return_lse):
 
 def _attention_fp4_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float, fmt: str,
                         smooth_q: bool, smooth_k: bool, two_level_p: bool, layout: str, return_lse: bool,
-                        window_left: int = -1, window_right: int = -1) -> tuple[torch.Tensor, torch.Tensor]:
+                        window_left: int = -1, window_right: int = -1, sinks: torch.Tensor | None = None
+                        ) -> tuple[torch.Tensor, torch.Tensor]:
     """The FP4 kernels on bhsd views q, k, v (any strides, validated by ``attention``): returns (out in
     the caller's ``layout`` and q's dtype, contiguous; lse (B, Hq, Nq) float32, or an empty tensor
     without ``return_lse``: no copy of the padded LSE then). ``window_left/right``: the normalized
-    window (-1, -1: none)."""
+    window (-1, -1: none); ``sinks``: (Hq,) or None."""
     from ..kernels.attention import attention_fwd
 
     with torch.no_grad(), on_device(q):
         out = _empty_out(q, layout)
         out, lse = attention_fwd(q, k, v, causal=causal, scale=scale, fmt=fmt, smooth_q=smooth_q,
                                  smooth_k=smooth_k, two_level_p=two_level_p, out=out,
-                                 window=None if window_left < 0 and window_right < 0 else (window_left, window_right))
+                                 window=None if window_left < 0 and window_right < 0 else (window_left, window_right),
+                                 sinks=sinks)
         return op_outputs(out, lse, q.dtype, layout, return_lse)
 
 
@@ -138,5 +153,5 @@ _attention_fp4 = torch.library.custom_op("fp4attn::attention_fp4", _attention_fp
 
 @_attention_fp4.register_fake
 def _(q, k, v, causal, scale, fmt, smooth_q, smooth_k, two_level_p, layout, return_lse, window_left=-1,
-      window_right=-1):
+      window_right=-1, sinks=None):
     return fake_outputs(q, layout, return_lse)

@@ -46,11 +46,15 @@ def recipe_flags(recipe: str, smooth_q=None, smooth_k=None, two_level_p=None):
 
 
 def attention(q, k, v, *, causal=False, scale=None, recipe="nvfp4", smooth_q=None, smooth_k=None,
-              two_level_p=None, return_lse=False, window_size=None):
+              two_level_p=None, return_lse=False, window_size=None, sinks=None):
     """Reference attention on bhsd tensors (GQA allowed); returns float32 (float64 for float64 in).
     ``window_size=(left, right)``: a sliding window (:func:`.common.normalize_window`); masked scores are
     −inf exactly as causal's, and nothing else changes (quantization blocks stay those of the whole
-    sequence: V and P̃ along all Nk keys, the masked P̃ entries 0)."""
+    sequence: V and P̃ along all Nk keys, the masked P̃ entries 0).
+    ``sinks`` (Hq,): attention sinks (gpt-oss), one logit per query head in score units that joins every
+    row's softmax without a value (:func:`.common.softmax_numerator`); the one-shot max that P̃ is quantized
+    against includes it, and so do l and the LSE. With K smoothing the scores are shifted by scale·q·k̄ per
+    row, so the sink is too (the softmax is invariant to the common shift only when the sink moves with it)."""
     fmt, quantized, sq, sk, two_level = recipe_flags(recipe, smooth_q, smooth_k, two_level_p)
     cd = compute_dtype(q, k, v)
     B, hq, nq, D = q.shape
@@ -96,7 +100,12 @@ def attention(q, k, v, *, causal=False, scale=None, recipe="nvfp4", smooth_q=Non
         keep = window_keep(r0, r1, nq, nk, causal, window, q.device)
         if keep is not None:
             s = s.masked_fill(~keep, float("-inf"))
-        p, m, l = softmax_numerator(s)
+        sink = None
+        if sinks is not None:
+            sink = sinks.to(cd).view(1, hq, 1, 1).expand(B, hq, r1 - r0, 1)
+            if lse_shift is not None:
+                sink = sink - lse_shift[:, :, r0:r1, None]
+        p, m, l = softmax_numerator(s, sink)
         pq = quantize_p(p, fmt, two_level) if quantized else p
         out[:, :, r0:r1] = normalize(pq @ vf, l)
         lse[:, :, r0:r1] = lse_of(m, l)

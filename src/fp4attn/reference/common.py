@@ -98,16 +98,24 @@ def window_keep(r0: int, r1: int, nq: int, nk: int, causal: bool, window, device
     return keep
 
 
-def softmax_numerator(s: torch.Tensor):
+def softmax_numerator(s: torch.Tensor, sink: torch.Tensor | None = None):
     """One-shot P̃ for a chunk of score rows (masked entries already -inf).
 
     Returns (p, m, l): P̃ = exp(S − m) with m the row max over all keys, l = rowsum(P̃).
     A row with no visible key has m = -inf, P̃ = 0 and l = 0.
+
+    ``sink`` (broadcastable to (..., rows, 1), natural-log score units): an *attention sink* (gpt-oss), a
+    logit with no value that joins every row's softmax: m = max(row max, sink), l = rowsum(P̃) + exp(sink − m)
+    (so a row with no visible key has P̃ = 0, l = 1, m = sink).
     """
     m = s.amax(dim=-1, keepdim=True)
+    if sink is not None:
+        m = torch.maximum(m, sink.to(s.dtype).expand_as(m))
     m_safe = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
     p = torch.exp(s - m_safe)
     l = p.sum(dim=-1, keepdim=True)
+    if sink is not None:
+        l = l + torch.exp(sink.to(s.dtype) - m_safe)
     return p, m, l
 
 
