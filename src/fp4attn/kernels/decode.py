@@ -181,9 +181,10 @@ def _decode_tile(t0, accT, l_i, m_i, qT, q16T, s_scale, qk_scale, vg, row_ok, hq
 def _decode_split_kernel(
         Q, KD, KS, VD, VS, K16, V16, PT, LENS, KG, VG, SEL,
         OP, MP, LP,
-        qk_scale, Hkv, NQ, G, MAXP, TPS, NS, WL,
+        qk_scale, Hkv, NQ, G, MAXP, TPS, NS, WL, SINK,
         D: tl.constexpr, PS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-        THRIFT: tl.constexpr, DOT_F32: tl.constexpr, N_IT: tl.constexpr, WINDOW: tl.constexpr = False):
+        THRIFT: tl.constexpr, DOT_F32: tl.constexpr, N_IT: tl.constexpr, WINDOW: tl.constexpr = False,
+        SINKS: tl.constexpr = False):
     pid_s = tl.program_id(0)
     pid_bh, b, h, L, C = kv_head_program(LENS, Hkv)  # C: committed (quantized) tokens; the rest is the raw tail
     r = tl.arange(0, BLOCK_M)  # query rows (g, i), the columns of the transposed tiles
@@ -212,10 +213,13 @@ def _decode_split_kernel(
     if not DOT_F32:
         s_scale = s_scale * 64.0  # the GPU tile decode yields K values times 2^-6
         vg = vg * 64.0  # ... and V values times 2^-6
-    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    hq_rows = (b * Hkv + h) * G + r // NQ
+    if SINKS:  # P̃ against max(split max, sink), as the one-shot max includes the sink; its l: in the reduce
+        m_i = tl.load(SINK + hq_rows, mask=row_ok, other=float("-inf"))
+    else:
+        m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     accT = tl.zeros([D, BLOCK_M], tl.float32)
-    hq_rows = (b * Hkv + h) * G + r // NQ
     start = pid_s * TPS
     if WINDOW:  # the splits cover the window of the sequence: from the tile holding its first visible key
         start += (tl.maximum(L - NQ - WL, 0) // BLOCK_N) * BLOCK_N
@@ -242,9 +246,9 @@ def _decode_split_kernel(
 
 
 @triton.jit
-def _decode_reduce_kernel(OP, MP, LP, Q, KT, VT, LENS, O, LSE, qk_scale, NS, GQ, NQ, Hkv, BLOCK_M, WL,
+def _decode_reduce_kernel(OP, MP, LP, Q, KT, VT, LENS, O, LSE, qk_scale, NS, GQ, NQ, Hkv, BLOCK_M, WL, SINK,
                           BLOCK_S: tl.constexpr, D: tl.constexpr, DB: tl.constexpr, PDL: tl.constexpr = False,
-                          WINDOW: tl.constexpr = False):
+                          WINDOW: tl.constexpr = False, SINKS: tl.constexpr = False):
     """Grid (output rows, D / DB): program (r, j) merges the NS split partials of row r = (b·Hkv + h)·G·NQ +
     row, output channels j·DB .. j·DB + DB - 1, with the raw 16-bit tail (< 16 tokens per sequence, not yet
     quantized): its scores in FP32 from the input values, unquantized P̃ (kept out of the split kernel, where
@@ -270,9 +274,14 @@ def _decode_reduce_kernel(OP, MP, LP, Q, KT, VT, LENS, O, LSE, qk_scale, NS, GQ,
     kt = tl.load(KT + trow + offs_d[None, :], mask=tmask[:, None], other=0.0).to(tl.float32)
     st = tl.where(tmask, tl.sum(kt * q[None, :], 1) * qk_scale, float("-inf"))
     m_run = tl.max(st, 0)
+    if SINKS:  # the query head's attention sink (log2 units): a key with no value, in the max and in l
+        sk = tl.load(SINK + r // NQ)  # row r = (b, query head, i): SINK is (B, Hq)
+        m_run = tl.maximum(m_run, sk)
     m_use = tl.where(m_run == float("-inf"), 0.0, m_run)
     pt = tl.where(tmask, tl.math.exp2(st - m_use), 0.0)
     l_tot = tl.sum(pt, 0)
+    if SINKS:
+        l_tot += tl.math.exp2(sk - m_use)
     vt = tl.load(VT + trow + offs_c[None, :], mask=tmask[:, None], other=0.0).to(tl.float32)
     o = tl.sum(vt * pt[:, None], 0)
     if PDL:  # launched as a programmatic dependent of the split kernel: its partials are complete from here on
@@ -463,7 +472,7 @@ def _capability(index: int) -> tuple:
 def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor | None = None,
                num_splits: int | None = None, block_n: int | None = None, num_warps: int | None = None,
                num_stages: int | None = None, kernel: str = "auto", per_sm: int | None = None,
-               window: int | None = None):
+               window: int | None = None, sinks: torch.Tensor | None = None):
     """q (B, Hq, NQ, D) contiguous -> (out (B, Hq, NQ, D) in q.dtype, lse (B, Hq, NQ) float32).
 
     ``selection``: (B, Hq, max_pages) bool Thrift selection (pages computed in 16 bits) or None; an int8
@@ -471,14 +480,15 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
     ``kernel``: the FP4 split loop's implementation (see ``_use_gluon``); ``per_sm``: programs per SM
     (default: the kernel's config below). ``window``: a sliding window's left extent w (query i sees keys
     len − n_q + i − w ... len − n_q + i): the splits cover only the last ~w + n_q tokens of each sequence
-    (the Triton split kernel; no Thrift selection).
+    (the Triton split kernel; no Thrift selection). ``sinks`` (Hq,): attention sinks in score units, merged
+    in the reduce (a key with no value: in the max, l and the LSE).
     """
     thrift = selection is not None
-    if window is not None:
+    if window is not None or sinks is not None:
         if thrift:
-            raise ValueError("a sliding window and a Thrift selection cannot be combined")
+            raise ValueError("a sliding window or sinks and a Thrift selection cannot be combined")
         if kernel == "gluon":
-            raise ValueError("kernel='gluon' has no sliding window")
+            raise ValueError("kernel='gluon' has no sliding window and no sinks")
         kernel = "triton"
     B, Hq, NQ, D = q.shape
     Hkv = cache.num_kv_heads
@@ -523,6 +533,8 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
     ns_all = num_splits + n16
     OP = torch.empty(B * Hkv * ns_all * BLOCK_M, D, dtype=torch.float32, device=dev)
     MP = torch.empty(B * Hkv * ns_all * BLOCK_M, dtype=torch.float32, device=dev)
+    # sinks per (sequence, query head), log2 units (an unused pointer without)
+    sink = (sinks.to(device=dev, dtype=torch.float32).repeat(B) * LOG2E).contiguous() if sinks is not None else MP
     LP = torch.empty_like(MP)
     if thrift:
         sel = _selection_int8(selection, B, Hq, maxp)
@@ -559,17 +571,18 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
             q, cache.k_data, ks, cache.v_data, vs, k16, v16, pt,
             cache.seq_lens, cache.k_global_scale, cache.v_global_scale, sel,
             OP, MP, LP,
-            scale * LOG2E, Hkv, NQ, G, max(maxp, 1), TPS, num_splits, window or 0,
+            scale * LOG2E, Hkv, NQ, G, max(maxp, 1), TPS, num_splits, window or 0, sink,
             D=D, PS=PS, BLOCK_M=BLOCK_M, BLOCK_N=block_n, THRIFT=thrift, DOT_F32=interp,
-            N_IT=TPS // block_n if interp else 0, WINDOW=window is not None, num_warps=num_warps,
-            num_stages=num_stages)
+            N_IT=TPS // block_n if interp else 0, WINDOW=window is not None, SINKS=sinks is not None,
+            num_warps=num_warps, num_stages=num_stages)
     out = torch.empty(B, Hq, NQ, D, dtype=q.dtype, device=dev)
     lse = torch.empty(B, Hq, NQ, dtype=torch.float32, device=dev)
     DB = min(D, 32)  # output channels per reduce program
     fast(_decode_reduce_kernel)[(B * Hq * NQ, D // DB)](
         OP, MP, LP, q, cache.k_tail, cache.v_tail, cache.seq_lens, out, lse, scale * LOG2E, ns_all, G * NQ, NQ, Hkv,
-        BLOCK_M, window or 0, BLOCK_S=min(256, max(2, next_pow2(ns_all))), D=D, DB=DB, WINDOW=window is not None,
-        num_warps=4, **({"PDL": True, "launch_pdl": True} if pdl else {}))
+        BLOCK_M, window or 0, sink, BLOCK_S=min(256, max(2, next_pow2(ns_all))), D=D, DB=DB,
+        WINDOW=window is not None, SINKS=sinks is not None, num_warps=4,
+        **({"PDL": True, "launch_pdl": True} if pdl else {}))
     return out, lse
 
 
@@ -761,9 +774,10 @@ def compile_for_target(capability: int = 90, *, thrift: bool = False, d: int = 1
     ptrs = {"Q": "*bf16", "KD": "*u8", "KS": "*u8", "VD": "*u8", "VS": "*u8", "K16": f"*{dtype16}",
             "V16": f"*{dtype16}", "PT": "*i32", "LENS": "*i32",
             "KG": "*fp32", "VG": "*fp32", "SEL": "*i8", "OP": "*fp32", "MP": "*fp32", "LP": "*fp32"}
-    sig = {**ptrs, "qk_scale": "fp32", **{n: "i32" for n in ("Hkv", "NQ", "G", "MAXP", "TPS", "NS", "WL")}}
+    sig = {**ptrs, "qk_scale": "fp32", **{n: "i32" for n in ("Hkv", "NQ", "G", "MAXP", "TPS", "NS", "WL")},
+           "SINK": "*fp32"}
     consts = dict(D=d, PS=page_size, BLOCK_M=block_m, BLOCK_N=block_n, THRIFT=thrift, DOT_F32=False, N_IT=0,
-                  WINDOW=False)
+                  WINDOW=False, SINKS=False)
     sig.update({k: "constexpr" for k in consts})
     # pointers 16-byte aligned, as the JIT specializes them at run time
     attrs = {(i,): [["tt.divisibility", 16]] for i in range(len(ptrs))}

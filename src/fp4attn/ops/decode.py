@@ -36,13 +36,13 @@ from ..formats.core import fake_quantize_values
 from ..kvcache import SLOT, KVCache
 from ..reference.common import expand_kv, lse_of, normalize, quantize_p, softmax_numerator
 from ._dispatch import on_device, use_kernels
-from ._validate import check_bool, check_choice, check_scale, check_window
+from ._validate import check_bool, check_choice, check_scale, check_sinks, check_window
 
 RECIPES = ("nvfp4",)
 MAX_NEW = 16
 
 
-def _check(q, cache, scale, recipe, thrift_budget, layout, return_lse, window_size=None):
+def _check(q, cache, scale, recipe, thrift_budget, layout, return_lse, window_size=None, sinks=None):
     if not isinstance(cache, KVCache):
         raise TypeError(f"cache must be an fp4attn.KVCache, got {type(cache).__name__}")
     if not isinstance(q, torch.Tensor):
@@ -85,7 +85,10 @@ def _check(q, cache, scale, recipe, thrift_budget, layout, return_lse, window_si
                          f"{cache.window}): pass window_size=(w, 0) with w <= {cache.window}, got {window_size!r}")
     if window is not None and thrift_budget is not None:
         raise ValueError("window_size and thrift_budget cannot be combined (Thrift selects among all pages)")
-    return q, check_scale(scale, D), thrift_budget, (None if window is None else window[0])
+    sinks = check_sinks(sinks, hq, q.device)
+    if sinks is not None and thrift_budget is not None:
+        raise ValueError("sinks and thrift_budget cannot be combined")
+    return q, check_scale(scale, D), thrift_budget, (None if window is None else window[0]), sinks
 
 
 def thrift_select(q: torch.Tensor, cache: KVCache, budget: float) -> torch.Tensor:
@@ -122,9 +125,10 @@ def top_pages(s_hat: torch.Tensor, n_b: torch.Tensor, budget: float, width: int)
 
 
 def decode_reference(q: torch.Tensor, cache: KVCache, *, scale: float, thrift_budget=None,
-                     selection=None, window: int | None = None):
+                     selection=None, window: int | None = None, sinks: torch.Tensor | None = None):
     """The semantics above in PyTorch over ``cache.dequantize()`` (and its 16-bit copy for Thrift).
-    ``window``: the sliding window's left extent w (``window_size=(w, 0)``) or None.
+    ``window``: the sliding window's left extent w (``window_size=(w, 0)``) or None; ``sinks`` (Hq,):
+    attention sinks (``fp4attn.attention``'s).
 
     q: (B, Hq, n_q, D) bhsd. Returns (out, lse) in float32 (float64 for float64 q)."""
     cd = torch.float64 if q.dtype == torch.float64 else torch.float32
@@ -156,7 +160,7 @@ def decode_reference(q: torch.Tensor, cache: KVCache, *, scale: float, thrift_bu
     if window is not None:
         keep &= j.view(1, 1, -1) >= last - window
     s = s.masked_fill(~keep.unsqueeze(1), float("-inf"))
-    p, m, l = softmax_numerator(s)
+    p, m, l = softmax_numerator(s, None if sinks is None else sinks.to(cd).view(1, hq, 1, 1))
     zero = torch.zeros_like(p)
     p4 = quantize_p(torch.where(use16, zero, p), "nvfp4", thrift)  # two-level (64-key tiles) for Thrift
     o = p4 @ expand_kv(v, hq) + torch.where(use16, p, zero) @ expand_kv(v16, hq)
@@ -164,7 +168,7 @@ def decode_reference(q: torch.Tensor, cache: KVCache, *, scale: float, thrift_bu
 
 
 def decode(q, cache: KVCache, *, scale=None, recipe: str = "nvfp4", thrift_budget=None, layout: str = "bhsd",
-           return_lse: bool = False, num_splits: int | None = None, window_size=None):
+           return_lse: bool = False, num_splits: int | None = None, window_size=None, sinks=None):
     """Attend ``q`` (B, Hq, n_q <= 16, D) new query tokens to the NVFP4 KV ``cache``, which already
     holds their K/V (see the module docstring for the exact semantics).
 
@@ -180,13 +184,14 @@ def decode(q, cache: KVCache, *, scale=None, recipe: str = "nvfp4", thrift_budge
         window_size: ``(w, 0)`` (or ``(w, -1)``): a sliding window, query i sees the keys
             ``L_b − n_q + i − w ... L_b − n_q + i``; only the pages it covers are read. Not with
             ``thrift_budget``.
+        sinks: (Hq,) attention sinks (as :func:`fp4attn.attention`'s). Not with ``thrift_budget``.
 
     CUDA tensors run the flash-decoding kernels (:mod:`fp4attn.kernels.decode`; on Hopper the FP4 split
     loop is the Gluon kernel of :mod:`fp4attn.kernels.decode_gluon`); CPU tensors the PyTorch reference.
     No autograd.
     """
-    qb, scale, thrift_budget, window = _check(q, cache, scale, recipe, thrift_budget, layout, return_lse,
-                                              window_size)
+    qb, scale, thrift_budget, window, sinks = _check(q, cache, scale, recipe, thrift_budget, layout, return_lse,
+                                                     window_size, sinks)
     D = qb.shape[-1]
     with torch.no_grad(), on_device(qb):
         kernel_ok = (use_kernels(qb) and qb.dtype != torch.float64 and D >= 16 and (D & (D - 1)) == 0
@@ -196,9 +201,11 @@ def decode(q, cache: KVCache, *, scale=None, recipe: str = "nvfp4", thrift_budge
             qb = qb.contiguous()
             # the selection by two Triton kernels (thrift_select's semantics, a few µs instead of ~40 ops)
             sel = select_pages(qb, cache, thrift_budget) if thrift_budget is not None else None
-            out, lse = decode_fwd(qb, cache, scale=scale, selection=sel, num_splits=num_splits, window=window)
+            out, lse = decode_fwd(qb, cache, scale=scale, selection=sel, num_splits=num_splits, window=window,
+                                  sinks=sinks)
         else:
-            out, lse = decode_reference(qb, cache, scale=scale, thrift_budget=thrift_budget, window=window)
+            out, lse = decode_reference(qb, cache, scale=scale, thrift_budget=thrift_budget, window=window,
+                                        sinks=sinks)
     out = out.to(q.dtype)
     if layout == "bshd":
         out = out.transpose(1, 2)
