@@ -125,6 +125,9 @@ def fam_attention():
         A.attention_fwd(q, k, v, causal=True, scale=0.1, fmt=fmt, path=A.PATH_HOPPER, staged=staged, **kw)
     for causal, window in ((True, (63, 0)), (False, (40, 40))):  # sliding windows (the Triton pass)
         A.attention_fwd(q, k, v, causal=causal, scale=0.1, path=A.PATH_HOPPER, window=window)
+    sinks = torch.zeros(4)  # attention sinks: exact-max passes, and two-level (one pass) with smooth_k
+    A.attention_fwd(q, k, v, causal=True, scale=0.1, path=A.PATH_HOPPER, sinks=sinks)
+    A.attention_fwd(q, k, v, causal=True, scale=0.1, path=A.PATH_HOPPER, sinks=sinks, smooth_k=True, two_level_p=True)
     # the Gluon attention pass (Hopper, nvfp4), D 128 and 64, causal or not
     if A.attention_gluon.HAVE_GLUON:
         A.attention_gluon.supported = lambda **kw: True  # CPU tensors stand in for CUDA ones
@@ -149,6 +152,7 @@ def fam_decode():
     cache = fp4attn.KVCache.from_dense(k, torch.randn_like(k))
     Dk.decode_fwd(torch.randn(2, 8, 1, 128, dtype=torch.bfloat16), cache, scale=0.1)
     Dk.decode_fwd(torch.randn(2, 8, 1, 128, dtype=torch.bfloat16), cache, scale=0.1, window=100)  # sliding window
+    Dk.decode_fwd(torch.randn(2, 8, 1, 128, dtype=torch.bfloat16), cache, scale=0.1, sinks=torch.zeros(8))  # sinks
     # Thrift: the page selection kernels, then the split kernel reading their int8 selection
     c16 = fp4attn.KVCache.from_dense(k, torch.randn_like(k), lengths=[300, 100], keep_16bit=True)
     q = torch.randn(2, 8, 2, 128, dtype=torch.bfloat16)

@@ -31,7 +31,8 @@ EXPECTED = {
                      ".f32.e2m1.e2m1.f32.ue8m0"),
 }
 VARIANTS = {"plain": {}, "sage3": {"two_level_p": True, "smooth_q": True, "causal": True},
-            "window": {"window": True, "causal": True, "pmax": 2}}
+            "window": {"window": True, "causal": True, "pmax": 2},
+            "sinks": {"sinks": True, "causal": True, "pmax": 2}}
 
 # (key, capability, fmt, kwargs) for every compile this file needs
 JOBS = [(f"{cap}-{fmt}-{name}", cap, fmt, kw) for cap in (100, 120) for fmt in ("nvfp4", "mxfp4")

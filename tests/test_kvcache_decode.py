@@ -1384,7 +1384,7 @@ def test_thrift_16bit_stream_kernel_interpreter_all_selected_is_exact_attention(
     lse = torch.empty(B, Hkv * G, nq)
     # two channel blocks of 16 per row (the LSE comes from the first)
     Dk._decode_reduce_kernel[(B * Hkv * G * nq, 2)](OP, MP, LP, q, c.k_tail, c.v_tail, c.seq_lens, out, lse, qk, n16,
-                                                    G * nq, nq, Hkv, BM, 0, BLOCK_S=2, D=D, DB=16)
+                                                    G * nq, nq, Hkv, BM, 0, lse, BLOCK_S=2, D=D, DB=16)
     exact = torch.stack([reference.attention(q[b:b + 1], k[b:b + 1, :, :L], v[b:b + 1, :, :L], causal=True,
                                              recipe="bf16")[0] for b, L in enumerate(lens)])
     assert _rel(out, exact) <= 1e-5, _rel(out, exact)

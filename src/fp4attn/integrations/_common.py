@@ -62,7 +62,8 @@ def qat_fmt(recipe: str, op_kwargs: dict) -> str:
 def make_op(recipe: str, op_kwargs: dict):
     """``op(q, k, v, causal, scale, train, window=None) -> out`` on bhsd tensors (GQA allowed).
     ``window``: ``fp4attn.attention``'s normalized ``window_size`` (left, right), only where
-    ``op.window_ok(train)`` (every recipe but Thrift).
+    ``op.window_ok(train)`` (every recipe but Thrift). ``sinks`` (Hq,): attention sinks, for the inference
+    recipes but Thrift.
 
     ``train=True``: :func:`fp4attn.attn_qat` (autograd; fake-quantized forward, Algorithm-3
     backward), or exact differentiable attention for ``recipe="bf16"``. ``train=False``: the
@@ -78,10 +79,14 @@ def make_op(recipe: str, op_kwargs: dict):
     if recipe != "thrift":
         infer_kw.pop("fmt", None)
 
-    def op(q, k, v, causal: bool, scale, train: bool, window=None):
+    def op(q, k, v, causal: bool, scale, train: bool, window=None, sinks=None):
         if window is not None and not op.window_ok(train):
             raise NotImplementedError(f"fp4attn: no sliding window for recipe={recipe!r}")
+        if sinks is not None and (train or recipe == "thrift"):
+            raise NotImplementedError(f"fp4attn: no attention sinks for recipe={recipe!r}, train={train}")
         wkw = {} if window is None else {"window_size": window}
+        if sinks is not None:
+            wkw["sinks"] = sinks
         if train:
             if recipe == "bf16":
                 return _exact_attention(q, k, v, causal, scale, window)
@@ -199,9 +204,10 @@ def _row_runs(m: torch.Tensor):
     return [(r0, r1, a, b + 1, kind == "causal") for r0, r1, a, b, kind in runs]
 
 
-def masked_attention(op, q, k, v, allowed: torch.Tensor, scale, train: bool, many_calls: int = 64):
+def masked_attention(op, q, k, v, allowed: torch.Tensor, scale, train: bool, many_calls: int = 64, sinks=None):
     """Attention of bhsd q, k, v under a boolean mask ``allowed`` broadcastable to (B, Hq, Nq, Nk),
-    through ``op`` (see :func:`make_op`). Returns (B, Hq, Nq, Dv) in q's dtype."""
+    through ``op`` (see :func:`make_op`; ``sinks`` (Hq,) go to every call). Returns (B, Hq, Nq, Dv) in q's
+    dtype."""
     B, hq, nq, _ = q.shape
     hkv, nk = k.shape[1], k.shape[2]
     g = hq // hkv
@@ -218,9 +224,9 @@ def masked_attention(op, q, k, v, allowed: torch.Tensor, scale, train: bool, man
     if mb == 1 and mh == 1:
         m = allowed[0, 0]
         if bool(m.all()):
-            return op(q, k, v, False, scale, train)
+            return op(q, k, v, False, scale, train, sinks=sinks)
         if bool((m == bottom_right_causal(nq, nk, m.device)).all()):
-            return op(q, k, v, True, scale, train)
+            return op(q, k, v, True, scale, train, sinks=sinks)
     out = q.new_zeros(B, hq, nq, v.shape[-1])
     units = [(b, h) for b in range(mb) for h in range(mh)]
     calls = 0
@@ -230,11 +236,12 @@ def masked_attention(op, q, k, v, allowed: torch.Tensor, scale, train: bool, man
         hs_q = slice(None) if mh == 1 else slice(h, h + 1)
         hs_k = slice(None) if mh == 1 else slice(h // g, h // g + 1)
         qu, ku, vu = q[bs, hs_q], k[bs, hs_k], v[bs, hs_k]
+        su = None if sinks is None else sinks[hs_q]
         m = allowed[b, h]
         win = sliding_window_of(m) if window_ok else None
         if win is not None:  # one windowed call on keys a.. (rows r0.. keep their bottom-right positions)
             r0, a, left = win
-            res = op(qu[:, :, r0:], ku[:, :, a:], vu[:, :, a:], True, scale, train, window=(left, 0))
+            res = op(qu[:, :, r0:], ku[:, :, a:], vu[:, :, a:], True, scale, train, window=(left, 0), sinks=su)
             out[bs, hs_q, r0:] = res.to(out.dtype)
             calls += 1
             continue
@@ -251,12 +258,12 @@ def masked_attention(op, q, k, v, allowed: torch.Tensor, scale, train: bool, man
                 if idx.numel() == 0:
                     continue
                 rows_t = torch.tensor(rows, device=q.device)
-                res = op(qu[:, :, rows_t], ku[:, :, idx], vu[:, :, idx], False, scale, train)
+                res = op(qu[:, :, rows_t], ku[:, :, idx], vu[:, :, idx], False, scale, train, sinks=su)
                 out[bs, hs_q, rows_t] = res.to(out.dtype)
                 calls += 1
             continue
         for r0, r1, a, e, causal in runs:
-            res = op(qu[:, :, r0:r1], ku[:, :, a:e], vu[:, :, a:e], causal, scale, train)
+            res = op(qu[:, :, r0:r1], ku[:, :, a:e], vu[:, :, a:e], causal, scale, train, sinks=su)
             out[bs, hs_q, r0:r1] = res.to(out.dtype)
             calls += 1
     if calls > many_calls:

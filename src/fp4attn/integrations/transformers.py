@@ -36,9 +36,11 @@ full mask suffices). What runs:
   inference, ``model.train()`` or ``mode="qat"`` to train).
 * Arguments no fp4attn op can honour — dropout > 0, additive masks with real biases (ALiBi-like),
   ``position_bias``, value head dim ≠ query head dim or > 256 — fall back to transformers' own
-  ``sdpa`` implementation (full precision); ``softcap`` and attention sinks (``s_aux``) to the
-  model's own ``eager_attention_forward``; with a warning once per reason. ``output_attentions``
-  is not supported (weights are returned as ``None``, warned once).
+  ``sdpa`` implementation (full precision); ``softcap``, and attention sinks (``s_aux``) in training or
+  with Thrift, to the model's own ``eager_attention_forward``; with a warning once per reason.
+  ``output_attentions`` is not supported (weights are returned as ``None``, warned once).
+* Attention sinks (gpt-oss's ``s_aux``) at inference: ``fp4attn.attention(..., sinks=)`` and
+  ``fp4attn.decode(..., sinks=)`` (with the sliding window of the layer where it has one).
 * Generation: by default transformers' ``DynamicCache`` keeps K and V in the model's dtype (BF16
   for a BF16 model) and each step's attention runs through the FP4 op. :func:`fp4_cache` returns an
   :class:`FP4Cache` (a transformers ``Cache``) whose layers store K and V as NVFP4 in an
@@ -150,6 +152,8 @@ def make_attention_function(recipe: str = "nvfp4", mode: str = "auto", prefill: 
         if kv is not None:
             kv.fp4attn_reads_pages = True  # the layer's next updates may return placeholders (FP4CacheLayer)
         placeholder = getattr(key, "_fp4attn_placeholder", False)
+        train = module.training if mode == "auto" else mode == "qat"
+        sinks = kwargs.get("s_aux", kwargs.get("sinks"))  # gpt-oss: one logit per query head
         reason, eager = None, False
         if dropout and dropout > 0:
             reason = f"dropout={dropout} is not supported by fp4attn ops"
@@ -157,8 +161,8 @@ def make_attention_function(recipe: str = "nvfp4", mode: str = "auto", prefill: 
             reason = "position_bias (additive score bias) is not supported by fp4attn ops"
         elif kwargs.get("softcap") is not None:
             reason, eager = "softcap is not supported by fp4attn ops", True
-        elif kwargs.get("s_aux") is not None or kwargs.get("sinks") is not None:
-            reason, eager = "attention sinks (s_aux) are not supported by fp4attn ops", True
+        elif sinks is not None and (train or recipe == "thrift"):
+            reason, eager = "attention sinks (s_aux) are not supported by fp4attn's training and Thrift ops", True
         elif value.shape[-1] != query.shape[-1] or query.shape[-1] > 256:
             reason = f"head dims q={query.shape[-1]} v={value.shape[-1]} (need equal and <= 256)"
         elif query.shape[1] % key.shape[1]:
@@ -172,13 +176,12 @@ def make_attention_function(recipe: str = "nvfp4", mode: str = "auto", prefill: 
             if placeholder:
                 key, value = _dense_kv(kv, key.dtype)
             return _fallback(module, query, key, value, attention_mask, scaling, dropout, is_causal, kwargs,
-                             reason, eager)
+                             reason, eager or sinks is not None)  # (sdpa has no sinks)
 
         groups = getattr(module, "num_key_value_groups", None)
         if groups is not None and query.shape[1] != key.shape[1] * groups:
             raise ValueError(f"fp4attn (transformers): {query.shape[1]} query heads, {key.shape[1]} key/value "
                              f"heads but module.num_key_value_groups={groups}")
-        train = module.training if mode == "auto" else mode == "qat"
         if not train and torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value)):
             warn_once("hf:eval_grad", "fp4attn (transformers): the inference op has no autograd, so no gradient "
                       "flows through this attention (module in eval mode or mode='infer'); use model.train() "
@@ -201,13 +204,14 @@ def make_attention_function(recipe: str = "nvfp4", mode: str = "auto", prefill: 
         if decodable and (allowed is None or dec_window is not None) and not (dec_window and recipe == "thrift"):
             import fp4attn
             budget = op_kwargs.get("budget", 0.05) if recipe == "thrift" else None
-            out = fp4attn.decode(query, kv, scale=scaling, thrift_budget=budget, window_size=dec_window)
+            out = fp4attn.decode(query, kv, scale=scaling, thrift_budget=budget, window_size=dec_window,
+                                 sinks=sinks)
             return out.transpose(1, 2).contiguous(), None
         if placeholder:  # (a prompt's first update returns its own, unquantized K/V)
             key, value = _dense_kv(kv, key.dtype)
         if prefill == "sdpa" and not train:  # every call but a decode from the pages: full precision
             return _fallback(module, query, key, value, attention_mask, scaling, dropout, is_causal, kwargs, None,
-                             False)
+                             sinks is not None)
         if allowed is None:
             causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
             causal = bool(causal) and S > 1
@@ -217,14 +221,14 @@ def make_attention_function(recipe: str = "nvfp4", mode: str = "auto", prefill: 
                 key, value = key[:, :, :S], value[:, :, :S]
             if window is not None:
                 if op.window_ok(train):
-                    out = op(query, key, value, True, scaling, train, window=window)
+                    out = op(query, key, value, True, scaling, train, window=window, sinks=sinks)
                 else:  # (Thrift: no window in the op) the window as a mask, split into runs
                     keep = window_keep(0, S, S, key.shape[2], True, window, query.device)
                     out = masked_attention(op, query, key, value, keep, scaling, train)
             else:
-                out = op(query, key, value, causal, scaling, train)
+                out = op(query, key, value, causal, scaling, train, sinks=sinks)
         else:
-            out = masked_attention(op, query, key, value, allowed, scaling, train)
+            out = masked_attention(op, query, key, value, allowed, scaling, train, sinks=sinks)
         return out.transpose(1, 2).contiguous(), None
 
     fp4attn_attention_forward.fp4attn_config = dict(recipe=recipe, mode=mode, prefill=prefill,
