@@ -8,8 +8,10 @@ Times, in one process, CUDA-graph/do_bench medians:
 2. decode: fp4attn.decode(window_size=(w-1, 0)) vs without window vs cuDNN SDPA over the window's keys only
    (the bytes a bf16 sliding-window cache would hold).
 3. correctness at each shape: op vs reference on the first rows (SPEC §6 criteria).
+4. the same with attention sinks (gpt-oss) on top of the window.
 Usage: OUT=out python benchmarks/window-s23/probe.py
 """
+# ruff: noqa: B023, F821 - every lambda is timed at once, inside its loop iteration (the del at its end is after)
 import os
 import sys
 
@@ -45,6 +47,9 @@ for (B, H, N, D, w) in [(4, 16, 16384, 128, 4096), (4, 16, 16384, 128, 1024), (1
     res = {}
     res["fp4 window"] = bench(lambda: fp4attn.attention(q, k, v, causal=True, window_size=(w - 1, 0)))
     res["fp4 causal"] = bench(lambda: fp4attn.attention(q, k, v, causal=True))
+    sinks = torch.zeros(H, device="cuda")
+    res["fp4 window+sinks"] = bench(lambda: fp4attn.attention(q, k, v, causal=True, window_size=(w - 1, 0),
+                                                              sinks=sinks))
     for name, be in (("flash causal", SDPBackend.FLASH_ATTENTION), ("cudnn causal", SDPBackend.CUDNN_ATTENTION)):
         with sdpa_kernel(be):
             res[name] = bench(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True))
@@ -79,6 +84,8 @@ for (B, Hq, Hkv, N, D, w) in [(8, 32, 8, 32768, 128, 4096), (1, 32, 8, 131072, 1
     res = {}
     res["fp4 decode window"] = bench(lambda: fp4attn.decode(q, cache, window_size=(w - 1, 0)))
     res["fp4 decode full"] = bench(lambda: fp4attn.decode(q, cache))
+    sinks = torch.zeros(Hq, device="cuda")
+    res["fp4 decode window+sinks"] = bench(lambda: fp4attn.decode(q, cache, window_size=(w - 1, 0), sinks=sinks))
     with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
         res["cudnn window keys"] = bench(lambda: torch.nn.functional.scaled_dot_product_attention(
             q, kw_, vw, enable_gqa=True))
