@@ -1021,3 +1021,30 @@ def test_mistral_training_runs_windowed_attn_qat(monkeypatch):
         return [p.grad.clone() for p in m.parameters() if p.grad is not None]
     for ours, theirs in zip(grads(fh.register("bf16")), grads("sdpa")):
         torch.testing.assert_close(ours, theirs, rtol=1e-4, atol=1e-5)
+
+
+def test_softcap_fallback_runs_eager_attention_with_the_causal_and_sliding_masks():
+    """Gemma 2 (attention logit softcapping: the model's eager attention runs instead of FP4): the fallback gets
+    the additive mask eager attention needs. transformers' sdpa-style mask function gives None for a plain
+    causal prompt (eager then attended to every key) and boolean masks for sliding layers (eager then added
+    True/False to the scores) — the logits were wrong before both were written out as additive masks. Now they
+    are eager's, unpadded and left-padded."""
+    from transformers import Gemma2Config, Gemma2ForCausalLM
+    cfg = Gemma2Config(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                       num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=512,
+                       sliding_window=8)
+    torch.manual_seed(0)
+    m = Gemma2ForCausalLM(cfg).eval()
+    ids = torch.randint(1, 96, (2, 30), generator=torch.Generator().manual_seed(28))
+    am = torch.ones_like(ids)
+    am[1, :7] = 0
+    pos = (am.cumsum(-1) - 1).clamp(min=0)
+    outs = {}
+    for impl in (fh.register("nvfp4"), "eager"):
+        m.set_attn_implementation(impl)
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            outs[impl] = (m(ids).logits, m(ids, attention_mask=am, position_ids=pos).logits)
+    ours, eager = outs[fh.register("nvfp4")], outs["eager"]
+    torch.testing.assert_close(ours[0], eager[0], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(ours[1][am.bool()], eager[1][am.bool()], rtol=1e-5, atol=1e-5)
