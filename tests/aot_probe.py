@@ -114,6 +114,8 @@ def fam_attn_qat():
         K.backward(torch.randn_like(q), op, qf, kf, vf, lse, torch.empty_like(q), torch.empty_like(k),
                    torch.empty_like(v), nq=256, nk=256, d=128, causal=causal, scale=0.1, fmt="nvfp4", quant_p=True,
                    window=window)
+    K.attn_qat_fwd_bhsd(q, k, v, torch.empty_like(q), causal=True, scale=0.1, fmt="nvfp4", hp_o=True,
+                        sinks=torch.zeros(4))  # attention sinks (the exact-max forward)
 
 
 def fam_attention():

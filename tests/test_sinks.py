@@ -226,6 +226,73 @@ def test_decode_kernel_interpreter_sinks_ragged_splits(window):
 
 
 # -------------------------------------------------------------------------------------------------
+# Attn-QAT with sinks (training)
+# -------------------------------------------------------------------------------------------------
+def test_reference_attn_qat_sink_gradient_is_the_gradient_of_o_prime_and_lse():
+    """Attn-QAT's sink gradient −Σ exp(sink − LSE)·(rowsum(dO∘O') − dlse) is the exact gradient of a loss on
+    O' (the unquantized-P̃ output) and the LSE: float64 autograd through an explicit sink column agrees."""
+    from fp4attn.formats.core import fake_quantize_values
+    from fp4attn.reference.attn_qat import attn_qat_backward, attn_qat_forward
+
+    q, k, v = make_qkv(2, 4, 2, 24, 40, 16, dtype=torch.float64, seed=20, device="cpu")
+    sinks = _sinks(4, seed=21).double()
+    g = torch.Generator().manual_seed(22)
+    do, dlse = torch.randn(2, 4, 24, 16, generator=g).double(), torch.randn(2, 4, 24, generator=g).double()
+    o, o_prime, lse = attn_qat_forward(q, k, v, causal=True, fmt="nvfp4", sinks=sinks)
+    *_, dsink = attn_qat_backward(do, q, k, v, o, o_prime, lse, causal=True, fmt="nvfp4", dlse=dlse, sinks=sinks)
+    # explicit: Qᶠ, Kᶠ, Vᶠ fixed (straight-through), the sinks a leaf
+    qf, kf, vf = (fake_quantize_values(x, "nvfp4", dim=d).double() for x, d in ((q, -1), (k, -1), (v, -2)))
+    kf, vf = kf.repeat_interleave(2, 1), vf.repeat_interleave(2, 1)
+    s = (qf @ kf.transpose(-1, -2)) * 16 ** -0.5
+    keep = torch.arange(40)[None, :] <= torch.arange(24)[:, None] + 16
+    s = s.masked_fill(~keep, -INF)
+    leaf = sinks.clone().requires_grad_()
+    full = torch.cat([s, leaf.view(1, 4, 1, 1).expand(2, 4, 24, 1)], -1)
+    o_p = torch.softmax(full, -1)[..., :-1] @ vf
+    lse_x = torch.logsumexp(full, -1)
+    torch.testing.assert_close(o_p, o_prime, rtol=0, atol=1e-12)
+    ((o_p * do).sum() + (lse_x * dlse).sum()).backward()
+    torch.testing.assert_close(dsink, leaf.grad, rtol=0, atol=1e-10)
+
+
+@cpu_interp
+@pytest.mark.parametrize("causal,window,fmt", [(True, None, "nvfp4"), (False, None, "mxfp4"), (True, (30, 0), "nvfp4")])
+def test_interpreter_attn_qat_sinks_vs_reference(causal, window, fmt):
+    """The Attn-QAT kernels with sinks (the forward starts from the sink; the backward kernels unchanged: P =
+    exp(S − LSE)) against the reference: O, O', LSE, dQ, dK, dV; and the op's sink gradient (computed from
+    the saved O' buffer and LSE) against the reference's."""
+    from types import SimpleNamespace
+
+    from fp4attn.kernels import attn_qat as K
+    from fp4attn.ops.attn_qat import _sink_grad
+    from fp4attn.reference.attn_qat import attn_qat_backward, attn_qat_forward
+    from fp4attn.reference.common import normalize_window
+
+    q, k, v = make_qkv(1, 2, 1, 70, 90, 32, seed=23)
+    do = torch.randn(1, 2, 70, 32, generator=torch.Generator().manual_seed(24))
+    sinks = torch.tensor([1.0, 3.0])
+    win = normalize_window(window, causal)
+    o = torch.empty_like(q)
+    qf, kf, vf, op, lse = K.attn_qat_fwd_bhsd(q, k, v, o, causal=causal, scale=32 ** -0.5, fmt=fmt, hp_o=True,
+                                              window=win, sinks=sinks)
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    K.backward(do, op, qf, kf, vf, lse, dq, dk, dv, nq=70, nk=90, d=32, causal=causal, scale=32 ** -0.5, fmt=fmt,
+               quant_p=True, window=win)
+    qd, kd, vd, dod = (x.double() for x in (q, k, v, do))
+    ro, rop, rlse = attn_qat_forward(qd, kd, vd, causal=causal, fmt=fmt, window_size=win, sinks=sinks.double())
+    rdq, rdk, rdv, rds = attn_qat_backward(dod, qd, kd, vd, ro, rop, rlse, causal=causal, fmt=fmt, window_size=win,
+                                           sinks=sinks.double())
+    for got, want in ((o, ro), (op[:, :, :70, :32], rop), (dq, rdq), (dk, rdk), (dv, rdv)):
+        assert rel_l2(got, want) <= 1e-4, rel_l2(got, want)
+    torch.testing.assert_close(lse[:, :, :70].double(), rlse, rtol=0, atol=1e-4)
+    ctx = SimpleNamespace(shape_q=[1, 2, 70, 32], hp_o=True, cfg={"layout": "bhsd"})
+    torch.testing.assert_close(_sink_grad(ctx, do, None, op, lse, sinks).double(), rds, rtol=1e-4, atol=1e-6)
+    plain = K.attn_qat_fwd_bhsd(q, k, v, torch.empty_like(q), causal=causal, scale=32 ** -0.5, fmt=fmt, hp_o=True,
+                                window=win)[-1]
+    assert (plain[:, :, :70] - lse[:, :, :70]).abs().max() > 1e-2  # the sinks reached the kernel
+
+
+# -------------------------------------------------------------------------------------------------
 # transformers: gpt-oss (sinks on every layer, alternating sliding-window and full layers)
 # -------------------------------------------------------------------------------------------------
 def _gpt_oss():
@@ -268,11 +335,37 @@ def test_gpt_oss_runs_fp4attn_with_sinks(monkeypatch):
         theirs = m.generate(ids, max_new_tokens=6, do_sample=False, past_key_values=fh.fp4_cache(m.config))
     assert torch.equal(ours, theirs)
     assert dec[:4] == [((7, 0), True), (None, True)] * 2
-    m.train()  # training with sinks: the model's eager attention (with the additive masks it needs)
-    with pytest.warns(UserWarning, match="sinks"):
-        loss = m(ids, labels=ids).loss
-    m.set_attn_implementation("eager")
-    torch.testing.assert_close(loss, m(ids, labels=ids).loss, rtol=1e-5, atol=1e-6)
+
+
+
+def test_gpt_oss_training_runs_attn_qat_with_trainable_sinks(monkeypatch):
+    """Training gpt-oss: one fp4attn.attn_qat call per layer with the sinks (and the sliding window); the sinks
+    get gradients. With the bf16 recipe (exact attention with the sink column) every gradient, the sinks'
+    included, is transformers' eager one."""
+    fh = pytest.importorskip("fp4attn.integrations.transformers")
+    m = _gpt_oss()
+    m.train()
+    ids = torch.randint(1, 96, (2, 30), generator=torch.Generator().manual_seed(19))
+    calls = []
+    real = fp4attn.attn_qat
+    monkeypatch.setattr(fp4attn, "attn_qat", lambda *a, **kw: calls.append((kw.get("window_size"),
+                        kw.get("sinks") is not None)) or real(*a, **kw))
+
+    def grads(impl):
+        m.zero_grad()
+        m.set_attn_implementation(impl)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # no fallback
+            m(ids, labels=ids).loss.backward()
+        return {n: p.grad.clone() for n, p in m.named_parameters() if p.grad is not None}
+    fp4 = grads(fh.register("nvfp4"))
+    assert calls == [((7, 0), True), (None, True)]
+    sink_names = [n for n in fp4 if n.endswith("sinks")]
+    assert len(sink_names) == 2 and all(fp4[n].abs().max() > 0 for n in sink_names)
+    exact, eager = grads(fh.register("bf16")), grads("eager")
+    assert exact.keys() == eager.keys()
+    for n in eager:
+        torch.testing.assert_close(exact[n], eager[n], rtol=1e-4, atol=1e-6)
 
 
 # -------------------------------------------------------------------------------------------------
@@ -317,3 +410,40 @@ def test_gpu_decode_sinks_vs_reference():
         cos = torch.nn.functional.cosine_similarity(out.double().flatten(), ref.double().flatten(), dim=0).item()
         assert cos >= 0.995 and rel_l2(out, ref) <= 0.1
         torch.testing.assert_close(lse, ref_lse.float(), rtol=0, atol=1e-3)
+
+
+@cpu_interp
+def test_interpreter_attn_qat_sinks_running_max_variant(monkeypatch):
+    """The one-pass (running max) Attn-QAT forward starts from the sink: O' and the LSE (which do not depend on
+    P̃'s quantization) equal the reference's."""
+    from fp4attn.kernels import attn_qat as K
+    from fp4attn.reference.attn_qat import attn_qat_forward
+
+    monkeypatch.setenv("FP4ATTN_QAT_EXACT_MAX", "0")
+    assert not K.exact_max()
+    q, k, v = make_qkv(1, 2, 1, 70, 90, 32, seed=25)
+    sinks = torch.tensor([2.0, -1.0])
+    _, _, _, op, lse = K.attn_qat_fwd_bhsd(q, k, v, torch.empty_like(q), causal=True, scale=32 ** -0.5, fmt="nvfp4",
+                                           hp_o=True, sinks=sinks)
+    _, rop, rlse = attn_qat_forward(q.double(), k.double(), v.double(), causal=True, sinks=sinks.double())
+    assert rel_l2(op[:, :, :70, :32], rop) <= 1e-5
+    torch.testing.assert_close(lse[:, :, :70].double(), rlse, rtol=0, atol=1e-5)
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal,window", [(True, None), (True, (255, 0))])
+def test_gpu_attn_qat_sinks_vs_reference(causal, window):
+    """Attn-QAT with sinks on the GPU: O, LSE and every gradient (the sinks' too) against the reference."""
+    q, k, v = make_qkv(2, 8, 2, 600, 600, 128, dtype=torch.bfloat16, seed=26)
+    s = _sinks(8, seed=27).cuda()
+    do = torch.randn_like(q)
+    grads = []
+    for x in ((q, k, v, s), tuple(t.detach().double().cpu() for t in (q, k, v, s))):
+        leaves = [t.detach().clone().requires_grad_() for t in x]
+        out, lse = fp4attn.attn_qat(*leaves[:3], causal=causal, window_size=window, sinks=leaves[3], return_lse=True)
+        (out.double() * do.double().to(out.device)).sum().backward()
+        grads.append((out.detach().double().cpu(), lse.detach().double().cpu(),
+                      *[t.grad.double().cpu() for t in leaves]))
+    for got, want in zip(*grads):
+        assert rel_l2(got, want) <= 0.02, rel_l2(got, want)  # bf16 operands and outputs

@@ -62,8 +62,8 @@ def qat_fmt(recipe: str, op_kwargs: dict) -> str:
 def make_op(recipe: str, op_kwargs: dict):
     """``op(q, k, v, causal, scale, train, window=None) -> out`` on bhsd tensors (GQA allowed).
     ``window``: ``fp4attn.attention``'s normalized ``window_size`` (left, right), only where
-    ``op.window_ok(train)`` (every recipe but Thrift). ``sinks`` (Hq,): attention sinks, for the inference
-    recipes but Thrift.
+    ``op.window_ok(train)`` (every recipe but Thrift). ``sinks`` (Hq,): attention sinks (every recipe but
+    Thrift; trainable through Attn-QAT).
 
     ``train=True``: :func:`fp4attn.attn_qat` (autograd; fake-quantized forward, Algorithm-3
     backward), or exact differentiable attention for ``recipe="bf16"``. ``train=False``: the
@@ -82,14 +82,14 @@ def make_op(recipe: str, op_kwargs: dict):
     def op(q, k, v, causal: bool, scale, train: bool, window=None, sinks=None):
         if window is not None and not op.window_ok(train):
             raise NotImplementedError(f"fp4attn: no sliding window for recipe={recipe!r}")
-        if sinks is not None and (train or recipe == "thrift"):
-            raise NotImplementedError(f"fp4attn: no attention sinks for recipe={recipe!r}, train={train}")
+        if sinks is not None and recipe == "thrift":
+            raise NotImplementedError("fp4attn: no attention sinks for recipe='thrift'")
         wkw = {} if window is None else {"window_size": window}
         if sinks is not None:
             wkw["sinks"] = sinks
         if train:
             if recipe == "bf16":
-                return _exact_attention(q, k, v, causal, scale, window)
+                return _exact_attention(q, k, v, causal, scale, window, sinks)
             return fp4attn.attn_qat(q, k, v, causal=causal, scale=scale, fmt=fmt, **wkw, **qat_kw)
         if recipe == "thrift":
             return fp4attn.thrift_attention(q, k, v, causal=causal, scale=scale, **infer_kw)
@@ -99,15 +99,23 @@ def make_op(recipe: str, op_kwargs: dict):
     return op
 
 
-def _exact_attention(q, k, v, causal, scale, window=None):
+def _exact_attention(q, k, v, causal, scale, window=None, sinks=None):
     """Differentiable unquantized attention (bottom-right causal, GQA, a normalized sliding ``window``) with
-    PyTorch SDPA."""
+    PyTorch SDPA; with attention ``sinks`` (Hq,), materialized (softmax over the scores and the sink column)."""
     hq, hkv = q.shape[1], k.shape[1]
     if hq != hkv:
         k = k.repeat_interleave(hq // hkv, dim=1)
         v = v.repeat_interleave(hq // hkv, dim=1)
     nq, nk = q.shape[2], k.shape[2]
     sdpa = _ORIGINAL_SDPA
+    if sinks is not None:
+        from ..reference.common import window_keep
+        s = (q @ k.transpose(-1, -2)) * (scale if scale is not None else q.shape[-1] ** -0.5)
+        keep = window_keep(0, nq, nq, nk, causal and nq > 1 or window is not None, window, q.device)
+        if keep is not None:
+            s = s.masked_fill(~keep, float("-inf"))
+        sk = sinks.to(s.dtype).view(1, -1, 1, 1).expand(*s.shape[:-1], 1)
+        return torch.softmax(torch.cat([s, sk], -1), -1)[..., :-1] @ v
     if window is not None:
         from ..reference.common import window_keep
         return sdpa(q, k, v, attn_mask=window_keep(0, nq, nq, nk, causal, window, q.device), scale=scale)

@@ -36,11 +36,12 @@ full mask suffices). What runs:
   inference, ``model.train()`` or ``mode="qat"`` to train).
 * Arguments no fp4attn op can honour — dropout > 0, additive masks with real biases (ALiBi-like),
   ``position_bias``, value head dim ≠ query head dim or > 256 — fall back to transformers' own
-  ``sdpa`` implementation (full precision); ``softcap``, and attention sinks (``s_aux``) in training or
-  with Thrift, to the model's own ``eager_attention_forward``; with a warning once per reason.
+  ``sdpa`` implementation (full precision); ``softcap``, and attention sinks (``s_aux``) with Thrift, to the
+  model's own ``eager_attention_forward``; with a warning once per reason.
   ``output_attentions`` is not supported (weights are returned as ``None``, warned once).
-* Attention sinks (gpt-oss's ``s_aux``) at inference: ``fp4attn.attention(..., sinks=)`` and
-  ``fp4attn.decode(..., sinks=)`` (with the sliding window of the layer where it has one).
+* Attention sinks (gpt-oss's ``s_aux``): ``fp4attn.attention(..., sinks=)`` and ``fp4attn.decode(..., sinks=)``
+  at inference, ``fp4attn.attn_qat(..., sinks=)`` in training (the sinks get their gradient), with the layer's
+  sliding window where it has one.
 * Generation: by default transformers' ``DynamicCache`` keeps K and V in the model's dtype (BF16
   for a BF16 model) and each step's attention runs through the FP4 op. :func:`fp4_cache` returns an
   :class:`FP4Cache` (a transformers ``Cache``) whose layers store K and V as NVFP4 in an
@@ -175,8 +176,8 @@ def make_attention_function(recipe: str = "nvfp4", mode: str = "auto", prefill: 
             reason = "position_bias (additive score bias) is not supported by fp4attn ops"
         elif kwargs.get("softcap") is not None:
             reason, eager = "softcap is not supported by fp4attn ops", True
-        elif sinks is not None and (train or recipe == "thrift"):
-            reason, eager = "attention sinks (s_aux) are not supported by fp4attn's training and Thrift ops", True
+        elif sinks is not None and recipe == "thrift":
+            reason, eager = "attention sinks (s_aux) are not supported by fp4attn's Thrift ops", True
         elif value.shape[-1] != query.shape[-1] or query.shape[-1] > 256:
             reason = f"head dims q={query.shape[-1]} v={value.shape[-1]} (need equal and <= 256)"
         elif query.shape[1] % key.shape[1]:

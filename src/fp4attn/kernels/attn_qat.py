@@ -265,7 +265,9 @@ def _fwd_kernel(Qf, Kf, Vf, O, OP, LSE,
                 MAX_BN: tl.constexpr = 0,
                 WINDOW: tl.constexpr = False,  # a sliding window: the offsets below
                 COFF=0,  # with WINDOW, the right edge (CAUSAL): query i sees keys j <= i + COFF
-                LOFF=0):  # with WINDOW, the left edge: query i sees keys j >= i + LOFF
+                LOFF=0,  # with WINDOW, the left edge: query i sees keys j >= i + LOFF
+                SINK=0,  # with SINKS: (B, Hq) attention-sink logits in log2 units
+                SINKS: tl.constexpr = False):
     start_m, pid_bh = head_program()
     b = pid_bh // Hq
     h = pid_bh % Hq
@@ -293,6 +295,10 @@ def _fwd_kernel(Qf, Kf, Vf, O, OP, LSE,
     # [e2, hi) masked (the right edge and the key tail; the left edge is behind them); without WINDOW
     # (0, 0, full_end)
     lo, e1, e2 = window_key_range(m0, LOFF, hi, full_end, BLOCK_M, BLOCK_N, WINDOW)
+    if SINKS and not EXACT_M:  # running max: start from the sink (exp2(sk - sk) = 1; -inf: no sink)
+        sk0 = tl.load(SINK + pid_bh)
+        m_i = tl.zeros([BLOCK_M], dtype=tl.float32) + sk0
+        l_i = tl.zeros([BLOCK_M], dtype=tl.float32) + tl.where(sk0 == float("-inf"), 0.0, 1.0)
     if EXACT_M:  # pass 1: the final row max, so that P~ is the one-shot P~ of SPEC §3
         if WINDOW:
             m_i = _fwd_rowmax(m_i, q, k_base, offs_m, lo, e1, Nk, causal_off, LOFF, qk_scale, True, CAUSAL,
@@ -313,6 +319,10 @@ def _fwd_kernel(Qf, Kf, Vf, O, OP, LSE,
                           WINDOW, BLOCK_N, DP)
         m_i = _fwd_rowmax(m_i, q, k_base, offs_m, e2, hi, Nk, causal_off, LOFF, qk_scale, True, CAUSAL,
                           False, BLOCK_N, DP)
+        if SINKS:  # the sink joins the max (one-shot P~ against it) and l, as a key without a value
+            sk = tl.load(SINK + pid_bh)
+            m_i = tl.maximum(m_i, sk)
+            l_i = l_i + tl.math.exp2(sk - tl.where(m_i == float("-inf"), 0.0, m_i))
         m_i = tl.where(m_i == float("-inf"), 0.0, m_i)  # rows that see no key: P~ = 0, l = 0
     if WINDOW:  # key tiles the window's left edge crosses
         acc, acc_hp, l_i, m_i = _fwd_inner(acc, acc_hp, l_i, m_i, q, k_base, v_base, offs_m, lo, e1,
@@ -374,7 +384,7 @@ def _prune_fwd(configs, named_args, **kwargs):
 
 
 _fwd_tuned = triton.autotune(_fwd_configs(), key=["NKP", "CAUSAL", "HP_O", "QB", "DP", "EXACT_M", "MAX_BN",
-                                                 "WINDOW"],
+                                                 "WINDOW", "SINKS"],
                              prune_configs_by={"early_config_prune": _prune_fwd})(_fwd_kernel)
 
 
@@ -396,7 +406,7 @@ def window_meta(window: tuple[int, int] | None, causal: bool, nq: int, nk: int, 
 
 def forward(qf: torch.Tensor, kf: torch.Tensor, vf: torch.Tensor, o: torch.Tensor, *, nq: int, nk: int,
             d: int, causal: bool, scale: float, fmt: str, hp_o: bool, config: dict | None = None,
-            window: tuple[int, int] | None = None):
+            window: tuple[int, int] | None = None, sinks: torch.Tensor | None = None):
     """Run Algorithm 2 on the pre-pass buffers; writes ``o`` (a bhsd view, any strides).
 
     Returns ``(o_prime, lse)``: O' as a padded (B, Hq, NQP, DP) buffer in the dot dtype (an empty
@@ -416,6 +426,8 @@ def forward(qf: torch.Tensor, kf: torch.Tensor, vf: torch.Tensor, o: torch.Tenso
     args = (qf, kf, vf, o, op if hp_o else o, lse, *o.stride(), scale * LOG2E, Hq, Hq // Hkv,
             nq, nk, NQP, NKP, d)
     meta = dict(HP_O=hp_o, QB=qb, IS_MX=is_mx, DP=DP, EXACT_M=exact_max(), **window_meta(window, causal, nq, nk, NQP))
+    if sinks is not None:  # (Hq,) logits in score units -> (B, Hq) in the kernel's log2 units
+        meta.update(SINKS=True, SINK=(sinks.to(device=qf.device, dtype=torch.float32).repeat(B) * LOG2E).contiguous())
     if meta["EXACT_M"]:
         meta["MAX_BN"] = max_pass_block_n(DP)
     if config is None and not _autotune():
@@ -808,15 +820,17 @@ def dot_dtype_for(dtype: torch.dtype) -> torch.dtype:
 
 
 def attn_qat_fwd_bhsd(q, k, v, o, *, causal: bool, scale: float, fmt: str, hp_o: bool,
-                      config: dict | None = None, window: tuple[int, int] | None = None):
+                      config: dict | None = None, window: tuple[int, int] | None = None,
+                      sinks: torch.Tensor | None = None):
     """Pre-pass + forward on bhsd views. Returns (qf, kf, vf, o_prime, lse_padded). ``window``: see
-    ``forward``."""
+    ``forward``; ``sinks`` (Hq,): attention sinks (the backward kernels need nothing more: P = exp(S − LSE)
+    with the LSE including the sink; the sinks' own gradient is −Σ exp(sink − LSE)·D, ``ops.attn_qat``)."""
     dt = dot_dtype_for(q.dtype)
     qf = prep(q, 1, fmt, dt)
     kf = prep(k, 1, fmt, dt)
     vf = prep(v, 2, fmt, dt)
     op, lse = forward(qf, kf, vf, o, nq=q.shape[2], nk=k.shape[2], d=q.shape[3], causal=causal,
-                      scale=scale, fmt=fmt, hp_o=hp_o, config=config, window=window)
+                      scale=scale, fmt=fmt, hp_o=hp_o, config=config, window=window, sinks=sinks)
     return qf, kf, vf, op, lse
 
 

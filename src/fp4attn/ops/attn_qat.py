@@ -14,7 +14,15 @@ from __future__ import annotations
 import torch
 
 from ._dispatch import kernels_for, on_device
-from ._validate import check_attention_args, check_bool, check_choice, check_fmt, check_window, from_bhsd
+from ._validate import (
+    check_attention_args,
+    check_bool,
+    check_choice,
+    check_fmt,
+    check_sinks,
+    check_window,
+    from_bhsd,
+)
 
 BACKWARDS = ("qat", "naive")
 
@@ -54,14 +62,15 @@ def _window(window_left: int, window_right: int):
 @torch.library.custom_op("fp4attn::attn_qat_fwd", mutates_args=(), device_types="cuda")
 def _attn_qat_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,
                   fmt: str, layout: str, high_precision_o: bool, quantize_p_in_backward: bool, naive: bool,
-                  window_left: int = -1, window_right: int = -1
+                  window_left: int = -1, window_right: int = -1, sinks: torch.Tensor | None = None
                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
                              torch.Tensor]:
     """Returns (o in the caller's layout, lse_padded, o_prime_padded, qf, kf, vf).
 
     O' is computed only when the backward will use it (``high_precision_o`` and not ``naive``);
     otherwise ``o_prime_padded`` is an empty tensor. ``quantize_p_in_backward`` only travels to the
-    autograd context. ``window_left/right``: the normalized sliding window (-1, -1: none).
+    autograd context. ``window_left/right``: the normalized sliding window (-1, -1: none); ``sinks``: (Hq,)
+    attention sinks or None.
     """
     from ..kernels.attn_qat import attn_qat_fwd_bhsd
     qb, kb, vb = _bhsd(q, layout), _bhsd(k, layout), _bhsd(v, layout)
@@ -69,13 +78,13 @@ def _attn_qat_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: boo
     with on_device(q):
         qf, kf, vf, op, lse = attn_qat_fwd_bhsd(qb, kb, vb, o, causal=causal, scale=scale, fmt=fmt,
                                                 hp_o=high_precision_o and not naive,
-                                                window=_window(window_left, window_right))
+                                                window=_window(window_left, window_right), sinks=sinks)
     return _bhsd(o, layout), lse, op, qf, kf, vf
 
 
 @_attn_qat_fwd.register_fake
 def _(q, k, v, causal, scale, fmt, layout, high_precision_o, quantize_p_in_backward, naive, window_left=-1,
-      window_right=-1):
+      window_right=-1, sinks=None):
     qb, kb = _bhsd(q, layout), _bhsd(k, layout)
     B, Hq, Hkv, NQP, NKP, DP = _padded_shapes(qb, kb)
     dt = _buffer_dtype(q.dtype)
@@ -133,7 +142,7 @@ def _(do, o_for_delta, qb, kb, vb, lse, dlse, shape_q, shape_k, dtype, causal, s
 # -------------------------------------------------------------------------------------------------
 def _setup_context(ctx, inputs, output):
     (q, k, v, causal, scale, fmt, layout, high_precision_o, quantize_p_in_backward, naive, window_left,
-     window_right) = inputs
+     window_right, sinks) = inputs
     o, lse, op, qf, kf, vf = output
     ctx.set_materialize_grads(False)  # no zero gradients for the internal buffers
     ctx.cfg = dict(causal=causal, scale=scale, fmt=fmt, layout=layout, window_left=window_left,
@@ -145,13 +154,25 @@ def _setup_context(ctx, inputs, output):
     ctx.shape_q, ctx.shape_k, ctx.dtype = list(qb.shape), list(kb.shape), q.dtype
     ctx.out_shape = tuple(o.shape)
     if naive:
-        ctx.save_for_backward(q, k, v, o, lse)
+        ctx.save_for_backward(q, k, v, o, lse, sinks)
     else:
-        ctx.save_for_backward(qf, kf, vf, op if ctx.hp_o else o, lse)
+        ctx.save_for_backward(qf, kf, vf, op if ctx.hp_o else o, lse, sinks)
+
+
+def _sink_grad(ctx, do, dlse, o_for_delta, lse, sinks):
+    """d sinks (Hq,) = −Σ_(b, rows) exp(sink − LSE)·D with D = rowsum(dO∘O') − dlse (O for the naive backward or
+    without high_precision_o), the backward kernels' D, in FP32 from the saved buffers."""
+    B, Hq, Nq, D = ctx.shape_q
+    ob = o_for_delta[:, :, :Nq, :D] if ctx.hp_o else _bhsd(o_for_delta, ctx.cfg["layout"])
+    d = (_bhsd(do, ctx.cfg["layout"]).float() * ob.float()).sum(-1)
+    if dlse is not None:
+        d = d - dlse.float()
+    p_sink = torch.exp(sinks.float().view(1, Hq, 1) - lse[:, :, :Nq])
+    return -(p_sink * d).sum(dim=(0, 2)).to(sinks.dtype)
 
 
 def _backward(ctx, do, dlse, d_op, d_qf, d_kf, d_vf):
-    qb, kb, vb, o_for_delta, lse = ctx.saved_tensors
+    qb, kb, vb, o_for_delta, lse, sinks = ctx.saved_tensors
     if do is None:  # only lse was used
         do = torch.zeros(ctx.out_shape, dtype=ctx.dtype, device=lse.device)
     if dlse is not None:
@@ -160,7 +181,9 @@ def _backward(ctx, do, dlse, d_op, d_qf, d_kf, d_vf):
     dq, dk, dv = torch.ops.fp4attn.attn_qat_bwd(
         do, o_for_delta, qb, kb, vb, lse, dlse, ctx.shape_q, ctx.shape_k, ctx.dtype,
         quant_p=ctx.quant_p, raw_inputs=ctx.naive, o_padded=ctx.hp_o, **ctx.cfg)
-    return dq, dk, dv, None, None, None, None, None, None, None, None, None
+    dsink = _sink_grad(ctx, do, dlse, o_for_delta, lse, sinks) if sinks is not None and ctx.needs_input_grad[12] \
+        else None
+    return dq, dk, dv, None, None, None, None, None, None, None, None, None, dsink
 
 
 _attn_qat_fwd.register_autograd(_backward, setup_context=_setup_context)
@@ -172,7 +195,7 @@ _attn_qat_fwd.register_autograd(_backward, setup_context=_setup_context)
 def attn_qat(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False, scale=None,
              fmt: str = "nvfp4", layout: str = "bhsd", high_precision_o: bool = True,
              quantize_p_in_backward: bool = True, backward: str = "qat", return_lse: bool = False,
-             window_size=None):
+             window_size=None, sinks=None):
     """Attn-QAT attention for training (SPEC §3): FP4 fake-quantized forward, Algorithm-3 backward.
 
     Args:
@@ -191,6 +214,8 @@ def attn_qat(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool 
             ``sliding_window=w`` is ``causal=True, window_size=(w - 1, 0)``). Key tiles outside the window
             are skipped in the forward and both backward kernels; quantization blocks are those of the whole
             sequence. ``backward="naive"`` honours it too.
+        sinks: (Hq,) attention sinks, as :func:`fp4attn.attention`'s (gpt-oss), trainable: their gradient is
+            −Σ_rows exp(sink − LSE)·D with Attn-QAT's D = rowsum(dO∘O') − dlse.
 
     Returns ``out`` (q's dtype and layout), or ``(out, lse)``. Gradients flow to q, k, v (and through
     ``lse`` as d lse / dS = P).
@@ -202,11 +227,12 @@ def attn_qat(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool 
     check_bool("return_lse", return_lse)
     qb, kb, vb, scale = check_attention_args(q, k, v, layout=layout, scale=scale, causal=causal)
     window = check_window(window_size, causal)
+    sinks = check_sinks(sinks, qb.shape[1], q.device)
     on_gpu = kernels_for(q, k, v)
     if on_gpu and q.dtype != torch.float64:
         wl, wr = window if window is not None else (-1, -1)
         o, lse, *_ = torch.ops.fp4attn.attn_qat_fwd(q, k, v, causal, scale, fmt, layout, high_precision_o,
-                                                    quantize_p_in_backward, backward == "naive", wl, wr)
+                                                    quantize_p_in_backward, backward == "naive", wl, wr, sinks)
         if return_lse:
             return o, lse[:, :, : qb.shape[2]].contiguous()
         return o
@@ -214,6 +240,6 @@ def attn_qat(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool 
     out, lse = attn_qat_reference(qb, kb, vb, causal=causal, scale=scale, fmt=fmt,
                                   high_precision_o=high_precision_o,
                                   quantize_p_in_backward=quantize_p_in_backward, backward=backward,
-                                  window_size=window)
+                                  window_size=window, sinks=sinks)
     out = from_bhsd(out, layout)
     return (out, lse) if return_lse else out

@@ -14,6 +14,11 @@ with the forward and is expected to be unstable.
 ``window_size=(left, right)``: a sliding window (:func:`.common.normalize_window`, FlashAttention's
 convention, bottom-right aligned like ``causal``): scores outside it are −inf exactly as causal's (P̃ = P = 0
 there); quantization blocks stay those of the whole sequence (Vᶠ and ϕ(P̃) along all Nk keys).
+
+``sinks`` (Hq,): attention sinks (gpt-oss), a logit per query head joining every row's softmax without a
+value (:func:`.common.softmax_numerator`): m, l and the LSE include it, so the backward's P = exp(S − LSE)
+is unchanged, and the sinks' gradient is d sink = −Σ_rows exp(sink − LSE)·D (D = rowsum(dO∘O') − dlse: the
+same D as dS's).
 """
 
 from __future__ import annotations
@@ -43,7 +48,7 @@ def _quantized_operands(q, k, v, fmt, cd):
     return fq(q.to(cd), fmt, -1, cd), fq(k.to(cd), fmt, -1, cd), fq(v.to(cd), fmt, -2, cd)
 
 
-def attn_qat_forward(q, k, v, *, causal=False, scale=None, fmt="nvfp4", window_size=None):
+def attn_qat_forward(q, k, v, *, causal=False, scale=None, fmt="nvfp4", window_size=None, sinks=None):
     """Returns (O, O', LSE) in the compute dtype (float32, float64 for float64 inputs)."""
     cd = compute_dtype(q, k, v)
     B, hq, nq, D = q.shape
@@ -61,7 +66,7 @@ def attn_qat_forward(q, k, v, *, causal=False, scale=None, fmt="nvfp4", window_s
         keep = window_keep(r0, r1, nq, nk, causal, window, q.device)
         if keep is not None:
             s = s.masked_fill(~keep, float("-inf"))
-        p, m, l = softmax_numerator(s)
+        p, m, l = softmax_numerator(s, None if sinks is None else sinks.to(cd).view(1, hq, 1, 1))
         o[:, :, r0:r1] = normalize(quantize_p(p, fmt, False) @ vf, l)
         o_prime[:, :, r0:r1] = normalize(p @ vf, l)
         lse[:, :, r0:r1] = lse_of(m, l)
@@ -70,8 +75,9 @@ def attn_qat_forward(q, k, v, *, causal=False, scale=None, fmt="nvfp4", window_s
 
 def attn_qat_backward(do, q, k, v, o, o_prime, lse, *, causal=False, scale=None, fmt="nvfp4",
                       high_precision_o=True, quantize_p_in_backward=True, backward="qat", dlse=None,
-                      window_size=None):
-    """Returns (dQ, dK, dV) in the compute dtype; dK, dV summed over GQA groups.
+                      window_size=None, sinks=None):
+    """Returns (dQ, dK, dV) in the compute dtype; dK, dV summed over GQA groups (and d sinks (Hq,) as a
+    fourth value when ``sinks`` is given).
 
     ``dlse`` (optional, (B, Hq, Nq)) is a gradient flowing into the returned LSE: since
     dLSE/dS = P, it adds P·dlse to dS. ``window_size``: the forward's; P = 0 outside the window (and
@@ -95,6 +101,7 @@ def attn_qat_backward(do, q, k, v, o, o_prime, lse, *, causal=False, scale=None,
     dq = torch.empty(B, hq, nq, D, dtype=cd, device=q.device)
     dk = torch.zeros(B, hq, nk, D, dtype=cd, device=q.device)
     dv = torch.zeros(B, hq, nk, D, dtype=cd, device=q.device)
+    dsink = torch.zeros(hq, dtype=cd, device=q.device)
     for r0, r1 in row_chunks(B, hq, nq, nk):
         s = scale * (qf[:, :, r0:r1] @ kf.transpose(-1, -2))
         keep = window_keep(r0, r1, nq, nk, causal, window, q.device)
@@ -111,31 +118,40 @@ def attn_qat_backward(do, q, k, v, o, o_prime, lse, *, causal=False, scale=None,
         dv += pv.transpose(-1, -2) @ do_c
         dp = do_c @ vf.transpose(-1, -2)
         ds = p * (dp - d_row)
+        if sinks is not None:  # P of the sink: exp(sink − LSE)
+            p_sink = torch.exp(sinks.to(cd).view(1, hq, 1, 1) - lr)
+            dsink -= (p_sink * d_row).sum(dim=(0, 2, 3))
         dq[:, :, r0:r1] = scale * (ds @ kf)
         dk += scale * (ds.transpose(-1, -2) @ qf[:, :, r0:r1])
+    if sinks is not None:
+        return dq, reduce_kv(dk, hkv), reduce_kv(dv, hkv), dsink
     return dq, reduce_kv(dk, hkv), reduce_kv(dv, hkv)
 
 
 class _AttnQATFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, causal, scale, fmt, high_precision_o, quantize_p_in_backward, backward,
-                window_size):
-        o, o_prime, lse = attn_qat_forward(q, k, v, causal=causal, scale=scale, fmt=fmt, window_size=window_size)
-        ctx.save_for_backward(q, k, v, o, o_prime, lse)
+                window_size, sinks):
+        o, o_prime, lse = attn_qat_forward(q, k, v, causal=causal, scale=scale, fmt=fmt, window_size=window_size,
+                                           sinks=sinks)
+        ctx.save_for_backward(q, k, v, o, o_prime, lse, sinks)
         ctx.cfg = dict(causal=causal, scale=scale, fmt=fmt, high_precision_o=high_precision_o,
                        quantize_p_in_backward=quantize_p_in_backward, backward=backward, window_size=window_size)
         return o.to(q.dtype), lse.float()
 
     @staticmethod
     def backward(ctx, do, dlse):
-        q, k, v, o, o_prime, lse = ctx.saved_tensors
-        dq, dk, dv = attn_qat_backward(do, q, k, v, o, o_prime, lse, dlse=dlse, **ctx.cfg)
-        return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None, None, None, None, None, None
+        q, k, v, o, o_prime, lse, sinks = ctx.saved_tensors
+        grads = attn_qat_backward(do, q, k, v, o, o_prime, lse, dlse=dlse, sinks=sinks, **ctx.cfg)
+        dq, dk, dv = grads[:3]
+        dsink = grads[3].to(sinks.dtype) if sinks is not None and ctx.needs_input_grad[10] else None
+        return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None, None, None, None, None, None, dsink
 
 
 def attn_qat_reference(q, k, v, *, causal=False, scale=None, fmt="nvfp4", high_precision_o=True,
-                       quantize_p_in_backward=True, backward="qat", window_size=None):
+                       quantize_p_in_backward=True, backward="qat", window_size=None, sinks=None):
     """Autograd-enabled reference Attn-QAT on bhsd tensors: returns (out in q.dtype, lse float32).
-    ``window_size=(left, right)``: a sliding window (module docstring)."""
+    ``window_size=(left, right)``: a sliding window; ``sinks`` (Hq,): attention sinks, with their gradient
+    (module docstring)."""
     return _AttnQATFunction.apply(q, k, v, causal, scale, fmt, high_precision_o,
-                                  quantize_p_in_backward, backward, normalize_window(window_size, causal))
+                                  quantize_p_in_backward, backward, normalize_window(window_size, causal), sinks)
