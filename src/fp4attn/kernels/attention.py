@@ -161,16 +161,19 @@ from ..formats.triton_helpers import (
 from . import attention_gluon
 from ._launch import cdiv, fast, head_grid
 from ._tiles import (
+    LOG2E,
     causal_key_range,
     finish_rows,
     head_program,
     load_bhsd_rows,
     online_softmax_step,
     program_rows,
+    sinks_log2,
     two_level_scale,
     two_level_step,
     visible,
     window_key_range,
+    window_offsets,
 )
 
 __all__ = ["PackedQKV", "quantize_qkv", "attention_packed", "attention_fwd", "default_path",
@@ -181,7 +184,6 @@ PATH_HOPPER = 1
 PATH_BLACKWELL = 2
 PATH_NAMES = {"interp": PATH_INTERP, "hopper": PATH_HOPPER, "blackwell": PATH_BLACKWELL}
 
-LOG2E = 1.4426950408889634
 N_ALIGN = 128  # token padding of the buffers (multiple of every BLOCK_M / BLOCK_N and of 128)
 SMOOTH_Q_BLOCK = 128
 E4M3_TIMES_E2M1 = 448.0 * 6.0
@@ -1046,26 +1048,19 @@ def attention_packed(pk: PackedQKV, *, causal: bool, scale: float, two_level_p: 
     assert staged or pk.kc.numel() > 0, "packed operands: quantize_qkv(..., staged=False)"
     kh = pk.kh if staged else lse
     vh = pk.vh if staged else lse
-    wl, wr = window if window is not None else (-1, -1)
-    # extents that reach past every key are unbounded (exact: no row's window is cut there); also keeps the
-    # int32 offsets below from overflowing for huge extents
-    wl = -1 if wl >= pk.nk - 1 else wl
-    wr = -1 if wr >= pk.nq - 1 else wr
-    right = causal or wr >= 0  # the kernel's CAUSAL: a right edge at key i + Nk - Nq (+ wr)
-    coff = pk.nk - pk.nq + (max(wr, 0) if not causal else 0)
-    loff = pk.nk - pk.nq - wl
+    right, coff, left, loff = window_offsets(window, causal, pk.nq, pk.nk)
     if sinks is not None:  # per-row sink logits in the kernel's log2 units (minus the smooth_k shift)
-        sink = sinks.to(device=out.device, dtype=torch.float32).view(1, Hq, 1).expand(B, Hq, NQP)
+        sink = sinks_log2(sinks, B, out.device).view(B, Hq, 1).expand(B, Hq, NQP)
         if pk.qkb is not None:
-            sink = sink - scale * pk.qkb
-        sink = (sink * LOG2E).contiguous()
+            sink = sink - (scale * LOG2E) * pk.qkb
+        sink = sink.contiguous()
     else:
         sink = lse  # unused pointer
     args = (pk.qc.view(i32), pk.qs, pk.kc.view(i32), pk.ks, pk.vc.view(i32), pk.vs, vexp, table, out, lse, mbuf,
             kh, vh, pk.qbad, pk.kvbad, pk.krows, sink, *out.stride(),
             scale * LOG2E, Hq, Hq // Hkv, pk.nq, pk.nk, NQP, NKP, pk.d)
     targs = (coff, loff)  # the Triton kernel's window offsets (after I0, NQBC)
-    meta = dict(CAUSAL=right, WINDOW=wl >= 0, SINKS=sinks is not None, IS_MX=is_mx, TWO_LEVEL=two_level_p,
+    meta = dict(CAUSAL=right, WINDOW=left, SINKS=sinks is not None, IS_MX=is_mx, TWO_LEVEL=two_level_p,
                 STAGED=staged, SMOOTH_Q=smooth_q, PATH=pk.path, QB=qb, DP=DP)
 
     kernel = kernel or os.environ.get("FP4ATTN_ATTN_KERNEL", "auto")

@@ -61,17 +61,19 @@ import triton.language as tl
 from ..formats.triton_helpers import fake_quant_blocks, fake_quant_p
 from ._launch import cdiv, fast, head_grid
 from ._tiles import (
+    LOG2E,
     causal_key_range,
     head_program,
     load_bhsd_rows,
     program_rows,
+    sinks_log2,
     softmax_finish,
     visible,
     window_key_range,
+    window_offsets,
     window_query_range,
 )
 
-LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
 N_ALIGN = 128  # token padding of the internal buffers (a multiple of every tile size below)
 
@@ -392,16 +394,12 @@ def window_meta(window: tuple[int, int] | None, causal: bool, nq: int, nk: int, 
     """The kernels' window arguments for a normalized ``window=(left, right)`` (``fp4attn.attn_qat``'s
     ``window_size`` after ``check_window``: -1 = unbounded, right 0 with ``causal``) or None: CAUSAL (a right
     edge: causal, or a bounded right side), WINDOW, and the edges' offsets: query i sees keys
-    i + LOFF <= j (<= i + COFF with CAUSAL). An unbounded left side gets LOFF = -nqp (no query's edge reaches
-    key 0); extents beyond every key are clipped (the same mask, and the offsets stay in int32)."""
+    i + LOFF <= j (<= i + COFF with CAUSAL), from ``window_offsets`` (the inference kernel's); an unbounded
+    left side gets LOFF = -nqp (no query's edge reaches key 0)."""
     if window is None:
         return dict(CAUSAL=causal, WINDOW=False)
-    wl, wr = window
-    wl, wr = min(wl, nk + nqp), min(wr, nk + nqp)
-    right = causal or wr >= 0
-    coff = nk - nq + (wr if not causal and wr >= 0 else 0)
-    loff = nk - nq - wl if wl >= 0 else -nqp
-    return dict(CAUSAL=right, WINDOW=True, COFF=coff, LOFF=loff)
+    right, coff, left, loff = window_offsets(window, causal, nq, nk)
+    return dict(CAUSAL=right, WINDOW=True, COFF=coff, LOFF=loff if left else -nqp)
 
 
 def forward(qf: torch.Tensor, kf: torch.Tensor, vf: torch.Tensor, o: torch.Tensor, *, nq: int, nk: int,
@@ -427,7 +425,7 @@ def forward(qf: torch.Tensor, kf: torch.Tensor, vf: torch.Tensor, o: torch.Tenso
             nq, nk, NQP, NKP, d)
     meta = dict(HP_O=hp_o, QB=qb, IS_MX=is_mx, DP=DP, EXACT_M=exact_max(), **window_meta(window, causal, nq, nk, NQP))
     if sinks is not None:  # (Hq,) logits in score units -> (B, Hq) in the kernel's log2 units
-        meta.update(SINKS=True, SINK=(sinks.to(device=qf.device, dtype=torch.float32).repeat(B) * LOG2E).contiguous())
+        meta.update(SINKS=True, SINK=sinks_log2(sinks, B, qf.device))
     if meta["EXACT_M"]:
         meta["MAX_BN"] = max_pass_block_n(DP)
     if config is None and not _autotune():

@@ -71,10 +71,9 @@ from ..formats.triton_helpers import (
 )
 from . import decode_gluon
 from ._launch import cdiv, fast, head_grid, next_pow2
-from ._tiles import kv_head_program, online_softmax_step
+from ._tiles import LOG2E, kv_head_program, online_softmax_step, sinks_log2
 from .attention import _fp4_tile_f16
 
-LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
 SLOT = 16
 
@@ -534,7 +533,7 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
     OP = torch.empty(B * Hkv * ns_all * BLOCK_M, D, dtype=torch.float32, device=dev)
     MP = torch.empty(B * Hkv * ns_all * BLOCK_M, dtype=torch.float32, device=dev)
     # sinks per (sequence, query head), log2 units (an unused pointer without)
-    sink = (sinks.to(device=dev, dtype=torch.float32).repeat(B) * LOG2E).contiguous() if sinks is not None else MP
+    sink = sinks_log2(sinks, B, dev) if sinks is not None else MP
     LP = torch.empty_like(MP)
     if thrift:
         sel = _selection_int8(selection, B, Hq, maxp)

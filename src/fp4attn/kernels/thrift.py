@@ -38,6 +38,7 @@ from ..formats.triton_helpers import fake_quant_p
 from ..reference.thrift import budget_to_k
 from ._launch import cdiv, fast, head_grid, next_pow2
 from ._tiles import (
+    LOG2E,
     causal_key_range,
     head_program,
     load_bhsd_rows,
@@ -53,7 +54,6 @@ from .attn_qat import head_dim_padded, pad_tokens, prep
 if not isinstance(_th._RINT_MAGIC, tl.constexpr):
     _th._RINT_MAGIC = tl.constexpr(_th._RINT_MAGIC)  # same workaround as kernels/attn_qat.py
 
-LOG2E = 1.4426950408889634
 BLOCK = 64  # the Thrift block (queries and keys); the kernels require block_size == 64
 
 
