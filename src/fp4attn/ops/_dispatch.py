@@ -67,3 +67,13 @@ def call_op(op, impl, *args):
     is ``traced``; else ``impl(*args)``, the same implementation called directly, without the 25-45 µs
     of host time a custom op's dispatch adds per eager call (H200 host, benchmarks/compile-s15)."""
     return op(*args) if traced(*(a for a in args if isinstance(a, torch.Tensor))) else impl(*args)
+
+
+def window_args(window) -> tuple[int, int]:
+    """A normalized window (``_validate.check_window``) as the custom ops' two int arguments (-1, -1: none)."""
+    return window if window is not None else (-1, -1)
+
+
+def window_from_args(window_left: int, window_right: int):
+    """The custom ops' window arguments back to the kernels' normalized ``window`` (None: no window)."""
+    return None if window_left < 0 and window_right < 0 else (window_left, window_right)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 
 from .. import reference
-from ._dispatch import call_op, kernels_for, on_device
+from ._dispatch import call_op, kernels_for, on_device, window_args, window_from_args
 from ._validate import (
     check_attention_args,
     check_bool,
@@ -71,9 +71,8 @@ def attention(q, k, v, *, causal=False, scale=None, recipe="nvfp4", layout="bhsd
     if kernels_for(q, k, v):
         fmt, quantized, sq, sk, tlp = reference.recipe_flags(recipe, smooth_q, smooth_k, two_level_p)
         if quantized:
-            wl, wr = window if window is not None else (-1, -1)
             out, lse = call_op(torch.ops.fp4attn.attention_fp4, _attention_fp4_impl, q, k, v, causal, scale, fmt,
-                               sq, sk, tlp, layout, return_lse, wl, wr, sinks)
+                               sq, sk, tlp, layout, return_lse, *window_args(window), sinks)
             return (out, lse) if return_lse else out
         if window is None and sinks is None:  # (SDPA has neither sliding windows nor sinks: the reference)
             res = _attention_bf16_sdpa(q, k, v, causal=causal, scale=scale, layout=layout, return_lse=return_lse)
@@ -141,7 +140,7 @@ def _attention_fp4_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causa
         out = _empty_out(q, layout)
         out, lse = attention_fwd(q, k, v, causal=causal, scale=scale, fmt=fmt, smooth_q=smooth_q,
                                  smooth_k=smooth_k, two_level_p=two_level_p, out=out,
-                                 window=None if window_left < 0 and window_right < 0 else (window_left, window_right),
+                                 window=window_from_args(window_left, window_right),
                                  sinks=sinks)
         return op_outputs(out, lse, q.dtype, layout, return_lse)
 

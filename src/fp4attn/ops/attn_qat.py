@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from ._dispatch import kernels_for, on_device
+from ._dispatch import kernels_for, on_device, window_args, window_from_args
 from ._validate import (
     check_attention_args,
     check_bool,
@@ -51,11 +51,6 @@ def _buffer_dtype(dtype):
     return dot_dtype_for(dtype)
 
 
-def _window(window_left: int, window_right: int):
-    """The custom ops' window arguments (a normalized window; -1, -1: none) -> the kernels' ``window``."""
-    return None if window_left < 0 and window_right < 0 else (window_left, window_right)
-
-
 # -------------------------------------------------------------------------------------------------
 # custom ops (inputs in the caller's layout; layout is an argument)
 # -------------------------------------------------------------------------------------------------
@@ -78,7 +73,7 @@ def _attn_qat_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: boo
     with on_device(q):
         qf, kf, vf, op, lse = attn_qat_fwd_bhsd(qb, kb, vb, o, causal=causal, scale=scale, fmt=fmt,
                                                 hp_o=high_precision_o and not naive,
-                                                window=_window(window_left, window_right), sinks=sinks)
+                                                window=window_from_args(window_left, window_right), sinks=sinks)
     return _bhsd(o, layout), lse, op, qf, kf, vf
 
 
@@ -124,7 +119,7 @@ def _attn_qat_bwd(do: torch.Tensor, o_for_delta: torch.Tensor, qb: torch.Tensor,
         dk = _empty_like_layout((B, Hkv, Nk, D), layout, dtype, dev)
         dv = _empty_like_layout((B, Hkv, Nk, D), layout, dtype, dev)
         K.backward(_bhsd(do, layout), ob, qb, kb, vb, lse, dq, dk, dv, nq=Nq, nk=Nk, d=D, causal=causal,
-                   scale=scale, fmt=fmt, quant_p=quant_p, dlse=dlse, window=_window(window_left, window_right))
+                   scale=scale, fmt=fmt, quant_p=quant_p, dlse=dlse, window=window_from_args(window_left, window_right))
     return _bhsd(dq, layout), _bhsd(dk, layout), _bhsd(dv, layout)
 
 
@@ -167,7 +162,8 @@ def _sink_grad(ctx, do, dlse, o_for_delta, lse, sinks):
     d = (_bhsd(do, ctx.cfg["layout"]).float() * ob.float()).sum(-1)
     if dlse is not None:
         d = d - dlse.float()
-    p_sink = torch.exp(sinks.float().view(1, Hq, 1) - lse[:, :, :Nq])
+    lse = lse[:, :, :Nq]  # -inf: a row with no key and a -inf sink (P of the sink 0, not NaN)
+    p_sink = torch.where(torch.isfinite(lse), torch.exp(sinks.float().view(1, Hq, 1) - lse), 0.0)
     return -(p_sink * d).sum(dim=(0, 2)).to(sinks.dtype)
 
 
@@ -230,9 +226,9 @@ def attn_qat(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool 
     sinks = check_sinks(sinks, qb.shape[1], q.device)
     on_gpu = kernels_for(q, k, v)
     if on_gpu and q.dtype != torch.float64:
-        wl, wr = window if window is not None else (-1, -1)
         o, lse, *_ = torch.ops.fp4attn.attn_qat_fwd(q, k, v, causal, scale, fmt, layout, high_precision_o,
-                                                    quantize_p_in_backward, backward == "naive", wl, wr, sinks)
+                                                    quantize_p_in_backward, backward == "naive", *window_args(window),
+                                                    sinks)
         if return_lse:
             return o, lse[:, :, : qb.shape[2]].contiguous()
         return o
