@@ -447,3 +447,17 @@ def test_gpu_attn_qat_sinks_vs_reference(causal, window):
                       *[t.grad.double().cpu() for t in leaves]))
     for got, want in zip(*grads):
         assert rel_l2(got, want) <= 0.02, rel_l2(got, want)  # bf16 operands and outputs
+
+
+def test_reference_attn_qat_sink_gradient_finite_for_rows_without_keys():
+    """A row that sees no key with a -inf sink has LSE = -inf: its sink share is 0 (the gradient stays
+    finite, not NaN); a finite sink on such a row gets its share 1·D = 0 (O' = 0 there)."""
+    from fp4attn.reference.attn_qat import attn_qat_backward, attn_qat_forward
+
+    q, k, v = make_qkv(1, 2, 1, 30, 10, 16, dtype=torch.float64, seed=29, device="cpu")  # Nq > Nk: 20 empty rows
+    sinks = torch.tensor([-INF, 1.0], dtype=torch.float64)
+    do = torch.randn(1, 2, 30, 16, generator=torch.Generator().manual_seed(30)).double()
+    o, o_prime, lse = attn_qat_forward(q, k, v, causal=True, sinks=sinks)
+    assert torch.isneginf(lse[0, 0, :20]).all()
+    *_, dsink = attn_qat_backward(do, q, k, v, o, o_prime, lse, causal=True, sinks=sinks)
+    assert torch.isfinite(dsink).all() and dsink[0] == 0

@@ -119,7 +119,7 @@ def attn_qat_backward(do, q, k, v, o, o_prime, lse, *, causal=False, scale=None,
         dp = do_c @ vf.transpose(-1, -2)
         ds = p * (dp - d_row)
         if sinks is not None:  # P of the sink: exp(sink − LSE)
-            p_sink = torch.exp(sinks.to(cd).view(1, hq, 1, 1) - lr)
+            p_sink = torch.where(torch.isfinite(lr), torch.exp(sinks.to(cd).view(1, hq, 1, 1) - lr), 0.0)
             dsink -= (p_sink * d_row).sum(dim=(0, 2, 3))
         dq[:, :, r0:r1] = scale * (ds @ kf)
         dk += scale * (ds.transpose(-1, -2) @ qf[:, :, r0:r1])
