@@ -28,6 +28,8 @@ import warnings
 
 import torch
 
+from ..reference.common import causal_keep, window_keep
+
 RECIPES = ("nvfp4", "mxfp4", "sage3", "bf16", "thrift")
 MODES = ("auto", "qat", "infer")
 
@@ -108,23 +110,16 @@ def _exact_attention(q, k, v, causal, scale, window=None, sinks=None):
         v = v.repeat_interleave(hq // hkv, dim=1)
     nq, nk = q.shape[2], k.shape[2]
     sdpa = _ORIGINAL_SDPA
-    if sinks is not None:
-        from ..reference.common import window_keep
-        s = (q @ k.transpose(-1, -2)) * (scale if scale is not None else q.shape[-1] ** -0.5)
-        keep = window_keep(0, nq, nq, nk, causal and nq > 1 or window is not None, window, q.device)
-        if keep is not None:
-            s = s.masked_fill(~keep, float("-inf"))
-        sk = sinks.to(s.dtype).view(1, -1, 1, 1).expand(*s.shape[:-1], 1)
-        return torch.softmax(torch.cat([s, sk], -1), -1)[..., :-1] @ v
-    if window is not None:
-        from ..reference.common import window_keep
-        return sdpa(q, k, v, attn_mask=window_keep(0, nq, nq, nk, causal, window, q.device), scale=scale)
-    if not causal or nq == 1:
-        return sdpa(q, k, v, scale=scale)
-    if nq == nk:
-        return sdpa(q, k, v, is_causal=True, scale=scale)
-    keep = torch.arange(nk, device=q.device)[None, :] <= torch.arange(nq, device=q.device)[:, None] + (nk - nq)
-    return sdpa(q, k, v, attn_mask=keep, scale=scale)
+    if window is None and sinks is None and nq == nk:
+        return sdpa(q, k, v, is_causal=causal, scale=scale)  # (top-left = bottom-right when Nq == Nk)
+    keep = window_keep(0, nq, nq, nk, causal and nq > 1, window, q.device)  # bottom-right; None: all visible
+    if sinks is None:
+        return sdpa(q, k, v, attn_mask=keep, scale=scale)
+    s = (q @ k.transpose(-1, -2)) * (scale if scale is not None else q.shape[-1] ** -0.5)
+    if keep is not None:
+        s = s.masked_fill(~keep, float("-inf"))
+    sk = sinks.to(s.dtype).view(1, -1, 1, 1).expand(*s.shape[:-1], 1)
+    return torch.softmax(torch.cat([s, sk], -1), -1)[..., :-1] @ v
 
 
 # captured at import, so that the SDPA patch never routes fp4attn's own exact path to itself
@@ -146,10 +141,9 @@ def additive_to_bool(mask: torch.Tensor):
     return allowed
 
 
-def bottom_right_causal(nq: int, nk: int, device) -> torch.Tensor:
-    i = torch.arange(nq, device=device)[:, None]
-    j = torch.arange(nk, device=device)[None, :]
-    return j <= i + (nk - nq)
+def bool_to_additive(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A boolean mask (True: visible) as the additive one eager attention adds to its scores (0 / dtype min)."""
+    return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill(~allowed, torch.finfo(dtype).min)
 
 
 def _row_spans(m: torch.Tensor):
@@ -233,7 +227,7 @@ def masked_attention(op, q, k, v, allowed: torch.Tensor, scale, train: bool, man
         m = allowed[0, 0]
         if bool(m.all()):
             return op(q, k, v, False, scale, train, sinks=sinks)
-        if bool((m == bottom_right_causal(nq, nk, m.device)).all()):
+        if bool((m == causal_keep(0, nq, nq, nk, m.device)).all()):
             return op(q, k, v, True, scale, train, sinks=sinks)
     out = q.new_zeros(B, hq, nq, v.shape[-1])
     units = [(b, h) for b in range(mb) for h in range(mh)]

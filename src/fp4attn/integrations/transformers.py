@@ -65,6 +65,7 @@ import torch
 from ..reference.common import window_keep
 from ._common import (
     additive_to_bool,
+    bool_to_additive,
     check_recipe_mode,
     make_op,
     masked_attention,
@@ -95,6 +96,13 @@ def _fallback(module, query, key, value, attention_mask, scaling, dropout, is_ca
     ``sdpa``, or the model's own ``eager_attention_forward`` for features only eager implements (softcap,
     sinks). ``reason=None``: sdpa by choice (``prefill="sdpa"``), no warning."""
     window = _hf_window(kwargs, is_causal, module)
+    if attention_mask is None and (eager or window is not None):
+        # transformers' sdpa mask function left the mask out (causal through is_causal; a sliding window when the
+        # keys are fewer, or under capture): eager attention, and sdpa with a window, need it written out
+        causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
+        S, T = query.shape[2], key.shape[2]
+        keep = window_keep(0, S, S, T, bool(causal) and S > 1, window, query.device)
+        attention_mask = None if keep is None else keep[None, None]
     if eager:
         import sys
         fn = getattr(sys.modules.get(type(module).__module__), "eager_attention_forward", None)
@@ -104,32 +112,15 @@ def _fallback(module, query, key, value, attention_mask, scaling, dropout, is_ca
         if reason is not None:
             warn_once(f"hf:{reason}", f"fp4attn (transformers): {reason}; this call runs the model's "
                       "full-precision eager attention instead of FP4")
-        if attention_mask is None:  # transformers' sdpa mask left out a causal one: eager needs it written out
-            causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
-            attention_mask = _additive_mask(query, key, bool(causal) and query.shape[2] > 1, window)
-        elif attention_mask.dtype == torch.bool:  # the sdpa mask (True: visible); eager adds its mask to S
-            attention_mask = torch.zeros(attention_mask.shape, dtype=query.dtype, device=query.device).masked_fill(
-                ~attention_mask, torch.finfo(query.dtype).min)
+        if attention_mask is not None and attention_mask.dtype == torch.bool:  # eager adds its mask to S
+            attention_mask = bool_to_additive(attention_mask, query.dtype)
         return fn(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
-    if attention_mask is None and window is not None:  # a sliding window whose mask transformers left out
-        attention_mask = _additive_mask(query, key, True, window)
     if reason is not None:
         warn_once(f"hf:{reason}", f"fp4attn (transformers): {reason}; this call runs transformers' full-precision "
                   "'sdpa' attention instead of FP4")
     return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                   is_causal=is_causal, **kwargs)
-
-
-def _additive_mask(query, key, causal: bool, window):
-    """(1, 1, S, T) additive mask (0 / dtype min) of bottom-right ``causal`` with a normalized ``window``, or
-    None when every key is visible."""
-    S, T = query.shape[2], key.shape[2]
-    keep = window_keep(0, S, S, T, causal or window is not None, window, query.device)
-    if keep is None:
-        return None
-    return torch.zeros(keep.shape, dtype=query.dtype, device=query.device).masked_fill(
-        ~keep, torch.finfo(query.dtype).min)[None, None]
 
 
 def _hf_window(kwargs: dict, is_causal, module):
