@@ -58,6 +58,7 @@ from collections.abc import Sequence
 import torch
 
 from .formats import core
+from .ops._dispatch import interpreting as _interpret
 
 SLOT = 16  # tokens per V quantization block (NVFP4)
 _FP8 = torch.float8_e4m3fn
@@ -720,10 +721,6 @@ class KVCacheStack:
     @property
     def nbytes_16bit(self) -> int:
         return sum(c.nbytes_16bit for c in self.layers)
-
-
-def _interpret() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
 def _use_append_kernel(device: torch.device, head_dim: int) -> bool:

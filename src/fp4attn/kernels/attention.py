@@ -158,6 +158,7 @@ from ..formats.triton_helpers import (
     pack_nibbles,
     unpack_nibbles_words,
 )
+from ..ops._dispatch import interpreting as _interpret
 from . import attention_gluon
 from ._launch import cdiv, fast, head_grid
 from ._tiles import (
@@ -187,10 +188,6 @@ PATH_NAMES = {"interp": PATH_INTERP, "hopper": PATH_HOPPER, "blackwell": PATH_BL
 N_ALIGN = 128  # token padding of the buffers (multiple of every BLOCK_M / BLOCK_N and of 128)
 SMOOTH_Q_BLOCK = 128
 E4M3_TIMES_E2M1 = 448.0 * 6.0
-
-
-def _interpret() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
 def default_path(device: torch.device | None = None) -> int:

@@ -59,6 +59,7 @@ import triton
 import triton.language as tl
 
 from ..formats.triton_helpers import fake_quant_blocks, fake_quant_p
+from ..ops._dispatch import interpreting as _interpret
 from ._launch import cdiv, fast, head_grid
 from ._tiles import (
     LOG2E,
@@ -76,10 +77,6 @@ from ._tiles import (
 
 LN2 = 0.6931471805599453
 N_ALIGN = 128  # token padding of the internal buffers (a multiple of every tile size below)
-
-
-def _interpret() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
 def head_dim_padded(d: int) -> int:

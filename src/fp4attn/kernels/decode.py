@@ -69,6 +69,7 @@ from ..formats.triton_helpers import (
     unpack_e2m1_f16_scaled,
     unpack_nibbles,
 )
+from ..ops._dispatch import interpreting as _interpret
 from . import decode_gluon
 from ._launch import cdiv, fast, head_grid, next_pow2
 from ._tiles import LOG2E, kv_head_program, online_softmax_step, sinks_log2
@@ -76,10 +77,6 @@ from .attention import _fp4_tile_f16
 
 LN2 = 0.6931471805599453
 SLOT = 16
-
-
-def _interpret() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
 @triton.jit

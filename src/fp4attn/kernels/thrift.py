@@ -27,14 +27,13 @@
 
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 import triton.language as tl
 
 from ..formats import triton_helpers as _th
 from ..formats.triton_helpers import fake_quant_p
+from ..ops._dispatch import interpreting as _interpret
 from ..reference.thrift import budget_to_k
 from ._launch import cdiv, fast, head_grid, next_pow2
 from ._tiles import (
@@ -55,10 +54,6 @@ if not isinstance(_th._RINT_MAGIC, tl.constexpr):
     _th._RINT_MAGIC = tl.constexpr(_th._RINT_MAGIC)  # same workaround as kernels/attn_qat.py
 
 BLOCK = 64  # the Thrift block (queries and keys); the kernels require block_size == 64
-
-
-def _interpret() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
 # =================================================================================================

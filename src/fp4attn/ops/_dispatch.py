@@ -12,6 +12,12 @@ import os
 import torch
 
 
+def interpreting() -> bool:
+    """Whether Triton kernels run under the interpreter (``TRITON_INTERPRET`` set and not 0): read at each call,
+    so that tests may set it before launching. The one test every module uses (no Triton import here)."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
 @functools.lru_cache(maxsize=None)
 def triton_available() -> bool:
     try:
