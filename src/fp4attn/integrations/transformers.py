@@ -127,11 +127,16 @@ def _hf_window(kwargs: dict, is_causal, module):
     """The normalized ``window_size`` (w - 1, 0) of a causal sliding-window layer: transformers'
     ``sliding_window=w`` argument (Mistral, Qwen2, Gemma 2/3, ... pass it to the attention function), else
     the module's ``sliding_window`` attribute; None for full attention or bidirectional layers."""
-    sw = kwargs.get("sliding_window", getattr(module, "sliding_window", None))
-    if sw is None or isinstance(sw, bool) or not isinstance(sw, int) or sw <= 0:
-        return None
+    left = _left_extent(kwargs.get("sliding_window", getattr(module, "sliding_window", None)))
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
-    return (sw - 1, 0) if causal else None
+    return (left, 0) if left is not None and causal else None
+
+
+def _left_extent(sliding_window):
+    """transformers' ``sliding_window=w`` (key j visible from query q iff q − w < j <= q) as fp4attn's left
+    extent w − 1 (``window_size=(w − 1, 0)``, ``KVCache(window=w − 1)``); None if it is not a positive int."""
+    sw = sliding_window
+    return sw - 1 if isinstance(sw, int) and not isinstance(sw, bool) and sw > 0 else None
 
 
 def _dense_kv(kv, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
@@ -494,13 +499,13 @@ def _layer_windows(config) -> list:
     """Per decoder layer: the ``KVCache`` window (sliding_window - 1) of a sliding-window layer, else None."""
     c = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
     n = getattr(c, "num_hidden_layers", None)
-    sw = getattr(c, "sliding_window", None)
-    if not isinstance(n, int) or not isinstance(sw, int) or isinstance(sw, bool) or sw <= 0:
-        return [None] * n if isinstance(n, int) else None
+    if not isinstance(n, int):
+        return None
+    left = _left_extent(getattr(c, "sliding_window", None))
     types = getattr(c, "layer_types", None)
-    if types is None:  # (Mistral) every layer slides
-        return [sw - 1] * n
-    return [sw - 1 if t == "sliding_attention" else None for t in types]
+    if types is None:  # (Mistral) every layer slides, if the model has a window
+        return [left] * n
+    return [left if t == "sliding_attention" else None for t in types]
 
 
 def generate(model, input_ids: torch.Tensor, max_new_tokens: int, *, do_sample: bool = False,
