@@ -632,3 +632,17 @@ def test_gpu_window_opcheck():
                  (q, k, v, False, 0.125, "mxfp4", False, False, False, "bhsd", True, -1, 40),
                  (q, k, v, False, 0.125, "nvfp4", True, True, True, "bhsd", False, 20, 30)]:
         torch.library.opcheck(torch.ops.fp4attn.attention_fp4.default, args)
+
+
+@cpu_interp
+def test_window_left_edge_needs_the_key_row_flags():
+    """The per-key non-finite flags are written only when asked (key_rows=True: what attention_fwd does for a
+    window), so a left edge on operands quantized without them is refused instead of reading garbage."""
+    q, k, v = make_qkv(1, 2, 1, 40, 40, 32, seed=31)
+    pk = A.quantize_qkv(q, k, v, fmt="nvfp4", path=A.PATH_INTERP)
+    assert pk.krows is None
+    with pytest.raises(ValueError, match="key_rows=True"):
+        A.attention_packed(pk, causal=True, scale=0.2, two_level_p=False, B=1, Hq=2, Hkv=1,
+                           out=torch.empty_like(q), window=(5, 0))
+    pk = A.quantize_qkv(q, k, v, fmt="nvfp4", path=A.PATH_INTERP, key_rows=True)
+    assert pk.krows.shape == (1, 1, 128) and (pk.krows[..., :40] == 0).all()

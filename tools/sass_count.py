@@ -167,7 +167,7 @@ def recorded_cases(which, fmt="nvfp4", smooth=False):
             from fp4attn.kernels import attention as Ka
             q = torch.randn(1, 2, 256, 128, dtype=torch.bfloat16)
             pk = Ka.quantize_qkv(q, q, q, fmt=fmt, path=Ka.PATH_HOPPER, staged=True, smooth_q=smooth,
-                                 smooth_k=smooth)
+                                 smooth_k=smooth, key_rows="attnwin" in which)
             Ka.attention_packed(pk, causal=False, scale=0.088, two_level_p=smooth, B=1, Hq=2, Hkv=2,
                                 out=torch.empty_like(q), kernel="triton")
             if "attnwin" in which:  # a causal sliding window (the attention pass)

@@ -282,7 +282,7 @@ def _row_exp(sbytes):
 def _prep_qk_kernel(X, sx_b, sx_h, sx_n, sx_d, C, S, SUB, QBAR, XH, QROWS, KVF, QKB, KB, H, N, D, NP, GROUP,
                     SUB_MODE: tl.constexpr,  # 0: none, 1: subtract SUB (k̄ per head), 2: per-tile mean
                     QK_SHIFT: tl.constexpr,  # Q with smooth_k: QKB <- q·k̄ per row (k̄ of the kv head from KB)
-                    BAD_MODE: tl.constexpr,  # 1: Q row flags, 2: K's first non-finite row (see below)
+                    BAD_MODE: tl.constexpr,  # 1: Q row flags, 2: K's first non-finite row, 3: and K row flags
                     PACKED: tl.constexpr,  # store the packed codes into C
                     STAGE: tl.constexpr,  # store the staged operand (``_fp4_tile_f16``) into XH
                     QB: tl.constexpr, IS_MX: tl.constexpr, BLOCK_T: tl.constexpr, DP: tl.constexpr):
@@ -293,8 +293,8 @@ def _prep_qk_kernel(X, sx_b, sx_h, sx_n, sx_d, C, S, SUB, QBAR, XH, QROWS, KVF, 
     (B, H, NP), and the first tile of each head zeroes the head's row of KVF (the per-query-head
     flags, int32 (B, H, 2 + DP), written by the K and V pre-passes that run after this one: no memset
     launch). BAD_MODE 2 (K): the first such row r as KVF[q head, 0] = max(., 2**31 - 1 - r) (atomic;
-    0 = none) for each of the GROUP query heads reading this kv head, and one uint8 flag per row into QROWS
-    (B, Hkv, NP) (read by the epilogue of a sliding-window attention only). Everything the main kernel reads
+    0 = none) for each of the GROUP query heads reading this kv head; BAD_MODE 3 also one uint8 flag per row
+    into QROWS (B, Hkv, NP), which only a sliding window's epilogue reads. Everything the main kernel reads
     stays finite: non-finite elements are left out of the block scales (NaN -> code 0, ±Inf -> ±6)
     and zeroed in q̄ / XS, so NaN never reaches its loop; the flags are applied in its epilogue."""
     pid_t, pid_bh, b, h, rows = program_rows(H, BLOCK_T)
@@ -322,7 +322,8 @@ def _prep_qk_kernel(X, sx_b, sx_h, sx_n, sx_d, C, S, SUB, QBAR, XH, QROWS, KVF, 
             tl.store(kvf + tl.arange(0, 2), tl.zeros([2], tl.int32))
             tl.store(kvf + 2 + cols, tl.zeros([DP], tl.int32))
     else:
-        tl.store(QROWS + pid_bh.to(tl.int64) * NP + rows, rbad.to(tl.uint8))
+        if BAD_MODE == 3:
+            tl.store(QROWS + pid_bh.to(tl.int64) * NP + rows, rbad.to(tl.uint8))
         enc = tl.max(tl.where(rbad != 0, 2147483647 - rows, 0), axis=0)  # 2**31 - 1 - first bad row
         for j in range(GROUP):  # masked: no memory traffic for finite tiles
             tl.atomic_max(KVF + (pid_bh * GROUP + j).to(tl.int64) * (DP + 2), enc, mask=enc != 0)
@@ -534,7 +535,7 @@ class PackedQKV(NamedTuple):
     kh: torch.Tensor | None = None  # staged K̂ (B, Hkv, NKP, DP) fp16 / fp8 (see stage_operands) or None
     vh: torch.Tensor | None = None  # staged V̂ᵀ (B, Hkv, DP, NKP) or None
     qkb: torch.Tensor | None = None  # smooth_k: q·k̄ per query row (B, Hq, NQP) float32 (the LSE shift / scale)
-    krows: torch.Tensor | None = None  # uint8 (B, Hkv, NKP): 1 where the (smoothed) K row holds NaN/±Inf
+    krows: torch.Tensor | None = None  # key_rows: uint8 (B, Hkv, NKP), 1 where the (smoothed) K row holds NaN/±Inf
 
 
 def default_staged() -> bool:
@@ -566,7 +567,7 @@ _PREP_CFG = {False: dict(q=(32, 4), k=(16, 2), v=(16, 4), q_smooth_warps=4),
 
 
 def quantize_qkv(q, k, v, *, fmt: str = "nvfp4", smooth_q: bool = False, smooth_k: bool = False,
-                 path: int | None = None, staged: bool | None = None) -> PackedQKV:
+                 path: int | None = None, staged: bool | None = None, key_rows: bool = False) -> PackedQKV:
     """The quantization pre-pass on bhsd views (any strides). ``staged`` (Hopper/interpreter paths
     only): write K̂ and V̂ᵀ in the tensor-core operand dtype *instead of* the packed K / V codes (``kc``,
     ``vc``, ``vs`` are then empty: the main kernel reads K's scale bytes and the staged operands only).
@@ -611,7 +612,8 @@ def quantize_qkv(q, k, v, *, fmt: str = "nvfp4", smooth_q: bool = False, smooth_
     g = Hq // Hkv
     qbad = torch.empty((B, Hq, NQP), device=dev, dtype=u8)
     kvbad = torch.empty((B, Hq, 2 + DP), device=dev, dtype=torch.int32)  # zeroed by the Q pre-pass
-    krows = torch.empty((B, Hkv, NKP), device=dev, dtype=u8)
+    # the per-key non-finite flags a sliding window's epilogue scans (``key_rows``; written only then)
+    krows = torch.empty((B, Hkv, NKP), device=dev, dtype=u8) if key_rows else None
     cfg = _PREP_CFG[is_mx]
     wide = 1 if DP <= 128 else 2  # D > 128: half the tokens per program
     bq, nwq = cfg["q"]
@@ -624,9 +626,9 @@ def quantize_qkv(q, k, v, *, fmt: str = "nvfp4", smooth_q: bool = False, smooth_
         SUB_MODE=2 if smooth_q else 0, QK_SHIFT=smooth_k, BAD_MODE=1, PACKED=True, STAGE=False, QB=qb, IS_MX=is_mx,
         BLOCK_T=bq, DP=DP, num_warps=nwq)
     fast(_prep_qk_kernel)[head_grid(NKP // bt, B * Hkv)](
-        k, *k.stride(), kc if not stage else ks, ks, ksub, ks, kh if stage else ks, krows, kvbad, ks, ks, Hkv, Nk, D,
-        NKP, g, SUB_MODE=1 if smooth_k else 0, QK_SHIFT=False, BAD_MODE=2, PACKED=not stage, STAGE=stage, QB=qb,
-        IS_MX=is_mx, BLOCK_T=bt, DP=DP, num_warps=nw)
+        k, *k.stride(), kc if not stage else ks, ks, ksub, ks, kh if stage else ks, krows if key_rows else ks, kvbad,
+        ks, ks, Hkv, Nk, D, NKP, g, SUB_MODE=1 if smooth_k else 0, QK_SHIFT=False, BAD_MODE=3 if key_rows else 2,
+        PACKED=not stage, STAGE=stage, QB=qb, IS_MX=is_mx, BLOCK_T=bt, DP=DP, num_warps=nw)
     # V: 128 tokens x dc channels per program, r consecutive tokens x 8 channels per thread (see
     # _prep_v_kernel; r = 4: no register spill at D = 128 but ~15% more instructions per element)
     dc, r = cfg["v"]
@@ -931,8 +933,8 @@ def _attn_fwd_kernel(Qc, Qs, Kc, Ks, Vc, Vs, VEXP, QCORR, O, LSE, MBUF, KH, VH, 
                                 False, CAUSAL, WINDOW, IS_MX, TWO_LEVEL, STAGED, SMOOTH_Q, PATH, QB, BLOCK_N, DP)
     acc, l_i, m_i, tau = _attn_inner(acc, l_i, m_i, tau, q_op, q_sc, qfac, CR, Kc_h, Ks_h, Vc_h, Vs_h, vexp,
                                 KH_h, VH_h,
-                                offs_m, e2, hi, Nk, COFF, LOFF, qk_scale, NKP, PMAX,
-                                True, CAUSAL, WINDOW, IS_MX, TWO_LEVEL, STAGED, SMOOTH_Q, PATH, QB, BLOCK_N, DP)
+                                offs_m, e2, hi, Nk, COFF, LOFF, qk_scale, NKP, PMAX,  # (left edge behind)
+                                True, CAUSAL, False, IS_MX, TWO_LEVEL, STAGED, SMOOTH_Q, PATH, QB, BLOCK_N, DP)
     if PMAX == 1:
         if SINKS:
             m_i = tl.maximum(m_i, sk)
@@ -1046,6 +1048,8 @@ def attention_packed(pk: PackedQKV, *, causal: bool, scale: float, two_level_p: 
     kh = pk.kh if staged else lse
     vh = pk.vh if staged else lse
     right, coff, left, loff = window_offsets(window, causal, pk.nq, pk.nk)
+    if left and pk.krows is None:
+        raise ValueError("a sliding window's left edge needs the per-key flags: quantize_qkv(..., key_rows=True)")
     if sinks is not None:  # per-row sink logits in the kernel's log2 units (minus the smooth_k shift)
         sink = sinks_log2(sinks, B, out.device).view(B, Hq, 1).expand(B, Hq, NQP)
         if pk.qkb is not None:
@@ -1054,7 +1058,7 @@ def attention_packed(pk: PackedQKV, *, causal: bool, scale: float, two_level_p: 
     else:
         sink = lse  # unused pointer
     args = (pk.qc.view(i32), pk.qs, pk.kc.view(i32), pk.ks, pk.vc.view(i32), pk.vs, vexp, table, out, lse, mbuf,
-            kh, vh, pk.qbad, pk.kvbad, pk.krows, sink, *out.stride(),
+            kh, vh, pk.qbad, pk.kvbad, pk.krows if left else lse, sink, *out.stride(),
             scale * LOG2E, Hq, Hq // Hkv, pk.nq, pk.nk, NQP, NKP, pk.d)
     targs = (coff, loff)  # the Triton kernel's window offsets (after I0, NQBC)
     meta = dict(CAUSAL=right, WINDOW=left, SINKS=sinks is not None, IS_MX=is_mx, TWO_LEVEL=two_level_p,
@@ -1105,7 +1109,8 @@ def attention_fwd(q, k, v, *, causal: bool = False, scale: float | None = None, 
     scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
     if path is None:
         path = default_path(q.device)
-    pk = quantize_qkv(q, k, v, fmt=fmt, smooth_q=smooth_q, smooth_k=smooth_k, path=path, staged=staged)
+    pk = quantize_qkv(q, k, v, fmt=fmt, smooth_q=smooth_q, smooth_k=smooth_k, path=path, staged=staged,
+                      key_rows=window is not None)
     if out is None:
         out = torch.empty((B, Hq, Nq, D), device=q.device, dtype=q.dtype)
     lse = attention_packed(pk, causal=causal, scale=scale, two_level_p=two_level_p, B=B, Hq=Hq, Hkv=Hkv,
