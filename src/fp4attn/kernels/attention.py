@@ -45,7 +45,7 @@ Two kernels, read top to bottom:
    diagonal are skipped and only diagonal / ragged-tail tiles are masked. A sliding window
    (``window``, FlashAttention's ``window_size``) moves the right edge (``COFF``) and adds a left one
    (``WINDOW``, ``LOFF``): key tiles left of every row's window are skipped too, and the tiles its left
-   edge crosses are masked (sm_90, D = 128: 581 SASS per unmasked tile as without window, 255 registers).
+   edge crosses are masked (sm_90, D = 128: 575 SASS per unmasked tile, 589 without window; 252 registers).
    GQA reads kv head h // (Hq/Hkv) (nothing repeated in memory). Output in q's dtype, LSE in FP32 (natural log).
 
    The operand path is a constexpr ``PATH``:
