@@ -379,10 +379,9 @@ class _Dist:
 
     def close(self, synchronize: bool = True) -> None:
         """Tear the process group down. After a successful run every rank first waits at a barrier for the
-        others: a rank that destroys its gloo group while a peer is still at work (rank 0 writes the
-        report and checkpoints) could abort at exit ("terminate called without an active exception",
-        seen once in a while in the CPU FSDP2 test). After an error the barrier is skipped (a peer may
-        never reach it)."""
+        others (rank 0 writes the report and checkpoints), so no rank tears its group down under a peer's
+        last collective. After an error the barrier is skipped (a peer may never reach it). The worker
+        then leaves through :func:`_exit_worker`."""
         if self.on:
             import torch.distributed as dist
             if dist.is_initialized():
@@ -560,9 +559,27 @@ def run(args) -> int:
     try:
         rc = _run(args, ctx)
         ok = True
-        return rc
     finally:
         ctx.close(synchronize=ok)
+    if ctx.on:
+        _exit_worker(rc)
+    return rc
+
+
+def _exit_worker(rc: int) -> None:
+    """End a torchrun worker without interpreter finalization (``os._exit`` after flushing).
+
+    A gloo worker thread may still be dropping a finished collective's work object, which owns tensors
+    with Python objects, after ``destroy_process_group`` and a final barrier have returned; the GIL it
+    then takes while the interpreter finalizes kills the thread inside a destructor: ``terminate called
+    without an active exception``, SIGABRT, a failed torchrun (pytorch/pytorch#190489; about one
+    ``--stop-after`` run in ten on a loaded 2-core CPU machine, the core dump showing exactly that stack).
+    Every file of the run is closed by now, so skipping finalization loses nothing."""
+    import logging
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(rc)
 
 
 def _run(args, ctx: _Dist) -> int:
