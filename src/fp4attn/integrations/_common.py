@@ -63,9 +63,8 @@ def qat_fmt(recipe: str, op_kwargs: dict) -> str:
 
 def make_op(recipe: str, op_kwargs: dict):
     """``op(q, k, v, causal, scale, train, window=None) -> out`` on bhsd tensors (GQA allowed).
-    ``window``: ``fp4attn.attention``'s normalized ``window_size`` (left, right), only where
-    ``op.window_ok(train)`` (every recipe but Thrift). ``sinks`` (Hq,): attention sinks (every recipe but
-    Thrift; trainable through Attn-QAT).
+    ``window``: ``fp4attn.attention``'s normalized ``window_size`` (left, right). ``sinks`` (Hq,): attention
+    sinks (trainable through Attn-QAT).
 
     ``train=True``: :func:`fp4attn.attn_qat` (autograd; fake-quantized forward, Algorithm-3
     backward), or exact differentiable attention for ``recipe="bf16"``. ``train=False``: the
@@ -82,10 +81,6 @@ def make_op(recipe: str, op_kwargs: dict):
         infer_kw.pop("fmt", None)
 
     def op(q, k, v, causal: bool, scale, train: bool, window=None, sinks=None):
-        if window is not None and not op.window_ok(train):
-            raise NotImplementedError(f"fp4attn: no sliding window for recipe={recipe!r}")
-        if sinks is not None and recipe == "thrift":
-            raise NotImplementedError("fp4attn: no attention sinks for recipe='thrift'")
         wkw = {} if window is None else {"window_size": window}
         if sinks is not None:
             wkw["sinks"] = sinks
@@ -94,10 +89,9 @@ def make_op(recipe: str, op_kwargs: dict):
                 return _exact_attention(q, k, v, causal, scale, window, sinks)
             return fp4attn.attn_qat(q, k, v, causal=causal, scale=scale, fmt=fmt, **wkw, **qat_kw)
         if recipe == "thrift":
-            return fp4attn.thrift_attention(q, k, v, causal=causal, scale=scale, **infer_kw)
+            return fp4attn.thrift_attention(q, k, v, causal=causal, scale=scale, **wkw, **infer_kw)
         return fp4attn.attention(q, k, v, causal=causal, scale=scale, recipe=recipe, **wkw, **infer_kw)
 
-    op.window_ok = lambda train: recipe != "thrift"
     return op
 
 
@@ -232,7 +226,6 @@ def masked_attention(op, q, k, v, allowed: torch.Tensor, scale, train: bool, man
     out = q.new_zeros(B, hq, nq, v.shape[-1])
     units = [(b, h) for b in range(mb) for h in range(mh)]
     calls = 0
-    window_ok = getattr(op, "window_ok", lambda train: False)(train)
     for b, h in units:
         bs = slice(None) if mb == 1 else slice(b, b + 1)
         hs_q = slice(None) if mh == 1 else slice(h, h + 1)
@@ -240,7 +233,7 @@ def masked_attention(op, q, k, v, allowed: torch.Tensor, scale, train: bool, man
         qu, ku, vu = q[bs, hs_q], k[bs, hs_k], v[bs, hs_k]
         su = None if sinks is None else sinks[hs_q]
         m = allowed[b, h]
-        win = sliding_window_of(m) if window_ok else None
+        win = sliding_window_of(m)
         if win is not None:  # one windowed call on keys a.. (rows r0.. keep their bottom-right positions)
             r0, a, left = win
             res = op(qu[:, :, r0:], ku[:, :, a:], vu[:, :, a:], True, scale, train, window=(left, 0), sinks=su)

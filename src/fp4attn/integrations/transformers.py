@@ -29,19 +29,20 @@ full mask suffices). What runs:
   mask or, where transformers passes none (keys fewer than w, or a captured decode step), from the
   ``sliding_window`` argument / the module's ``sliding_window``; decode steps on an :func:`fp4_cache` read
   only the window's pages (``fp4attn.decode(..., window_size=(w - 1, 0))``); training runs
-  :func:`fp4attn.attn_qat` with the window. Thrift has no window: the mask is split into exact per-row calls
-  there (slow, warned).
+  :func:`fp4attn.attn_qat` with the window; ``recipe="thrift"`` runs :func:`fp4attn.thrift_attention` with it
+  (its top-k among the window's key blocks).
 * The inference op has no autograd: calling an eval-mode model with gradients enabled warns once
   that no gradient flows through attention (``torch.no_grad()`` / ``torch.inference_mode()`` for
   inference, ``model.train()`` or ``mode="qat"`` to train).
 * Arguments no fp4attn op can honour — dropout > 0, additive masks with real biases (ALiBi-like),
   ``position_bias``, value head dim ≠ query head dim or > 256 — fall back to transformers' own
-  ``sdpa`` implementation (full precision); ``softcap``, and attention sinks (``s_aux``) with Thrift, to the
-  model's own ``eager_attention_forward``; with a warning once per reason.
+  ``sdpa`` implementation (full precision); ``softcap`` to the model's own ``eager_attention_forward``; with a
+  warning once per reason.
   ``output_attentions`` is not supported (weights are returned as ``None``, warned once).
-* Attention sinks (gpt-oss's ``s_aux``): ``fp4attn.attention(..., sinks=)`` and ``fp4attn.decode(..., sinks=)``
-  at inference, ``fp4attn.attn_qat(..., sinks=)`` in training (the sinks get their gradient), with the layer's
-  sliding window where it has one.
+* Attention sinks (gpt-oss's ``s_aux``): ``fp4attn.attention(..., sinks=)``,
+  ``fp4attn.thrift_attention(..., sinks=)`` and ``fp4attn.decode(..., sinks=)`` at inference,
+  ``fp4attn.attn_qat(..., sinks=)`` in training (the sinks get their gradient), with the layer's sliding window
+  where it has one.
 * Generation: by default transformers' ``DynamicCache`` keeps K and V in the model's dtype (BF16
   for a BF16 model) and each step's attention runs through the FP4 op. :func:`fp4_cache` returns an
   :class:`FP4Cache` (a transformers ``Cache``) whose layers store K and V as NVFP4 in an
@@ -172,8 +173,6 @@ def make_attention_function(recipe: str = "nvfp4", mode: str = "auto", prefill: 
             reason = "position_bias (additive score bias) is not supported by fp4attn ops"
         elif kwargs.get("softcap") is not None:
             reason, eager = "softcap is not supported by fp4attn ops", True
-        elif sinks is not None and recipe == "thrift":
-            reason, eager = "attention sinks (s_aux) are not supported by fp4attn's Thrift ops", True
         elif value.shape[-1] != query.shape[-1] or query.shape[-1] > 256:
             reason = f"head dims q={query.shape[-1]} v={value.shape[-1]} (need equal and <= 256)"
         elif query.shape[1] % key.shape[1]:
@@ -231,11 +230,7 @@ def make_attention_function(recipe: str = "nvfp4", mode: str = "auto", prefill: 
                 # slots); SDPA's top-left causal mask on the first S keys
                 key, value = key[:, :, :S], value[:, :, :S]
             if window is not None:
-                if op.window_ok(train):
-                    out = op(query, key, value, True, scaling, train, window=window, sinks=sinks)
-                else:  # (Thrift: no window in the op) the window as a mask, split into runs
-                    keep = window_keep(0, S, S, key.shape[2], True, window, query.device)
-                    out = masked_attention(op, query, key, value, keep, scaling, train)
+                out = op(query, key, value, True, scaling, train, window=window, sinks=sinks)
             else:
                 out = op(query, key, value, causal, scaling, train, sinks=sinks)
         else:

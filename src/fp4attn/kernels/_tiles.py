@@ -4,6 +4,8 @@ import torch
 import triton
 import triton.language as tl
 
+from ..reference.common import effective_window
+
 LOG2E = 1.4426950408889634  # the kernels' scores and maxima are in the log2 domain: S·log2(e)
 
 
@@ -13,11 +15,10 @@ LOG2E = 1.4426950408889634  # the kernels' scores and maxima are in the log2 dom
 def window_offsets(window, causal: bool, nq: int, nk: int) -> tuple[bool, int, bool, int]:
     """The kernels' edges for a normalized ``window=(left, right)`` (-1: unbounded; right 0 with ``causal``)
     or None: (right edge?, COFF, left edge?, LOFF) with query i seeing keys i + LOFF <= j <= i + COFF
-    (bottom-right: COFF = Nk − Nq for causal). Extents that reach past every key are unbounded (exact: no
-    row's window is cut there), which also keeps the offsets in int32 for huge extents."""
-    wl, wr = window if window is not None else (-1, -1)
-    wl = -1 if wl >= nk - 1 else wl
-    wr = -1 if wr >= nq - 1 else wr
+    (bottom-right: COFF = Nk − Nq for causal). Extents that reach past every key are unbounded
+    (``reference.common.effective_window``: exact, no row's window is cut there), which also keeps the offsets in
+    int32 for huge extents."""
+    wl, wr = effective_window(window, causal, nq, nk) or (-1, -1)
     right = causal or wr >= 0
     coff = nk - nq + (max(wr, 0) if not causal else 0)
     return right, coff, wl >= 0, nk - nq - wl

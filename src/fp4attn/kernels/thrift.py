@@ -3,13 +3,14 @@
 1. ``_block_mean_kernel``: FP32 means of Q and K over blocks of ``block_size`` (= 64) tokens, a tail block
    averaging its valid tokens (as ``reference.thrift.block_means``).
 2. ``_select_kernel``: one program per (sequence, query head, query block i): Ŝᵢⱼ = Q̄ᵢ·K̄ⱼ for every key
-   block j (kv head of the GQA group), invisible blocks (bottom-right causal) at −inf, then the top-k by k
-   rounds of argmax (the first maximum wins: ties go to the lower index, as the reference's stable sort).
+   block j (kv head of the GQA group), invisible blocks (bottom-right causal, a sliding window's edges) at
+   −inf, then the top-k by k rounds of argmax (the first maximum wins: ties go to the lower index, as the
+   reference's stable sort).
    Writes the selected indices (B, Hq, nqb, k) (−1 padded) and a (B, Hq, nqb, nkb) int8 mask.
 3. ``_thrift_fwd_kernel``: one program per (query block, sequence·head), BLOCK_M = BLOCK_N = 64 (the
    Thrift block), one online softmax in two phases:
 
-   * **FP4 phase** over every causally visible key tile: S = scale·Q̂K̂ᵀ from the fake-quantized
+   * **FP4 phase** over every visible key tile (a window's tiles only): S = scale·Q̂K̂ᵀ from the fake-quantized
      operands (NVFP4 values are exact in fp16/bf16: tensor-core products are the FP4 products), the
      tiles selected for this query block masked out (−inf), two-level P (s1 = rowmax(P̃ tile)/(448·6),
      O += s1·ϕ(P̃/s1)·V̂).
@@ -21,6 +22,11 @@
    (``kernels.attn_qat.prep``: fake-quantized, zero-padded (B, H, N_pad, D_pad) buffers) and the 16-bit
    ones from its copy mode. Masked selected tiles keep the FP4 loop free of branches (it pipelines); they
    cost ~budget of extra FP4 MMA work.
+
+   A sliding window (``window``: query i sees keys i + LOFF <= j <= i + COFF, ``_tiles.window_offsets``)
+   starts the FP4 loop at the window's first tile; every FP4 and 16-bit tile is masked per key. Attention
+   sinks (``SINKS``, one log2 logit per (sequence, head)) start each row's online softmax at the sink:
+   m = sink, l = 1 (the two-level P̃/s1 of a tile does not depend on m, so the FP4 values do not move).
 
 ``DOT_F32`` (the interpreter) runs the same values through FP32 dots.
 """
@@ -34,7 +40,7 @@ import triton.language as tl
 from ..formats import triton_helpers as _th
 from ..formats.triton_helpers import fake_quant_p
 from ..ops._dispatch import interpreting as _interpret
-from ..reference.thrift import budget_to_k
+from ..reference.thrift import selected_per_block
 from ._launch import cdiv, fast, head_grid, next_pow2
 from ._tiles import (
     LOG2E,
@@ -43,10 +49,13 @@ from ._tiles import (
     load_bhsd_rows,
     online_softmax_step,
     program_rows,
+    sinks_log2,
     softmax_finish,
     two_level_scale,
     two_level_step,
     visible,
+    window_key_range,
+    window_offsets,
 )
 from .attn_qat import head_dim_padded, pad_tokens, prep
 
@@ -70,20 +79,24 @@ def _block_mean_kernel(X, M, sx_b, sx_h, sx_n, H, N, NB, D,
 
 
 @triton.jit
-def _select_kernel(QM, KM, SELI, SELM, Hq, GROUP, NQB, NKB, Nq, Nk, KSEL,
-                   CAUSAL: tl.constexpr, NKB_P2: tl.constexpr, CH: tl.constexpr, DP: tl.constexpr,
-                   KMAX_P2: tl.constexpr):
+def _select_kernel(QM, KM, SELI, SELM, Hq, GROUP, NQB, NKB, Nq, Nk, KSEL, COFF, LOFF,
+                   CAUSAL: tl.constexpr, WINDOW: tl.constexpr, NKB_P2: tl.constexpr, CH: tl.constexpr,
+                   DP: tl.constexpr, KMAX_P2: tl.constexpr):
     i, bh = head_program()
     b = bh // Hq
     h = bh % Hq
     kvh = b * (Hq // GROUP) + h // GROUP
     idx = tl.arange(0, NKB_P2)
+    # key blocks with a key visible to some query of block i: [first_vis, n_vis) (query r sees keys
+    # r + LOFF <= j <= r + COFF: COFF = Nk - Nq causal, + a window's right extent)
     if CAUSAL:
-        last_q = tl.minimum(i * 64 + 64, Nq) - 1
-        n_vis = tl.minimum((last_q + Nk - Nq) // 64 + 1, NKB)  # key blocks with a visible key
-        n_vis = tl.maximum(n_vis, 0)
+        hi_key = tl.minimum(i * 64 + 64, Nq) - 1 + COFF  # the block's last visible key (< 0: none; integer
+        n_vis = tl.where(hi_key < 0, 0, tl.minimum(hi_key // 64 + 1, NKB))  # division truncates toward 0)
     else:
         n_vis = NKB
+    vis = idx < n_vis
+    if WINDOW:
+        vis = vis & (idx >= tl.maximum(i * 64 + LOFF, 0) // 64)
     # Ŝ for every key block at once, accumulated over chunks of CH channels (a (NKB_P2, CH) tile in
     # registers; an earlier version scattered chunks of key blocks into the vector at O(NKB·CH) each)
     scores = tl.zeros([NKB_P2], tl.float32)
@@ -92,7 +105,7 @@ def _select_kernel(QM, KM, SELI, SELM, Hq, GROUP, NQB, NKB, Nq, Nk, KSEL,
         km = tl.load(KM + (kvh.to(tl.int64) * NKB + idx)[:, None] * DP + dc[None, :],
                      mask=(idx < NKB)[:, None], other=0.0)
         scores += tl.sum(km * tl.load(QM + (bh.to(tl.int64) * NQB + i) * DP + dc)[None, :], 1)
-    scores = tl.where(idx < n_vis, scores, float("-inf"))
+    scores = tl.where(vis, scores, float("-inf"))
     kidx = tl.arange(0, KMAX_P2)
     chosen = tl.full([KMAX_P2], -1, tl.int32)
     for t in range(0, KMAX_P2):
@@ -107,8 +120,9 @@ def _select_kernel(QM, KM, SELI, SELM, Hq, GROUP, NQB, NKB, Nq, Nk, KSEL,
     tl.store(SELM + base * NKB + idx, mask.to(tl.int8), mask=idx < NKB)
 
 
-def select(q: torch.Tensor, k: torch.Tensor, *, causal: bool, budget: float):
-    """(indices (B, Hq, nqb, KMAX) int32 −1 padded, mask (B, Hq, nqb, nkb) bool, k) for bhsd q, k."""
+def select(q: torch.Tensor, k: torch.Tensor, *, causal: bool, budget: float, window=None):
+    """(indices (B, Hq, nqb, KMAX) int32 −1 padded, mask (B, Hq, nqb, nkb) bool, k) for bhsd q, k;
+    ``window``: a normalized sliding window (``reference.common.normalize_window``) or None."""
     B, Hq, Nq, D = q.shape
     Hkv, Nk = k.shape[1], k.shape[2]
     nqb, nkb = cdiv(Nq, BLOCK), cdiv(Nk, BLOCK)
@@ -120,12 +134,13 @@ def select(q: torch.Tensor, k: torch.Tensor, *, causal: bool, budget: float):
             x = x.contiguous()
         fast(_block_mean_kernel)[head_grid(nb, B * H)](x, m, x.stride(0), x.stride(1), x.stride(2), H, N, nb, D,
                                                        BS=BLOCK, DP=DP, num_warps=4)
-    kk = budget_to_k(budget, nkb, causal)
+    kk = selected_per_block(budget, Nq, Nk, BLOCK, causal, window)
+    right, coff, left, loff = window_offsets(window, causal, Nq, Nk)
     kmax = next_pow2(kk)
     seli = torch.empty(B, Hq, nqb, kmax, device=q.device, dtype=torch.int32)
     selm = torch.empty(B, Hq, nqb, nkb, device=q.device, dtype=torch.int8)
-    fast(_select_kernel)[head_grid(nqb, B * Hq)](qm, km, seli, selm, Hq, Hq // Hkv, nqb, nkb, Nq, Nk, kk,
-                                                 CAUSAL=causal, NKB_P2=next_pow2(nkb),
+    fast(_select_kernel)[head_grid(nqb, B * Hq)](qm, km, seli, selm, Hq, Hq // Hkv, nqb, nkb, Nq, Nk, kk, coff, loff,
+                                                 CAUSAL=right, WINDOW=left, NKB_P2=next_pow2(nkb),
                                                  CH=max(1, min(DP, 8192 // next_pow2(nkb))), DP=DP,
                                                  KMAX_P2=kmax, num_warps=4)
     return seli, selm.bool(), kk
@@ -135,8 +150,8 @@ def select(q: torch.Tensor, k: torch.Tensor, *, causal: bool, budget: float):
 # 3. Fused mixed-precision forward
 # =================================================================================================
 @triton.jit
-def _fp4_tile(start_n, acc, l_i, m_i, tau, q, Kf, Vf, SELM, kv_off, sel_base, offs_m, Nk, NKB, causal_off, qk_scale,
-              CAUSAL: tl.constexpr, DP: tl.constexpr):
+def _fp4_tile(start_n, acc, l_i, m_i, tau, q, Kf, Vf, SELM, kv_off, sel_base, offs_m, Nk, NKB, causal_off, left_off,
+              qk_scale, CAUSAL: tl.constexpr, WINDOW: tl.constexpr, DP: tl.constexpr):
     """One key tile of the FP4 phase (the tile masked out when it is selected for this query block), two-level
     P through ``two_level_step`` (acc in units of the last tile's s1)."""
     BLOCK_N: tl.constexpr = 64
@@ -144,7 +159,7 @@ def _fp4_tile(start_n, acc, l_i, m_i, tau, q, Kf, Vf, SELM, kv_off, sel_base, of
     offs_d = tl.arange(0, DP)
     kT = tl.load(Kf + kv_off + (start_n + offs_n)[None, :] * DP + offs_d[:, None])
     s = tl.dot(q, kT) * qk_scale
-    ok = visible(start_n + offs_n, offs_m, Nk, causal_off, CAUSAL, 0, False)
+    ok = visible(start_n + offs_n, offs_m, Nk, causal_off, CAUSAL, left_off, WINDOW)
     sel_t = tl.load(SELM + sel_base * NKB + start_n // BLOCK_N)
     ok = ok & (sel_t == 0)
     s = tl.where(ok, s, float("-inf"))
@@ -155,11 +170,11 @@ def _fp4_tile(start_n, acc, l_i, m_i, tau, q, Kf, Vf, SELM, kv_off, sel_base, of
 
 
 @triton.jit
-def _thrift_fwd_kernel(Qf, Kf, Vf, Qx, Kx, Vx, SELI, SELM, O, LSE,
+def _thrift_fwd_kernel(Qf, Kf, Vf, Qx, Kx, Vx, SELI, SELM, O, LSE, SINK,
                        so_b, so_h, so_n, so_d,
-                       qk_scale, Hq, GROUP, Nq, Nk, NQP, NKP, NQB, NKB, D, KSEL,
-                       CAUSAL: tl.constexpr, KMAX_P2: tl.constexpr, DP: tl.constexpr,
-                       DOT_F32: tl.constexpr, N_KT: tl.constexpr):
+                       qk_scale, Hq, GROUP, Nq, Nk, NQP, NKP, NQB, NKB, D, KSEL, COFF, LOFF,
+                       CAUSAL: tl.constexpr, WINDOW: tl.constexpr, SINKS: tl.constexpr, KMAX_P2: tl.constexpr,
+                       DP: tl.constexpr, DOT_F32: tl.constexpr, N_KT: tl.constexpr):
     BLOCK_M: tl.constexpr = 64
     BLOCK_N: tl.constexpr = 64
     i, pid_bh = head_program()
@@ -171,10 +186,16 @@ def _thrift_fwd_kernel(Qf, Kf, Vf, Qx, Kx, Vx, SELI, SELM, O, LSE,
     offs_d = tl.arange(0, DP)
     q_off = pid_bh.to(tl.int64) * NQP * DP
     kv_off = kv_bh.to(tl.int64) * NKP * DP
-    causal_off = Nk - Nq
-    hi, _ = causal_key_range(i * BLOCK_M, Nk - Nq, Nk, BLOCK_M, BLOCK_N, CAUSAL)
+    # query r sees keys r + LOFF <= j <= r + COFF (COFF = Nk - Nq causal, + a window's right extent; LOFF
+    # with WINDOW only)
+    hi, full_end = causal_key_range(i * BLOCK_M, COFF, Nk, BLOCK_M, BLOCK_N, CAUSAL)
+    lo, _, _ = window_key_range(i * BLOCK_M, LOFF, hi, full_end, BLOCK_M, BLOCK_N, WINDOW)
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
+    if SINKS:  # the sink joins the softmax as a key with no value: start from it (exp2(sk - sk) = 1)
+        sk = tl.load(SINK + pid_bh)
+        m_i = tl.zeros([BLOCK_M], tl.float32) + sk
+        l_i = tl.where(m_i == float("-inf"), 0.0, 1.0)
     acc = tl.zeros([BLOCK_M, DP], tl.float32)
     tau = tl.full([BLOCK_M], float("-inf"), tl.float32)  # two-level P: the last FP4 tile's row max
     sel_base = (pid_bh.to(tl.int64) * NQB + i)
@@ -183,13 +204,13 @@ def _thrift_fwd_kernel(Qf, Kf, Vf, Qx, Kx, Vx, SELI, SELM, O, LSE,
     if DOT_F32:
         # the interpreter cannot loop over program-id dependent bounds: fixed trip count + guard
         for it in range(0, N_KT):
-            if it * BLOCK_N < hi:
+            if (it * BLOCK_N >= lo) & (it * BLOCK_N < hi):
                 acc, l_i, m_i, tau = _fp4_tile(it * BLOCK_N, acc, l_i, m_i, tau, q, Kf, Vf, SELM, kv_off, sel_base,
-                                               offs_m, Nk, NKB, causal_off, qk_scale, CAUSAL, DP)
+                                               offs_m, Nk, NKB, COFF, LOFF, qk_scale, CAUSAL, WINDOW, DP)
     else:
-        for start_n in range(0, hi, BLOCK_N):
+        for start_n in range(lo, hi, BLOCK_N):
             acc, l_i, m_i, tau = _fp4_tile(start_n, acc, l_i, m_i, tau, q, Kf, Vf, SELM, kv_off, sel_base, offs_m,
-                                           Nk, NKB, causal_off, qk_scale, CAUSAL, DP)
+                                           Nk, NKB, COFF, LOFF, qk_scale, CAUSAL, WINDOW, DP)
     acc = acc * two_level_scale(tau, m_i)[:, None]  # back to the online softmax's units (relative to m)
     # ---- 16-bit phase: only the selected tiles; the 16-bit Q tile lives here ----------------------
     q16 = tl.load(Qx + q_off + offs_m[:, None] * DP + offs_d[None, :])
@@ -202,7 +223,7 @@ def _thrift_fwd_kernel(Qf, Kf, Vf, Qx, Kx, Vx, SELI, SELM, O, LSE,
                 s = tl.dot(q16.to(tl.float32), kT.to(tl.float32)) * qk_scale
             else:
                 s = tl.dot(q16, kT) * qk_scale
-            s = tl.where(visible(start_n + offs_n, offs_m, Nk, causal_off, CAUSAL, 0, False), s, float("-inf"))
+            s = tl.where(visible(start_n + offs_n, offs_m, Nk, COFF, CAUSAL, LOFF, WINDOW), s, float("-inf"))
             p, alpha, m_new, l_i = online_softmax_step(s, m_i, l_i, True)
             v = tl.load(Vx + kv_off + (start_n + offs_n)[:, None] * DP + offs_d[None, :])
             if DOT_F32:
@@ -219,13 +240,15 @@ def _thrift_fwd_kernel(Qf, Kf, Vf, Qx, Kx, Vx, SELI, SELM, O, LSE,
     tl.store(o_ptrs, o.to(O.dtype.element_ty), mask=(offs_m[:, None] < Nq) & (offs_d[None, :] < D))
 
 
-def thrift_fwd(q, k, v, *, causal: bool, scale: float, budget: float, selection=None, num_warps: int = 4,
-               num_stages: int = 3):
+def thrift_fwd(q, k, v, *, causal: bool, scale: float, budget: float, selection=None, window=None, sinks=None,
+               num_warps: int = 4, num_stages: int = 3):
     """bhsd q (B, Hq, Nq, D), k, v (B, Hkv, Nk, D) -> (out (q.dtype, bhsd), lse (B, Hq, Nq) float32).
     (4 warps, 3 stages: the H200 sweep's best at (4,16,16384,128) causal, 17.5 ms vs 18.5 with 2 stages
     and 37-40 with 8 warps.)
 
-    ``selection``: optional (indices, mask, k) from :func:`select` (else computed here)."""
+    ``selection``: optional (indices, mask, k) from :func:`select` (else computed here). ``window``: a
+    normalized sliding window (``reference.common.normalize_window``) or None; ``sinks``: (Hq,) attention
+    sinks in score units or None."""
     B, Hq, Nq, D = q.shape
     Hkv, Nk = k.shape[1], k.shape[2]
     interp = _interpret()
@@ -234,7 +257,7 @@ def thrift_fwd(q, k, v, *, causal: bool, scale: float, budget: float, selection=
     else:
         dot_dtype = q.dtype if q.dtype in (torch.float16, torch.bfloat16) else torch.bfloat16
     if selection is None:
-        selection = select(q, k, causal=causal, budget=budget)
+        selection = select(q, k, causal=causal, budget=budget, window=window)
     seli, selm, kk = selection
     selm8 = selm.to(torch.int8).contiguous()
     qf, kf, vf = prep(q, 1, "nvfp4", dot_dtype), prep(k, 1, "nvfp4", dot_dtype), prep(v, 2, "nvfp4", dot_dtype)
@@ -243,11 +266,13 @@ def thrift_fwd(q, k, v, *, causal: bool, scale: float, budget: float, selection=
     nqb, nkb = cdiv(Nq, BLOCK), cdiv(Nk, BLOCK)
     out = torch.empty(B, Hq, Nq, D, device=q.device, dtype=q.dtype)
     lse = torch.empty(B, Hq, NQP, device=q.device, dtype=torch.float32)
+    right, coff, left, loff = window_offsets(window, causal, Nq, Nk)
+    sink = sinks_log2(sinks, B, q.device) if sinks is not None else lse  # (lse: an unused pointer)
     fast(_thrift_fwd_kernel)[head_grid(nqb, B * Hq)](
-        qf, kf, vf, qx, kx, vx, seli, selm8, out, lse, *out.stride(),
-        scale * LOG2E, Hq, Hq // Hkv, Nq, Nk, NQP, NKP, nqb, nkb, D, kk,
-        CAUSAL=causal, KMAX_P2=seli.shape[-1], DP=DP, DOT_F32=interp, N_KT=nkb if interp else 0,
-        num_warps=num_warps, num_stages=num_stages)
+        qf, kf, vf, qx, kx, vx, seli, selm8, out, lse, sink, *out.stride(),
+        scale * LOG2E, Hq, Hq // Hkv, Nq, Nk, NQP, NKP, nqb, nkb, D, kk, coff, loff,
+        CAUSAL=right, WINDOW=left, SINKS=sinks is not None, KMAX_P2=seli.shape[-1], DP=DP, DOT_F32=interp,
+        N_KT=nkb if interp else 0, num_warps=num_warps, num_stages=num_stages)
     return out, lse[:, :, :Nq]
 
 
@@ -255,17 +280,19 @@ __all__ = ["select", "thrift_fwd"]
 
 
 def compile_for_target(capability: int = 90, *, causal: bool = True, dp: int = 128, kmax: int = 16,
-                       dtype: str = "bf16", num_warps: int = 4, num_stages: int = 2):
+                       dtype: str = "bf16", num_warps: int = 4, num_stages: int = 2, window: bool = False,
+                       sinks: bool = False):
     """Compile the fused kernel for ``cuda:capability`` with Triton's AOT API (no GPU needed)."""
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
     ptrs = {"Qf": f"*{dtype}", "Kf": f"*{dtype}", "Vf": f"*{dtype}", "Qx": f"*{dtype}", "Kx": f"*{dtype}",
-            "Vx": f"*{dtype}", "SELI": "*i32", "SELM": "*i8", "O": f"*{dtype}", "LSE": "*fp32"}
+            "Vx": f"*{dtype}", "SELI": "*i32", "SELM": "*i8", "O": f"*{dtype}", "LSE": "*fp32", "SINK": "*fp32"}
     ints = ("so_b", "so_h", "so_n", "so_d")
     sig = {**ptrs, **{n: "i32" for n in ints}, "qk_scale": "fp32",
-           **{n: "i32" for n in ("Hq", "GROUP", "Nq", "Nk", "NQP", "NKP", "NQB", "NKB", "D", "KSEL")}}
-    consts = dict(CAUSAL=causal, KMAX_P2=kmax, DP=dp, DOT_F32=False, N_KT=0)
+           **{n: "i32" for n in ("Hq", "GROUP", "Nq", "Nk", "NQP", "NKP", "NQB", "NKB", "D", "KSEL", "COFF",
+                                 "LOFF")}}
+    consts = dict(CAUSAL=causal, WINDOW=window, SINKS=sinks, KMAX_P2=kmax, DP=dp, DOT_F32=False, N_KT=0)
     sig.update({k: "constexpr" for k in consts})
     attrs = {(i,): [["tt.divisibility", 16]] for i in range(len(ptrs))}
     src = ASTSource(_thrift_fwd_kernel, sig, consts, attrs)

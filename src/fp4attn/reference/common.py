@@ -82,6 +82,20 @@ def normalize_window(window_size, causal: bool) -> tuple[int, int] | None:
     return left, right
 
 
+def effective_window(window, causal: bool, nq: int, nk: int) -> tuple[int, int] | None:
+    """A normalized ``window`` with the extents that reach past every key unbounded (no row's window is cut
+    there: left >= nk − 1, right >= nq − 1), None when nothing beyond ``causal`` is left. Masks are the same;
+    the kernels' offsets (``kernels._tiles.window_offsets``) and Thrift's budget rule use this form."""
+    if window is None:
+        return None
+    left, right = window
+    left = -1 if left >= nk - 1 else left
+    right = -1 if right >= nq - 1 else right
+    if left < 0 and (right < 0 or causal):
+        return None
+    return left, right
+
+
 def window_keep(r0: int, r1: int, nq: int, nk: int, causal: bool, window, device) -> torch.Tensor | None:
     """Visible keys of query rows r0..r1 (bool (r1 − r0, nk)) under ``causal`` and a normalized
     ``window`` (:func:`normalize_window`), or None when every key is visible."""

@@ -1,11 +1,16 @@
 """Reference ThriftAttention (SPEC §3, ``fp4attn.thrift_attention``): plain PyTorch, row-chunked.
 
 1. Block means Q̄ᵢ, K̄ⱼ over ``block_size`` tokens (FP32; a tail block averages its valid tokens).
-2. Ŝ = Q̄ K̄ᵀ; for each query block the top-k causally visible key blocks (ties to the lower index)
-   are *selected*; k comes from the budget (:func:`budget_to_k`).
+2. Ŝ = Q̄ K̄ᵀ; for each query block the top-k visible key blocks (ties to the lower index) are
+   *selected*; k comes from the budget (:func:`selected_per_block`).
 3. Selected blocks run in 16 bits: S from the input-dtype q, k (FP32 accumulation), unquantized P̃
    and V. All other blocks run FP4 (Q, K along D, V along tokens) with two-level P.
-4. One softmax over the merged scores (one-shot P̃ in the reference).
+4. One softmax over the merged scores (one-shot P̃ in the reference); attention ``sinks`` join it as in
+   :func:`fp4attn.reference.attention` (a logit per query head, no value).
+
+A sliding window (``window_size``, :func:`.common.normalize_window`) masks the scores exactly as in
+:func:`fp4attn.reference.attention`; a key block is visible to a query block when some query of the block
+sees some key of it, and the budget counts the blocks of the window's band (:func:`selected_per_block`).
 """
 
 from __future__ import annotations
@@ -13,16 +18,18 @@ from __future__ import annotations
 import torch
 
 from .common import (
-    causal_keep,
     compute_dtype,
     default_scale,
+    effective_window,
     expand_kv,
     fq,
     lse_of,
     normalize,
+    normalize_window,
     quantize_p,
     row_chunks,
     softmax_numerator,
+    window_keep,
 )
 
 
@@ -57,42 +64,75 @@ def block_means(x: torch.Tensor, bs: int) -> torch.Tensor:
     return xp.sum(dim=3) / counts.view(1, 1, nb, 1)
 
 
-def visible_blocks(nq: int, nk: int, bs: int, causal: bool, device) -> torch.Tensor:
-    """(nqb, nkb) bool: key block j has at least one key visible to query block i."""
+def visible_blocks(nq: int, nk: int, bs: int, causal: bool, device, window=None) -> torch.Tensor:
+    """(nqb, nkb) bool: key block j has a key visible to some query of query block i (bottom-right causal;
+    ``window``: a normalized sliding window, :func:`.common.normalize_window`)."""
     nqb, nkb = -(-nq // bs), -(-nk // bs)
-    if not causal:
-        return torch.ones(nqb, nkb, dtype=torch.bool, device=device)
-    last_q = torch.clamp(torch.arange(nqb, device=device) * bs + bs, max=nq) - 1
+    first_q = torch.arange(nqb, device=device) * bs
+    last_q = torch.clamp(first_q + bs, max=nq) - 1
     first_k = torch.arange(nkb, device=device) * bs
-    return first_k.unsqueeze(0) <= (last_q + nk - nq).unsqueeze(1)
+    last_k = torch.clamp(first_k + bs, max=nk) - 1
+    vis = torch.ones(nqb, nkb, dtype=torch.bool, device=device)
+    left, right = window if window is not None else (-1, 0 if causal else -1)
+    # query i (position p = i + nk - nq) sees keys p - left <= j <= p + right; over a block of queries the
+    # union of those ranges is one range (consecutive rows shift it by one key)
+    if right >= 0:
+        vis &= first_k.unsqueeze(0) <= (last_q + nk - nq + right).unsqueeze(1)
+    if left >= 0:
+        vis &= last_k.unsqueeze(0) >= (first_q + nk - nq - left).unsqueeze(1)
+    return vis
 
 
-def select_blocks(q, k, *, causal, budget, block_size):
+def selected_per_block(budget: float, nq: int, nk: int, bs: int, causal: bool, window=None) -> int:
+    """k, the key blocks each query block computes in 16 bits, for the budget fraction f.
+
+    Without a window: :func:`budget_to_k` over all nkb = ceil(nk/bs) key blocks (the causal triangle
+    rule under ``causal``). With a sliding window, the non-causal rule over the window's band: n = the
+    most key blocks visible to one query block, k = clamp(round(f·n), 1, n) (a query block that sees
+    fewer key blocks selects all of its own when they are fewer than k). Window extents that reach past
+    every key count as unbounded (:func:`.common.effective_window`): a window that cuts nothing is no
+    window."""
+    window = effective_window(window, causal, nq, nk)
+    if window is None:
+        return budget_to_k(budget, -(-nk // bs), causal)
+    left, right = window
+    first_q = torch.arange(-(-nq // bs), dtype=torch.int64) * bs
+    last_q = torch.clamp(first_q + bs, max=nq) - 1
+    # each query block's visible keys [lo, hi] (as visible_blocks: O(nqb), not an nqb x nkb matrix)
+    hi = torch.clamp(last_q + nk - nq + right, max=nk - 1) if right >= 0 else torch.full_like(last_q, nk - 1)
+    lo = torch.clamp(first_q + nk - nq - left, min=0) if left >= 0 else torch.zeros_like(first_q)
+    band = int(torch.where(hi >= lo, hi // bs - lo // bs + 1, 0).max())
+    return budget_to_k(budget, max(band, 1), False)
+
+
+def select_blocks(q, k, *, causal, budget, block_size, window=None):
     """(B, Hq, nqb, nkb) bool selection of the top-k visible key blocks per query block."""
     hq = q.shape[1]
     nq, nk = q.shape[2], k.shape[2]
     qm = block_means(q, block_size)
     km = expand_kv(block_means(k, block_size), hq)
     s_hat = qm @ km.transpose(-1, -2)
-    vis = visible_blocks(nq, nk, block_size, causal, q.device)
+    vis = visible_blocks(nq, nk, block_size, causal, q.device, window)
     s_hat = s_hat.masked_fill(~vis, float("-inf"))
-    kk = budget_to_k(budget, km.shape[2], causal)
+    kk = selected_per_block(budget, nq, nk, block_size, causal, window)
     order = torch.sort(s_hat, dim=-1, descending=True, stable=True).indices[..., :kk]
     sel = torch.zeros_like(s_hat, dtype=torch.bool).scatter_(-1, order, True)
     return sel & vis
 
 
 def thrift_attention(q, k, v, *, causal=False, scale=None, budget=0.05, block_size=64, fmt="nvfp4",
-                     return_lse=False, selection=None):
+                     return_lse=False, selection=None, window_size=None, sinks=None):
     """Reference ThriftAttention on bhsd tensors; returns float32 (float64 for float64 inputs).
 
     ``selection`` (optional, (B, Hq, nqb, nkb) bool) overrides the top-k selection (for tests).
+    ``window_size``, ``sinks``: as :func:`fp4attn.reference.attention`'s.
     """
     cd = compute_dtype(q, k, v)
     B, hq, nq, D = q.shape
     nk = k.shape[2]
     scale = default_scale(D, scale)
-    sel = select_blocks(q, k, causal=causal, budget=budget, block_size=block_size) \
+    window = normalize_window(window_size, causal)
+    sel = select_blocks(q, k, causal=causal, budget=budget, block_size=block_size, window=window) \
         if selection is None else selection
     # 16-bit path operands: the input-dtype values (exact in the compute dtype)
     qx, kx, vx = q.to(cd), expand_kv(k.to(cd), hq), expand_kv(v.to(cd), hq)
@@ -107,9 +147,11 @@ def thrift_attention(q, k, v, *, causal=False, scale=None, budget=0.05, block_si
         s16 = scale * (qx[:, :, r0:r1] @ kx.transpose(-1, -2))
         s4 = scale * (qf[:, :, r0:r1] @ kf.transpose(-1, -2))
         s = torch.where(sel_el, s16, s4)
-        if causal:
-            s = s.masked_fill(~causal_keep(r0, r1, nq, nk, q.device), float("-inf"))
-        p, m, l = softmax_numerator(s)
+        keep = window_keep(r0, r1, nq, nk, causal, window, q.device)
+        if keep is not None:
+            s = s.masked_fill(~keep, float("-inf"))
+        sink = None if sinks is None else sinks.to(cd).view(1, hq, 1, 1).expand(B, hq, r1 - r0, 1)
+        p, m, l = softmax_numerator(s, sink)
         zero = torch.zeros_like(p)
         o16 = torch.where(sel_el, p, zero) @ vx
         o4 = quantize_p(torch.where(sel_el, zero, p), fmt, True) @ vf
