@@ -9,6 +9,7 @@ Times, in one process, CUDA-graph/do_bench medians:
    (the bytes a bf16 sliding-window cache would hold).
 3. correctness at each shape: op vs reference on the first rows (SPEC §6 criteria).
 4. the same with attention sinks (gpt-oss) on top of the window.
+5. (added in the twenty-fourth session) thrift_attention at 5% with the window vs without.
 Usage: OUT=out python benchmarks/window-s23/probe.py
 """
 # ruff: noqa: B023, F821 - every lambda is timed at once, inside its loop iteration (the del at its end is after)
@@ -50,6 +51,10 @@ for (B, H, N, D, w) in [(4, 16, 16384, 128, 4096), (4, 16, 16384, 128, 1024), (1
     sinks = torch.zeros(H, device="cuda")
     res["fp4 window+sinks"] = bench(lambda: fp4attn.attention(q, k, v, causal=True, window_size=(w - 1, 0),
                                                               sinks=sinks))
+    # Thrift (twenty-fourth session): top-5% of the window's key blocks in 16 bits
+    res["thrift window"] = bench(lambda: fp4attn.thrift_attention(q, k, v, causal=True, budget=0.05,
+                                                                  window_size=(w - 1, 0)))
+    res["thrift causal"] = bench(lambda: fp4attn.thrift_attention(q, k, v, causal=True, budget=0.05))
     for name, be in (("flash causal", SDPBackend.FLASH_ATTENTION), ("cudnn causal", SDPBackend.CUDNN_ATTENTION)):
         with sdpa_kernel(be):
             res[name] = bench(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True))
