@@ -159,6 +159,10 @@ def fam_decode():
     c16 = fp4attn.KVCache.from_dense(k, torch.randn_like(k), lengths=[300, 100], keep_16bit=True)
     q = torch.randn(2, 8, 2, 128, dtype=torch.bfloat16)
     Dk.decode_fwd(q, c16, scale=0.1, selection=Dk.select_pages(q, c16, 0.05))
+    # Thrift with a sliding window (the windowed selection kernels, then the split kernel with THRIFT and WINDOW)
+    # and with sinks (THRIFT and SINKS); both run the Triton split kernel, also on Hopper
+    Dk.decode_fwd(q, c16, scale=0.1, selection=Dk.select_pages(q, c16, 0.05, window=100), window=100)
+    Dk.decode_fwd(q, c16, scale=0.1, selection=Dk.select_pages(q, c16, 0.05), sinks=torch.zeros(8))
     # the Gluon split kernel (Hopper), D 128 and 64, 8 and 16 query rows, 32- and 64-key tiles
     if Dk.decode_gluon.HAVE_GLUON:
         for D, rows, bn in ((128, 8, 32), (64, 16, 64)):

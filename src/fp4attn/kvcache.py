@@ -39,7 +39,11 @@ Gemma's local layers) keeps only the pages that can still be read. Logical page 
 pool page of logical page p − R (R = ``ring_pages``: enough pages for the last w + 16 tokens, decode's
 most new queries, plus two), so each sequence holds at most R pages, and the page table maps every logical
 page statically (``reserve`` stays CUDA-graph safe). Tokens older than that are gone: :meth:`dequantize`
-returns zeros for them, and ``decode`` needs ``window_size=(w', 0)`` with w' <= w.
+(and :meth:`dense_16bit`) return zeros for them, :meth:`block_means` zero means for their pages, and ``decode``
+needs ``window_size=(w', 0)`` with w' <= w. With ``keep_16bit`` the 16-bit copy and the page means live in the
+same ring slots as the FP4 pages (they are indexed by pool page), so a Thrift decode with such a window reads
+what it would read from a cache that kept every token: its candidate pages (those holding keys of the window) are
+never recycled while it can read them.
 
 Ragged batches: every sequence has its own length (``seq_lens``); ``append(k, v, lengths=...)``
 takes per-sequence counts of valid new tokens (the rest of the ``n_new`` positions is padding).
@@ -110,8 +114,6 @@ class KVCache:
         if window is not None:
             if isinstance(window, bool) or not isinstance(window, int) or window < 0:
                 raise ValueError(f"window must be a non-negative int or None, got {window!r}")
-            if keep_16bit:
-                raise ValueError("window and keep_16bit cannot be combined (Thrift selects among all pages)")
         self.window = window
         # pool pages per sequence of a sliding-window cache: the last window + 16 tokens (decode's most new
         # queries) may start anywhere in a page, and one more page is being filled
@@ -490,7 +492,7 @@ class KVCache:
         """Bytes of the optional 16-bit copy (k16, v16 and the page means) for the pages in use."""
         if not self.keep_16bit:
             return 0
-        return sum(len(p) for p in self._pages) * self._page_bytes(True)
+        return sum(self._pool_pages(len(p)) for p in self._pages) * self._page_bytes(True)
 
     @property
     def nbytes_allocated(self) -> int:
@@ -552,7 +554,8 @@ class KVCache:
 
     def dense_16bit(self):
         """Dense raw (k, v) (B, Hkv, max_len, D) in the cache dtype from the 16-bit copy and the
-        tails (``keep_16bit=True`` only)."""
+        tails (``keep_16bit=True`` only); zeros beyond each length (with ``window``: also before the kept pages,
+        as :meth:`dequantize`)."""
         if not self.keep_16bit:
             raise ValueError("dense_16bit needs a cache built with keep_16bit=True")
         B, H, D = self.batch_size, self.num_kv_heads, self.head_dim
@@ -567,12 +570,17 @@ class KVCache:
                 v[b, :, :c] = self._pages_of(b, c, self.v16, c)
             k[b, :, c:L] = self.k_tail[b, :, : L - c]
             v[b, :, c:L] = self.v_tail[b, :, : L - c]
+            if self.ring_pages is not None:  # tokens whose pool pages were reused: gone
+                gone = max(0, -(-c // self.page_size) - self.ring_pages) * self.page_size
+                k[b, :, :gone] = 0
+                v[b, :, :gone] = 0
         return k, v
 
     def block_means(self):
         """(B, Hkv, max_pages, D) float32 K means per page over each page's valid tokens (the Thrift
         key-block means of decode; pages past a sequence's end are 0). Full pages use the stored
-        means; each sequence's last partial page is averaged from the 16-bit copy and the tail.
+        means; each sequence's last partial page is averaged from the 16-bit copy and the tail. With
+        ``window``, pages whose pool page was recycled (gone, see :meth:`dequantize`) are 0 too.
         Device ops only (no host sync; CUDA-graph capturable)."""
         if not self.keep_16bit:
             raise ValueError("block means need a cache built with keep_16bit=True")
@@ -602,6 +610,9 @@ class KVCache:
         has_part = (lens % ps != 0).view(B, 1, 1)
         bi = torch.arange(B, device=dev)
         out[bi, :, pidx] = torch.where(has_part, part, out[bi, :, pidx])
+        if self.ring_pages is not None:  # logical pages whose pool page a later page reuses: gone
+            gone = (comm + ps - 1) // ps - self.ring_pages
+            out = out.masked_fill((j.view(1, -1) < gone.view(-1, 1)).view(B, 1, npg, 1), 0.0)
         return out
 
     # ------------------------------------------------------------------------------------------

@@ -21,7 +21,9 @@ Two attention kernels (1-2) and, for ``thrift_budget``, two page-selection kerne
    With ``THRIFT``: per tile (= Thrift block = page when page_size == BLOCK_N) the rows whose query
    head selected the block take S from the 16-bit copy (input-dtype q, FP32 accumulate), unquantized
    P̃ and 16-bit V; the others use the FP4 path with two-level P (s1 = rowmax(P̃ tile)/(448·6)). The
-   16-bit K/V tiles are loaded only when some head of the group selected the tile.
+   16-bit K/V tiles are loaded only when some head of the group selected the tile. ``THRIFT`` composes
+   with ``WINDOW`` (the window's mask on the 16-bit and the FP4 scores alike; the selection then holds only
+   pages of the window) and ``SINKS`` (the running max starts at the sink, the reduce adds its share of l).
    Partials (unnormalized O, running max m in log2 units, l) go to FP32 buffers, valid rows only.
 
 2. ``_decode_reduce_kernel`` -- one program per (sequence, query head, query) and block of 32 output
@@ -35,7 +37,10 @@ Two attention kernels (1-2) and, for ``thrift_budget``, two page-selection kerne
    computed in the kernel) and ``_page_topk_kernel`` (one program per (sequence, query head): k from the
    budget and the device-side length, top-k by a bisection over order-preserving integer keys, ties to
    the lower index), writing the int8 (B, Hq, max_pages) layout the split kernel's ``SEL`` reads. No
-   host sync: the decode step stays CUDA-graph capturable.
+   host sync: the decode step stays CUDA-graph capturable. With a sliding window (``WINDOW``) both kernels
+   cover only each sequence's candidate pages (those holding keys ``max(L − n_q − WL, 0) ... L − 1``, found
+   from the device-side length): the scores' chunks start at the first of them, k counts them, and the
+   top-k tile holds them (at most ceil((WL + n_q) / page_size) + 1 pages, whatever the context length).
 
 ``DOT_F32`` (the interpreter, which has no fp16/bf16 ``tl.dot``) runs the same decoded values
 (exact in FP32 as well) through FP32 dots.
@@ -47,7 +52,8 @@ Thrift selection the Gluon kernel leaves the selected (query head, page) pairs o
 FP4 tiles with two-level P̃) and ``_decode_16bit_kernel`` computes them from the 16-bit copy as extra
 split partials: the reduce's max-rescaled merge of the two streams is the one online softmax of the fused
 kernel (two-level P̂ does not depend on the running max; only the 16-bit P̃'s rounding to V's dtype for
-the MMA is relative to another maximum).
+the MMA is relative to another maximum). A window or sinks (Thrift or not) run kernel 1 (the Gluon kernels and
+the 16-bit stream have neither).
 """
 
 from __future__ import annotations
@@ -476,13 +482,12 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
     ``kernel``: the FP4 split loop's implementation (see ``_use_gluon``); ``per_sm``: programs per SM
     (default: the kernel's config below). ``window``: a sliding window's left extent w (query i sees keys
     len − n_q + i − w ... len − n_q + i): the splits cover only the last ~w + n_q tokens of each sequence
-    (the Triton split kernel; no Thrift selection). ``sinks`` (Hq,): attention sinks in score units, merged
-    in the reduce (a key with no value: in the max, l and the LSE).
+    (the Triton split kernel; a Thrift ``selection`` is read for the window's pages only: pass the windowed one,
+    ``select_pages(..., window=w)``). ``sinks`` (Hq,): attention sinks in score units, merged in the reduce (a
+    key with no value: in the max, l and the LSE). Both run the Triton split kernel, with or without Thrift.
     """
     thrift = selection is not None
     if window is not None or sinks is not None:
-        if thrift:
-            raise ValueError("a sliding window or sinks and a Thrift selection cannot be combined")
         if kernel == "gluon":
             raise ValueError("kernel='gluon' has no sliding window and no sinks")
         kernel = "triton"
@@ -598,19 +603,23 @@ MAX_SELECT_PAGES = 16384  # pages per sequence that the top-k kernel holds in on
 
 
 @triton.jit
-def _page_scores_kernel(Q, KM, K16, KT, PT, LENS, S, Hkv, MAXP, NPG,
+def _page_scores_kernel(Q, KM, K16, KT, PT, LENS, S, Hkv, MAXP, NPG, WL,
                         NQ: tl.constexpr, NQ_P2: tl.constexpr, G: tl.constexpr, D: tl.constexpr,
-                        PS: tl.constexpr, CHUNK: tl.constexpr):
+                        PS: tl.constexpr, CHUNK: tl.constexpr, WINDOW: tl.constexpr = False):
     """Grid (page chunks, B·Hkv). Ŝ[b, h·G + g, p] = q̄·K̄_p (FP32) for the program's CHUNK pages p that
     are valid (p < ceil(L_b / PS)), for the G query heads of kv head h at once (every page mean is read
     once per GQA group); q̄ = the mean of the NQ new queries. A full page reads its stored FP32 mean; the
     sequence's partial last page is averaged here over its committed 16-bit tokens and the raw tail,
-    as ``KVCache.block_means`` (equal up to float32 summation order)."""
+    as ``KVCache.block_means`` (equal up to float32 summation order). With ``WINDOW`` (left extent WL) the
+    chunks start at the sequence's first candidate page, max(L − NQ − WL, 0) // PS: only the window's pages
+    are scored (the entries before them are left unset)."""
     pid_c = tl.program_id(0)
     pid_bh, b, h, L, _ = kv_head_program(LENS, Hkv)
     n_b = tl.minimum((L + PS - 1) // PS, NPG)  # NPG bounds it when a graph replays past its capture
     nfull = L // PS
     p0 = pid_c * CHUNK
+    if WINDOW:
+        p0 += tl.maximum(L - NQ - WL, 0) // PS
     if p0 < n_b:
         offs_p = p0 + tl.arange(0, CHUNK)
         offs_d = tl.arange(0, D)
@@ -644,10 +653,14 @@ def _page_scores_kernel(Q, KM, K16, KT, PT, LENS, S, Hkv, MAXP, NPG,
 
 
 @triton.jit
-def _page_topk_kernel(S, LENS, SEL, Hq, NPG, W, budget_bits, PS: tl.constexpr, BLOCK: tl.constexpr):
+def _page_topk_kernel(S, LENS, SEL, Hq, NPG, W, budget_bits, NQ, WL, PS: tl.constexpr, BLOCK: tl.constexpr,
+                      WINDOW: tl.constexpr = False):
     """One program per (sequence, query head) row of Ŝ: selects the kk = clamp(round(f·n_b), 1, n_b) best
     of the row's n_b valid pages, ties to the lower page index (the stable descending sort of
     ``thrift_select``), and writes the row's int8 selection (W columns, 0 past the selected ones).
+    With ``WINDOW`` the candidates are the pages p0 = max(L − NQ − WL, 0) // PS ... n_b − 1 (n_w = n_b − p0 of
+    them, kk = clamp(round(f·n_w), 1, n_w)): the tile holds BLOCK pages from p0 on and only its columns are
+    written (the caller zeroes the row).
 
     kk: the budget f arrives as the bits of its float64 (a Python float argument would be passed as
     float32); f·n_b is rounded to float64 and then half to even, as Python's ``round(f * n)``.
@@ -659,12 +672,18 @@ def _page_topk_kernel(S, LENS, SEL, Hq, NPG, W, budget_bits, PS: tl.constexpr, B
     r = tl.program_id(0)
     L = tl.load(LENS + r // Hq)
     n_b = tl.minimum((L + PS - 1) // PS, NPG)
-    x = n_b.to(tl.float64) * budget_bits.to(tl.float64, bitcast=True)
+    if WINDOW:  # the candidates: the pages from the one holding the first key some query row sees
+        p0 = tl.maximum(L - NQ - WL, 0) // PS
+        n_c = n_b - p0
+        offs = p0 + tl.arange(0, BLOCK)
+    else:
+        n_c = n_b
+        offs = tl.arange(0, BLOCK)
+    x = n_c.to(tl.float64) * budget_bits.to(tl.float64, bitcast=True)
     fl = x.to(tl.int64)  # x >= 0: truncation is the floor
     fr = x - fl.to(tl.float64)  # exact
     kk = fl + ((fr > 0.5) | ((fr == 0.5) & (fl % 2 == 1))).to(tl.int64)
-    kk = tl.minimum(tl.maximum(kk, 1), n_b.to(tl.int64)).to(tl.int32)
-    offs = tl.arange(0, BLOCK)
+    kk = tl.minimum(tl.maximum(kk, 1), n_c.to(tl.int64)).to(tl.int32)
     valid = offs < n_b
     s = tl.load(S + r.to(tl.int64) * NPG + offs, mask=valid, other=0.0)
     s = tl.where(s == 0.0, 0.0, s)
@@ -696,9 +715,24 @@ def _scored_pages(cache) -> int:
     return max(1, -(-max(cache.get_seq_length(), cache.reserved_len) // cache.page_size))
 
 
-def page_scores(q: torch.Tensor, cache, *, chunk: int | None = None, num_warps: int = 1) -> torch.Tensor:
+def _window_pages(window: int, nq: int, page_size: int, npg: int) -> int:
+    """The most candidate pages a sequence has under a window of left extent ``window`` with ``nq`` new queries
+    (pages holding keys L − nq − window ... L − 1: window + nq keys), at most ``npg``."""
+    return min(npg, -(-(window + nq) // page_size) + 1)
+
+
+def _cap_window(window: int, npg: int, page_size: int) -> int:
+    """A window's left extent capped at the scored pages' tokens (``_scored_pages``: the longest or reserved
+    length): the same candidate pages (it already reaches key 0 of every sequence), and an int32 kernel
+    argument."""
+    return min(int(window), npg * page_size)
+
+
+def page_scores(q: torch.Tensor, cache, *, chunk: int | None = None, num_warps: int = 1,
+                window: int | None = None) -> torch.Tensor:
     """(B, Hq, npg) float32 Ŝ = q̄·K̄_p of the Thrift selection (npg: ``_scored_pages``); entries of pages
-    past a sequence's end are left unset. q (B, Hq, NQ, D) contiguous."""
+    past a sequence's end are left unset, and with ``window`` (a sliding window's left extent) those before its
+    first candidate page (see ``_page_scores_kernel``). q (B, Hq, NQ, D) contiguous."""
     B, Hq, NQ, D = q.shape
     Hkv = cache.num_kv_heads
     ps = cache.page_size
@@ -709,36 +743,55 @@ def page_scores(q: torch.Tensor, cache, *, chunk: int | None = None, num_warps: 
     maxp = cache.page_table.shape[1]
     pt = cache.page_table if maxp else torch.zeros(B, 1, dtype=torch.int32, device=q.device)
     scores = torch.empty(B, Hq, npg, dtype=torch.float32, device=q.device)
-    fast(_page_scores_kernel)[head_grid(cdiv(npg, chunk), B * Hkv)](
-        q, cache.k_page_mean, cache.k16, cache.k_tail, pt, cache.seq_lens, scores, Hkv, max(maxp, 1), npg,
-        NQ=NQ, NQ_P2=next_pow2(NQ), G=Hq // Hkv, D=D, PS=ps, CHUNK=chunk, num_warps=num_warps)
+    if window is None:
+        fast(_page_scores_kernel)[head_grid(cdiv(npg, chunk), B * Hkv)](
+            q, cache.k_page_mean, cache.k16, cache.k_tail, pt, cache.seq_lens, scores, Hkv, max(maxp, 1), npg, 0,
+            NQ=NQ, NQ_P2=next_pow2(NQ), G=Hq // Hkv, D=D, PS=ps, CHUNK=chunk, num_warps=num_warps)
+    else:  # chunks over the window's candidate pages only, from each sequence's first one
+        window = _cap_window(window, npg, ps)
+        fast(_page_scores_kernel)[head_grid(cdiv(_window_pages(window, NQ, ps, npg), chunk), B * Hkv)](
+            q, cache.k_page_mean, cache.k16, cache.k_tail, pt, cache.seq_lens, scores, Hkv, max(maxp, 1), npg,
+            window, NQ=NQ, NQ_P2=next_pow2(NQ), G=Hq // Hkv, D=D, PS=ps, CHUNK=chunk, WINDOW=True,
+            num_warps=num_warps)
     return scores
 
 
 def page_topk(scores: torch.Tensor, seq_lens: torch.Tensor, page_size: int, budget: float, width: int, *,
-              num_warps: int | None = None) -> torch.Tensor:
+              num_warps: int | None = None, window: int | None = None, nq: int = 1) -> torch.Tensor:
     """(B, Hq, width) int8 selection from (B, Hq, npg) float32 scores (only the first ceil(L_b /
-    page_size) of each row are read), width >= 1; see ``_page_topk_kernel``."""
+    page_size) of each row are read; with ``window``, a sliding window's left extent for ``nq`` new queries,
+    only the candidate pages max(L_b − nq − window, 0) // page_size ... of them), width >= 1; see
+    ``_page_topk_kernel``."""
     B, Hq, npg = scores.shape
-    block = max(16, next_pow2(npg))
+    if window is not None:
+        window = _cap_window(window, npg, page_size)
+    # the top-k tile: every page of a row, or with a window its candidate pages
+    block = max(16, next_pow2(npg if window is None else _window_pages(window, nq, page_size, npg)))
     if block > MAX_SELECT_PAGES:
         raise ValueError(f"the top-k kernel holds at most {MAX_SELECT_PAGES} pages per row, got {npg}")
-    # columns past the tile (a page table wider than the longest sequence) are zeroed up front
-    alloc = torch.empty if width <= block else torch.zeros
-    sel = alloc(B, Hq, width, dtype=torch.int8, device=scores.device)
     bits = struct.unpack("<q", struct.pack("<d", float(budget)))[0]
     num_warps = num_warps or min(8, max(1, block // 512))
-    fast(_page_topk_kernel)[(B * Hq,)](scores, seq_lens, sel, Hq, npg, width, bits, PS=page_size, BLOCK=block,
-                                       num_warps=num_warps)
+    if window is None:
+        # columns past the tile (a page table wider than the longest sequence) are zeroed up front
+        alloc = torch.empty if width <= block else torch.zeros
+        sel = alloc(B, Hq, width, dtype=torch.int8, device=scores.device)
+        fast(_page_topk_kernel)[(B * Hq,)](scores, seq_lens, sel, Hq, npg, width, bits, nq, 0, PS=page_size,
+                                           BLOCK=block, num_warps=num_warps)
+    else:  # the kernel writes the candidate pages' columns only
+        sel = torch.zeros(B, Hq, width, dtype=torch.int8, device=scores.device)
+        fast(_page_topk_kernel)[(B * Hq,)](scores, seq_lens, sel, Hq, npg, width, bits, nq, window, PS=page_size,
+                                           BLOCK=block, WINDOW=True, num_warps=num_warps)
     return sel
 
 
-def select_pages(q: torch.Tensor, cache, budget: float) -> torch.Tensor:
-    """The Thrift decode selection of ``ops.decode.thrift_select(q, cache, budget)`` computed by two
+def select_pages(q: torch.Tensor, cache, budget: float, window: int | None = None) -> torch.Tensor:
+    """The Thrift decode selection of ``ops.decode.thrift_select(q, cache, budget, window)`` computed by two
     kernels (scores, then top-k per row), as the (B, Hq, max(max_pages, 1)) int8 tensor that
     :func:`decode_fwd`'s ``selection`` takes without a copy. Device ops only (no host sync, CUDA-graph
-    capturable). Rows of more than ``MAX_SELECT_PAGES`` pages (or a head dim that is not a power of two)
-    run ``thrift_select`` instead.
+    capturable). ``window``: a sliding window's left extent w (``window_size=(w, 0)``) or None: the top-k
+    among the pages holding keys some query row sees (only those are scored). Rows of more than
+    ``MAX_SELECT_PAGES`` pages (candidate pages with a window; or a head dim that is not a power of two) run
+    ``thrift_select`` instead.
 
     The scores equal ``thrift_select``'s up to float32 summation order (the partial page's mean, the
     dot products, q̄ for n_q > 1), so the selections are equal except where two pages' scores are within
@@ -748,12 +801,13 @@ def select_pages(q: torch.Tensor, cache, budget: float) -> torch.Tensor:
     maxp = cache.page_table.shape[1]
     width = max(maxp, 1)
     npg = _scored_pages(cache)
-    if max(16, next_pow2(npg)) > MAX_SELECT_PAGES or D & (D - 1):
+    rows = npg if window is None else _window_pages(window, NQ, cache.page_size, npg)
+    if max(16, next_pow2(rows)) > MAX_SELECT_PAGES or D & (D - 1):
         from ..ops.decode import thrift_select
 
-        return _selection_int8(thrift_select(q, cache, budget), B, Hq, maxp)
-    scores = page_scores(q.contiguous(), cache)
-    return page_topk(scores, cache.seq_lens, cache.page_size, budget, width)
+        return _selection_int8(thrift_select(q, cache, budget, window), B, Hq, maxp)
+    scores = page_scores(q.contiguous(), cache, window=window)
+    return page_topk(scores, cache.seq_lens, cache.page_size, budget, width, window=window, nq=NQ)
 
 
 __all__ = ["decode_fwd", "default_splits", "page_scores", "page_topk", "select_pages"]
@@ -761,9 +815,10 @@ __all__ = ["decode_fwd", "default_splits", "page_scores", "page_topk", "select_p
 
 def compile_for_target(capability: int = 90, *, thrift: bool = False, d: int = 128, page_size: int = 64,
                        block_m: int = 4, block_n: int = 64, dtype16: str = "bf16", num_warps: int = 4,
-                       num_stages: int = 2):
+                       num_stages: int = 2, window: bool = False, sinks: bool = False):
     """Compile the split kernel for ``cuda:capability`` with Triton's AOT API (no GPU needed); returns
-    the compiled kernel (``.asm["ptx"]``, ``.asm["cubin"]``, ``.n_regs``, ``.n_spills`` when known)."""
+    the compiled kernel (``.asm["ptx"]``, ``.asm["cubin"]``, ``.n_regs``, ``.n_spills`` when known).
+    ``window`` / ``sinks``: the sliding-window and attention-sink variants (with ``thrift`` or without)."""
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
@@ -773,7 +828,7 @@ def compile_for_target(capability: int = 90, *, thrift: bool = False, d: int = 1
     sig = {**ptrs, "qk_scale": "fp32", **{n: "i32" for n in ("Hkv", "NQ", "G", "MAXP", "TPS", "NS", "WL")},
            "SINK": "*fp32"}
     consts = dict(D=d, PS=page_size, BLOCK_M=block_m, BLOCK_N=block_n, THRIFT=thrift, DOT_F32=False, N_IT=0,
-                  WINDOW=False, SINKS=False)
+                  WINDOW=window, SINKS=sinks)
     sig.update({k: "constexpr" for k in consts})
     # pointers 16-byte aligned, as the JIT specializes them at run time
     attrs = {(i,): [["tt.divisibility", 16]] for i in range(len(ptrs))}

@@ -17,10 +17,16 @@ Semantics (what the reference below computes and the CUDA kernel matches within 
 * ``thrift_budget=f`` (ThriftAttention decode; needs ``KVCache(keep_16bit=True)``): the Thrift
   blocks are the cache pages (``page_size`` tokens, 64 by default). For every sequence and query head,
   Ŝ_j = q̄·K̄_j with q̄ the mean of the n_q queries and K̄_j the FP32 mean of page j's K over its
-  valid tokens; the top ``k = clamp(round(f·n_b), 1, n_b)`` pages of the n_b pages of the sequence
-  (every page is visible to the last query; ties to the lower index) run in 16 bits (S from q and the
-  16-bit K copy, unquantized P̃ and the 16-bit V copy); the others run FP4 with two-level P
-  (s1 = rowmax(P̃ tile of 64 keys)/(448·6)) as in ``thrift_attention``. One softmax over all.
+  valid tokens; the top ``k = clamp(round(f·n_w), 1, n_w)`` (round half to even) of the sequence's n_w
+  *candidate* pages (ties to the lower index) run in 16 bits (S from q and the 16-bit K copy, unquantized
+  P̃ and the 16-bit V copy); the others run FP4 with two-level P (s1 = rowmax(P̃ tile of 64 keys)/(448·6))
+  as in ``thrift_attention``. One softmax over all. The candidate pages are those holding a key that
+  some query row of the step sees: without a window all n_b = ceil(L_b / page_size) pages (every page is
+  visible to the last query); with ``window_size=(w, 0)`` the pages holding the keys
+  ``max(L_b − n_q − w, 0) ... L_b − 1``, i.e. pages ``max(L_b − n_q − w, 0) // page_size ... n_b − 1``.
+  The window's per-key mask applies in both paths (a selected page's keys outside a row's window score
+  −inf there too). With ``sinks`` the sink joins the one softmax as without Thrift (in the max and in
+  l); the selection does not depend on it.
 
 Returns O in q's dtype (and the natural-log LSE (B, Hq, n_q) float32 with ``return_lse=True``).
 """
@@ -83,41 +89,51 @@ def _check(q, cache, scale, recipe, thrift_budget, layout, return_lse, window_si
     if cache.window is not None and (window is None or window[0] > cache.window):
         raise ValueError(f"this KVCache keeps only what a sliding window of {cache.window} keys reads (window="
                          f"{cache.window}): pass window_size=(w, 0) with w <= {cache.window}, got {window_size!r}")
-    if window is not None and thrift_budget is not None:
-        raise ValueError("window_size and thrift_budget cannot be combined (Thrift selects among all pages)")
     sinks = check_sinks(sinks, hq, q.device)
-    if sinks is not None and thrift_budget is not None:
-        raise ValueError("sinks and thrift_budget cannot be combined")
     return q, check_scale(scale, D), thrift_budget, (None if window is None else window[0]), sinks
 
 
-def thrift_select(q: torch.Tensor, cache: KVCache, budget: float) -> torch.Tensor:
+def thrift_select(q: torch.Tensor, cache: KVCache, budget: float, window: int | None = None) -> torch.Tensor:
     """(B, Hq, max_pages) bool: the pages each (sequence, query head) computes in 16 bits.
 
-    Device ops only (no host sync): usable inside a CUDA graph. The definition of the selection (the
-    reference path's); CUDA ``decode`` computes the same with ``kernels.decode.select_pages``."""
-    B, hq = q.shape[:2]
+    ``window``: a sliding window's left extent w (``window_size=(w, 0)``) or None: the top-k runs over the
+    candidate pages of the module docstring (with a window: those holding keys ``max(L_b − n_q − w, 0) ...
+    L_b − 1``; the others are never selected). Device ops only (no host sync): usable inside a CUDA graph. The
+    definition of the selection (the reference path's); CUDA ``decode`` computes the same with
+    ``kernels.decode.select_pages``."""
+    B, hq, nq = q.shape[:3]
     ps = cache.page_size
     means = expand_kv(cache.block_means(), hq)  # (B, Hq, npg, D)
     qbar = q.float().mean(dim=2)  # (B, Hq, D)
     s_hat = torch.einsum("bhd,bhpd->bhp", qbar, means)
     npg = means.shape[2]
-    n_b = (cache.seq_lens.long() + ps - 1) // ps
-    return top_pages(s_hat, n_b, budget, max(cache.page_table.shape[1], npg))
+    lens = cache.seq_lens.long()
+    n_b = (lens + ps - 1) // ps
+    first = None
+    if window is not None:  # the page of the first key some query row sees (a huge w: capped, exact)
+        first = (lens - nq - min(int(window), 1 << 62)).clamp(min=0) // ps
+    return top_pages(s_hat, n_b, budget, max(cache.page_table.shape[1], npg), first)
 
 
-def top_pages(s_hat: torch.Tensor, n_b: torch.Tensor, budget: float, width: int) -> torch.Tensor:
+def top_pages(s_hat: torch.Tensor, n_b: torch.Tensor, budget: float, width: int,
+              first: torch.Tensor | None = None) -> torch.Tensor:
     """(B, Hq, width) bool: per row of the (B, Hq, npg) scores ``s_hat``, the top
-    ``k = clamp(round(f·n_b), 1, n_b)`` of its first ``n_b`` (B,) entries, ties to the lower index
-    (stable descending sort: NaN first, then +inf, ..., -inf; -0.0 ties with +0.0); width >= npg."""
+    ``k = clamp(round(f·n), 1, n)`` of its n candidate entries ``first ... n_b − 1`` (``first`` (B,), default 0;
+    n = n_b − first), ties to the lower index (stable descending sort: NaN first, then +inf, ..., -inf; -0.0
+    ties with +0.0); width >= npg."""
     B, _, npg = s_hat.shape
+    n = n_b if first is None else n_b - first
     # budget_to_k(budget, n, causal=False) = clamp(round(f·n), 1, n), round half to even as Python's
-    kk = torch.minimum(torch.round(n_b.double() * budget).long().clamp(min=1), n_b)
-    valid = torch.arange(npg, device=s_hat.device).view(1, 1, npg) < n_b.view(B, 1, 1)
+    kk = torch.minimum(torch.round(n.double() * budget).long().clamp(min=1), n)
+    j = torch.arange(npg, device=s_hat.device).view(1, 1, npg)
+    valid = j < n_b.view(B, 1, 1)
+    if first is not None:
+        valid = valid & (j >= first.view(B, 1, 1))
     s_hat = s_hat.masked_fill(~valid, float("-inf"))
     order = torch.sort(s_hat, dim=-1, descending=True, stable=True).indices
+    # the rank among the candidates: non-candidates (-inf) may precede candidates scoring -inf in the order
     rank = torch.empty_like(order)
-    rank.scatter_(-1, order, torch.arange(npg, device=s_hat.device).expand_as(order).contiguous())
+    rank.scatter_(-1, order, valid.expand_as(order).gather(-1, order).long().cumsum(-1) - 1)
     sel = (rank < kk.view(B, 1, 1)) & valid
     if width > npg:
         sel = torch.nn.functional.pad(sel, (0, width - npg), value=False)
@@ -142,8 +158,11 @@ def decode_reference(q: torch.Tensor, cache: KVCache, *, scale: float, thrift_bu
     thrift = thrift_budget is not None or selection is not None
     if thrift:
         if selection is None:
-            selection = thrift_select(q, cache, thrift_budget)
+            selection = thrift_select(q, cache, thrift_budget, window)
         k16, v16 = (x.to(cd) for x in cache.dense_16bit())
+        npg = -(-Lmax // cache.page_size)
+        if selection.shape[-1] < npg:  # (select_pages' width: the page table's, whose last page may be tail only)
+            selection = torch.nn.functional.pad(selection, (0, npg - selection.shape[-1]), value=False)
         sel_tok = selection[..., j // cache.page_size].unsqueeze(2)  # (B, Hq, 1, Lmax)
         use16 = raw | sel_tok
     else:
@@ -178,16 +197,22 @@ def decode(q, cache: KVCache, *, scale=None, recipe: str = "nvfp4", thrift_budge
         scale: softmax scale, default 1/sqrt(D).
         recipe: ``"nvfp4"``.
         thrift_budget: ThriftAttention fraction of pages computed in 16 bits (needs
-            ``keep_16bit=True``), or None for pure FP4.
+            ``keep_16bit=True``), or None for pure FP4: the top ``clamp(round(f·n_w), 1, n_w)`` of the n_w
+            candidate pages of each sequence and query head (all its pages, or with ``window_size`` those
+            holding a key visible to some query row: see the module docstring). Combines with
+            ``window_size`` and ``sinks``.
         return_lse: also return the log-sum-exp (B, Hq, n_q) float32.
         num_splits: flash-decoding splits along the context (CUDA; default: a heuristic).
         window_size: ``(w, 0)`` (or ``(w, -1)``): a sliding window, query i sees the keys
-            ``L_b − n_q + i − w ... L_b − n_q + i``; only the pages it covers are read. Not with
-            ``thrift_budget``.
-        sinks: (Hq,) attention sinks (as :func:`fp4attn.attention`'s). Not with ``thrift_budget``.
+            ``L_b − n_q + i − w ... L_b − n_q + i``; only the pages it covers are read. With
+            ``thrift_budget`` the selection runs over the pages of keys ``max(L_b − n_q − w, 0) ... L_b − 1``
+            and the window masks the keys of the 16-bit and the FP4 pages alike.
+        sinks: (Hq,) attention sinks (as :func:`fp4attn.attention`'s): one logit per query head that joins the
+            softmax (its max and l) without a value; with ``thrift_budget`` the same, the selection unchanged.
 
     CUDA tensors run the flash-decoding kernels (:mod:`fp4attn.kernels.decode`; on Hopper the FP4 split
-    loop is the Gluon kernel of :mod:`fp4attn.kernels.decode_gluon`); CPU tensors the PyTorch reference.
+    loop is the Gluon kernel of :mod:`fp4attn.kernels.decode_gluon`, except with a window or sinks, which the
+    Triton split kernel runs, Thrift included); CPU tensors the PyTorch reference.
     No autograd.
     """
     qb, scale, thrift_budget, window, sinks = _check(q, cache, scale, recipe, thrift_budget, layout, return_lse,
@@ -200,7 +225,7 @@ def decode(q, cache: KVCache, *, scale=None, recipe: str = "nvfp4", thrift_budge
             from ..kernels.decode import decode_fwd, select_pages
             qb = qb.contiguous()
             # the selection by two Triton kernels (thrift_select's semantics, a few µs instead of ~40 ops)
-            sel = select_pages(qb, cache, thrift_budget) if thrift_budget is not None else None
+            sel = select_pages(qb, cache, thrift_budget, window=window) if thrift_budget is not None else None
             out, lse = decode_fwd(qb, cache, scale=scale, selection=sel, num_splits=num_splits, window=window,
                                   sinks=sinks)
         else:
