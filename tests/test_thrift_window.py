@@ -281,6 +281,35 @@ def test_gpt_oss_thrift_runs_with_its_sinks(monkeypatch):
     assert 0 < (low - ref).abs().max() < 0.5
 
 
+def test_mistral_thrift_decodes_the_window_from_fp4_pages(monkeypatch):
+    """Thrift decode steps of a sliding-window model on fp4_cache(keep_16bit=True) run fp4attn.decode with the
+    window and the budget (eagerly from the mask, under CUDA-graph capture from the layer's sliding_window: the
+    same logits); budget 1 equals the 16-bit window attention of the dense path, a small budget stays near it."""
+    fh = pytest.importorskip("fp4attn.integrations.transformers")
+    from transformers import DynamicCache
+
+    from test_integrations import _mistral, _teacher_forced
+
+    m = _mistral(window=12)
+    ids = torch.randint(0, 96, (2, 44), generator=torch.Generator().manual_seed(33))
+    calls = []
+    real = fp4attn.decode
+    monkeypatch.setattr(fp4attn, "decode", lambda *a, **kw: calls.append(
+        (kw.get("window_size"), kw.get("thrift_budget"))) or real(*a, **kw))
+    low = fh.register("thrift", budget=0.25, block_size=64)
+    cached = _teacher_forced(m, low, fh.fp4_cache(m.config, keep_16bit=True), ids, 36)
+    assert calls == [((11, 0), 0.25)] * 16
+    monkeypatch.setattr(fh, "_capturing", lambda: True)
+    assert torch.equal(_teacher_forced(m, low, fh.fp4_cache(m.config, keep_16bit=True), ids, 36), cached)
+    assert calls[16:] == [((11, 0), 0.25)] * 16
+    monkeypatch.setattr(fh, "_capturing", lambda: False)
+    full = _teacher_forced(m, fh.register("thrift", budget=1.0), fh.fp4_cache(m.config, keep_16bit=True), ids, 36)
+    exact = _teacher_forced(m, "sdpa", DynamicCache(config=m.config), ids, 36)
+    # budget 1: every page of the window from the 16-bit copy (float32 here), the prompt's blocks in 16 bits
+    torch.testing.assert_close(full, exact, rtol=1e-4, atol=1e-4)
+    assert 0 < (cached - exact).abs().max() < 0.5
+
+
 # ------------------------------------------------------------------------------------------------
 # GPU
 # ------------------------------------------------------------------------------------------------
@@ -312,6 +341,8 @@ def test_thrift_window_and_sinks_gpu(causal, window):
 @pytest.mark.gpu
 @gpu
 def test_thrift_window_opcheck_and_compile_gpu():
+    import fp4attn.ops.thrift  # noqa: F401  (registers the custom op)
+
     q, k, v = _qkv(1, 4, 2, 300, 300, 64, seed=14, dtype=torch.bfloat16, device="cuda")
     sinks = torch.zeros(4, device="cuda")
     torch.library.opcheck(torch.ops.fp4attn.thrift_attention_fp4,

@@ -141,7 +141,11 @@ def _left_extent(sliding_window):
 
 
 def _dense_kv(kv, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """The dequantized (B, Hkv, T, D) K and V of an :class:`fp4attn.KVCache`, in ``dtype``."""
+    """The dense (B, Hkv, T, D) K and V of an :class:`fp4attn.KVCache`, in ``dtype``: its 16-bit copy where it
+    keeps one (Thrift's 16-bit blocks then see the values that came in, as in the prompt), else dequantized."""
+    if kv.keep_16bit:
+        k, v = kv.dense_16bit()
+        return k.to(dtype), v.to(dtype)
     return kv.dequantize(dtype)
 
 
@@ -203,7 +207,7 @@ def make_attention_function(recipe: str = "nvfp4", mode: str = "auto", prefill: 
                      and T == kv.get_seq_length() and (S == 1 or (len(set(kv.lengths)) == 1 and is_causal is not False))
                      and (recipe == "nvfp4" or kv.keep_16bit))
         dec_window = window if allowed is None else None
-        if decodable and allowed is not None and window is not None and recipe == "nvfp4":
+        if decodable and allowed is not None and window is not None:
             # a sliding-window decode step's mask (the same for every sequence, no padding): the window's pages
             # alone, each sequence's window ending at its own length (a ragged batch of prompts prefilled one
             # at a time: transformers' mask, built for the longest, does not describe the others)
@@ -211,7 +215,7 @@ def make_attention_function(recipe: str = "nvfp4", mode: str = "auto", prefill: 
                    and bool((allowed == allowed[:1]).all()) else None)
             if win is not None and win[:2] == (0, 0):
                 dec_window = (win[2], 0)
-        if decodable and (allowed is None or dec_window is not None) and not (dec_window and recipe == "thrift"):
+        if decodable and (allowed is None or dec_window is not None):
             import fp4attn
             budget = op_kwargs.get("budget", 0.05) if recipe == "thrift" else None
             out = fp4attn.decode(query, kv, scale=scaling, thrift_budget=budget, window_size=dec_window,
@@ -438,11 +442,11 @@ def _cache_classes():
         Thrift decode, ``scale_headroom``, …). :meth:`nbytes` is the storage of all layers. With the
         model's ``config``, the sliding-window layers (``sliding_window`` / ``layer_types``) keep only the
         pages their window reads (``KVCache(window=sliding_window - 1)``), as transformers'
-        ``DynamicCache(config=...)`` keeps only the window's tokens; not with ``keep_16bit``.
+        ``DynamicCache(config=...)`` keeps only the window's tokens (with ``keep_16bit``, their 16-bit copy too).
         """
 
         def __init__(self, config=None, **kvcache_kwargs):
-            windows = _layer_windows(config) if config is not None and not kvcache_kwargs.get("keep_16bit") else None
+            windows = _layer_windows(config) if config is not None else None
             if windows is None:
                 super().__init__(layer_class_to_replicate=lambda: FP4CacheLayer(**kvcache_kwargs))
             else:
