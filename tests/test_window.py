@@ -607,7 +607,7 @@ def test_gpu_window_runs_triton_pass():
     """The Gluon attention pass has no window: "auto" runs the Triton pass (bit-identical to kernel="triton")
     and kernel="gluon" is refused."""
     q, k, v = make_qkv(1, 4, 2, 1000, 1000, 128, dtype=BF16, seed=1)
-    pk = A.quantize_qkv(q, k, v, fmt="nvfp4", staged=True)
+    pk = A.quantize_qkv(q, k, v, fmt="nvfp4", staged=True, key_rows=True)  # (a window reads its per-key flags)
     kw = dict(causal=True, scale=128 ** -0.5, two_level_p=False, B=1, Hq=4, Hkv=2)
     res = {}
     for kern in ("triton", "auto"):
