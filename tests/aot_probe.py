@@ -145,6 +145,8 @@ def fam_thrift():
     q = torch.randn(1, 4, 512, 128, dtype=torch.bfloat16)
     k = torch.randn(1, 2, 512, 128, dtype=torch.bfloat16)
     T.thrift_fwd(q, k, torch.randn_like(k), causal=True, scale=0.1, budget=0.25)
+    # a sliding window (selection and fused kernel) with attention sinks
+    T.thrift_fwd(q, k, torch.randn_like(k), causal=True, scale=0.1, budget=0.25, window=(200, 0), sinks=torch.zeros(4))
 
 
 def fam_decode():
