@@ -19,21 +19,8 @@ from fp4attn import reference  # noqa: E402
 from fp4attn.reference.common import effective_window, normalize_window, window_keep  # noqa: E402
 from fp4attn.reference.thrift import budget_to_k, selected_per_block, visible_blocks  # noqa: E402
 
-INTERP = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-needs_interp = pytest.mark.skipif(not INTERP, reason="interpreter tests run with TRITON_INTERPRET=1")
-gpu = pytest.mark.skipif(not torch.cuda.is_available() or INTERP, reason="needs CUDA (and TRITON_INTERPRET unset)")
-
-
-def _qkv(B, Hq, Hkv, Nq, Nk, D, seed=0, dtype=torch.float32, device="cpu"):
-    g = torch.Generator().manual_seed(seed)
-    q = torch.randn(B, Hq, Nq, D, generator=g)
-    k = torch.randn(B, Hkv, Nk, D, generator=g)
-    v = torch.randn(B, Hkv, Nk, D, generator=g)
-    return (x.to(device=device, dtype=dtype) for x in (q, k, v))
-
-
-def _rel(a, b):
-    return ((a.double() - b.double()).norm() / b.double().norm()).item()
+# helpers of the Thrift kernel tests (tests/ is on sys.path under pytest's default rootdir import mode)
+from test_thrift_kernels import _qkv, _rel, gpu, needs_interp  # noqa: E402
 
 
 # ------------------------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """Why windowed decode at w=1024 timed slower than at w=4096 and sinks added ~0.1 ms (window-s23 probe, H100):
 eager do_bench vs CUDA-graph replay (launch overhead removed), and the kernels one call launches (profiler).
-Usage: OUT=out python benchmarks/window-s24/decode_window_profile.py"""
+Usage: OUT=out python benchmarks/window-s24/decode_window_profile.py
+(The recorded run timed the graph with a local copy of ``fp4attn.bench.common.graph_time_ms``; same warmup.)"""
 # ruff: noqa: B023
 import os
 import sys
@@ -12,23 +13,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "decode-s10"))
 from _util import logger  # noqa: E402
 
 import fp4attn  # noqa: E402
+from fp4attn.bench.common import graph_time_ms  # noqa: E402
 
 P = logger("decode_window_profile.txt")
 P(torch.cuda.get_device_name(), torch.__version__, triton.__version__)
-
-
-def graph_time(fn):
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    return triton.testing.do_bench(g.replay, warmup=25, rep=100, return_mode="median")
-
 
 g = torch.Generator(device="cuda").manual_seed(0)
 B, Hq, Hkv, N, D = 8, 32, 8, 32768, 128
@@ -43,9 +31,10 @@ for w in (256, 1024, 4096, None):
         wk = None if w is None else (w - 1, 0)
         fn = lambda: fp4attn.decode(q, cache, window_size=wk, sinks=s)
         eager = triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
-        gr = graph_time(fn)
+        gr = graph_time_ms(fn, 100)
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
             fn()
             torch.cuda.synchronize()
-        kern = ", ".join(f"{e.key[:40]} {e.device_time_total:.1f}us" for e in prof.key_averages() if e.device_time_total > 0)
+        kern = ", ".join(f"{e.key[:40]} {e.device_time_total:.1f}us" for e in prof.key_averages()
+                         if e.device_time_total > 0)
         P(f"w={w} sinks={s is not None}: eager {eager * 1e3:.1f} us, graph {gr * 1e3:.1f} us | {kern}")
