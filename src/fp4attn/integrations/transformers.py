@@ -233,10 +233,7 @@ def make_attention_function(recipe: str = "nvfp4", mode: str = "auto", prefill: 
                 # as transformers' sdpa path: a static-cache prefill (the keys past the queries are empty
                 # slots); SDPA's top-left causal mask on the first S keys
                 key, value = key[:, :, :S], value[:, :, :S]
-            if window is not None:
-                out = op(query, key, value, True, scaling, train, window=window, sinks=sinks)
-            else:
-                out = op(query, key, value, causal, scaling, train, sinks=sinks)
+            out = op(query, key, value, causal or window is not None, scaling, train, window=window, sinks=sinks)
         else:
             out = masked_attention(op, query, key, value, allowed, scaling, train, sinks=sinks)
         return out.transpose(1, 2).contiguous(), None

@@ -743,16 +743,14 @@ def page_scores(q: torch.Tensor, cache, *, chunk: int | None = None, num_warps: 
     maxp = cache.page_table.shape[1]
     pt = cache.page_table if maxp else torch.zeros(B, 1, dtype=torch.int32, device=q.device)
     scores = torch.empty(B, Hq, npg, dtype=torch.float32, device=q.device)
-    if window is None:
-        fast(_page_scores_kernel)[head_grid(cdiv(npg, chunk), B * Hkv)](
-            q, cache.k_page_mean, cache.k16, cache.k_tail, pt, cache.seq_lens, scores, Hkv, max(maxp, 1), npg, 0,
-            NQ=NQ, NQ_P2=next_pow2(NQ), G=Hq // Hkv, D=D, PS=ps, CHUNK=chunk, num_warps=num_warps)
-    else:  # chunks over the window's candidate pages only, from each sequence's first one
+    rows = npg  # the pages scored per sequence: all, or with a window its candidates (from each one's first)
+    if window is not None:
         window = _cap_window(window, npg, ps)
-        fast(_page_scores_kernel)[head_grid(cdiv(_window_pages(window, NQ, ps, npg), chunk), B * Hkv)](
-            q, cache.k_page_mean, cache.k16, cache.k_tail, pt, cache.seq_lens, scores, Hkv, max(maxp, 1), npg,
-            window, NQ=NQ, NQ_P2=next_pow2(NQ), G=Hq // Hkv, D=D, PS=ps, CHUNK=chunk, WINDOW=True,
-            num_warps=num_warps)
+        rows = _window_pages(window, NQ, ps, npg)
+    fast(_page_scores_kernel)[head_grid(cdiv(rows, chunk), B * Hkv)](
+        q, cache.k_page_mean, cache.k16, cache.k_tail, pt, cache.seq_lens, scores, Hkv, max(maxp, 1), npg,
+        window or 0, NQ=NQ, NQ_P2=next_pow2(NQ), G=Hq // Hkv, D=D, PS=ps, CHUNK=chunk, WINDOW=window is not None,
+        num_warps=num_warps)
     return scores
 
 
@@ -771,16 +769,12 @@ def page_topk(scores: torch.Tensor, seq_lens: torch.Tensor, page_size: int, budg
         raise ValueError(f"the top-k kernel holds at most {MAX_SELECT_PAGES} pages per row, got {npg}")
     bits = struct.unpack("<q", struct.pack("<d", float(budget)))[0]
     num_warps = num_warps or min(8, max(1, block // 512))
-    if window is None:
-        # columns past the tile (a page table wider than the longest sequence) are zeroed up front
-        alloc = torch.empty if width <= block else torch.zeros
-        sel = alloc(B, Hq, width, dtype=torch.int8, device=scores.device)
-        fast(_page_topk_kernel)[(B * Hq,)](scores, seq_lens, sel, Hq, npg, width, bits, nq, 0, PS=page_size,
-                                           BLOCK=block, num_warps=num_warps)
-    else:  # the kernel writes the candidate pages' columns only
-        sel = torch.zeros(B, Hq, width, dtype=torch.int8, device=scores.device)
-        fast(_page_topk_kernel)[(B * Hq,)](scores, seq_lens, sel, Hq, npg, width, bits, nq, window, PS=page_size,
-                                           BLOCK=block, WINDOW=True, num_warps=num_warps)
+    # columns past the tile (a page table wider than the longest sequence; with a window, all but the candidate
+    # pages' columns) are zeroed up front
+    alloc = torch.empty if window is None and width <= block else torch.zeros
+    sel = alloc(B, Hq, width, dtype=torch.int8, device=scores.device)
+    fast(_page_topk_kernel)[(B * Hq,)](scores, seq_lens, sel, Hq, npg, width, bits, nq, window or 0, PS=page_size,
+                                       BLOCK=block, WINDOW=window is not None, num_warps=num_warps)
     return sel
 
 

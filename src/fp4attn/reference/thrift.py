@@ -64,23 +64,25 @@ def block_means(x: torch.Tensor, bs: int) -> torch.Tensor:
     return xp.sum(dim=3) / counts.view(1, 1, nb, 1)
 
 
+def _block_key_ranges(nq: int, nk: int, bs: int, causal: bool, window):
+    """Per query block (of ``bs`` queries): the keys [lo, hi] some query of it sees (hi < lo: none), under
+    bottom-right ``causal`` and a normalized ``window``. Query i (position p = i + nk − nq) sees keys
+    p − left <= j <= p + right; over a block of consecutive queries the union of those ranges is one range."""
+    first_q = torch.arange(-(-nq // bs), dtype=torch.int64) * bs
+    last_q = torch.clamp(first_q + bs, max=nq) - 1
+    left, right = window if window is not None else (-1, 0 if causal else -1)
+    hi = torch.clamp(last_q + nk - nq + right, max=nk - 1) if right >= 0 else torch.full_like(last_q, nk - 1)
+    lo = torch.clamp(first_q + nk - nq - left, min=0) if left >= 0 else torch.zeros_like(first_q)
+    return lo, hi
+
+
 def visible_blocks(nq: int, nk: int, bs: int, causal: bool, device, window=None) -> torch.Tensor:
     """(nqb, nkb) bool: key block j has a key visible to some query of query block i (bottom-right causal;
     ``window``: a normalized sliding window, :func:`.common.normalize_window`)."""
-    nqb, nkb = -(-nq // bs), -(-nk // bs)
-    first_q = torch.arange(nqb, device=device) * bs
-    last_q = torch.clamp(first_q + bs, max=nq) - 1
-    first_k = torch.arange(nkb, device=device) * bs
+    lo, hi = (x.to(device) for x in _block_key_ranges(nq, nk, bs, causal, window))
+    first_k = torch.arange(-(-nk // bs), device=device) * bs
     last_k = torch.clamp(first_k + bs, max=nk) - 1
-    vis = torch.ones(nqb, nkb, dtype=torch.bool, device=device)
-    left, right = window if window is not None else (-1, 0 if causal else -1)
-    # query i (position p = i + nk - nq) sees keys p - left <= j <= p + right; over a block of queries the
-    # union of those ranges is one range (consecutive rows shift it by one key)
-    if right >= 0:
-        vis &= first_k.unsqueeze(0) <= (last_q + nk - nq + right).unsqueeze(1)
-    if left >= 0:
-        vis &= last_k.unsqueeze(0) >= (first_q + nk - nq - left).unsqueeze(1)
-    return vis
+    return (first_k.unsqueeze(0) <= hi.unsqueeze(1)) & (last_k.unsqueeze(0) >= lo.unsqueeze(1))
 
 
 def selected_per_block(budget: float, nq: int, nk: int, bs: int, causal: bool, window=None) -> int:
@@ -95,12 +97,7 @@ def selected_per_block(budget: float, nq: int, nk: int, bs: int, causal: bool, w
     window = effective_window(window, causal, nq, nk)
     if window is None:
         return budget_to_k(budget, -(-nk // bs), causal)
-    left, right = window
-    first_q = torch.arange(-(-nq // bs), dtype=torch.int64) * bs
-    last_q = torch.clamp(first_q + bs, max=nq) - 1
-    # each query block's visible keys [lo, hi] (as visible_blocks: O(nqb), not an nqb x nkb matrix)
-    hi = torch.clamp(last_q + nk - nq + right, max=nk - 1) if right >= 0 else torch.full_like(last_q, nk - 1)
-    lo = torch.clamp(first_q + nk - nq - left, min=0) if left >= 0 else torch.zeros_like(first_q)
+    lo, hi = _block_key_ranges(nq, nk, bs, causal, window)  # (O(nqb): no nqb x nkb matrix)
     band = int(torch.where(hi >= lo, hi // bs - lo // bs + 1, 0).max())
     return budget_to_k(budget, max(band, 1), False)
 
