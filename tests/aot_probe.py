@@ -162,7 +162,7 @@ def fam_decode():
     q = torch.randn(2, 8, 2, 128, dtype=torch.bfloat16)
     Dk.decode_fwd(q, c16, scale=0.1, selection=Dk.select_pages(q, c16, 0.05))
     # Thrift with a sliding window (the windowed selection kernels, then the split kernel with THRIFT and WINDOW)
-    # and with sinks (THRIFT and SINKS); both run the Triton split kernel, also on Hopper
+    # and with sinks (THRIFT and SINKS): the Triton split kernel (Hopper runs the Gluon one, below)
     Dk.decode_fwd(q, c16, scale=0.1, selection=Dk.select_pages(q, c16, 0.05, window=100), window=100)
     Dk.decode_fwd(q, c16, scale=0.1, selection=Dk.select_pages(q, c16, 0.05), sinks=torch.zeros(8))
     # the Gluon split kernel (Hopper), D 128 and 64, 8 and 16 query rows, 32- and 64-key tiles
@@ -181,9 +181,16 @@ def fam_decode():
         Dk.decode_gluon.launch(q, c16, c16.page_table, c16.k_scale.view(torch.uint8), c16.v_scale.view(torch.uint8),
                                buf, buf[:, 0], buf[:, 1], 0.1, 2, 4, c16.page_table.shape[1], 128, 3, 8, 64, sel, 4,
                                maxnreg=Dk.gluon_maxnreg(True))
-        Dk._decode_16bit_kernel[(4,)](q, c16.k16, c16.v16, c16.page_table, c16.seq_lens, sel, buf, buf[:, 0],
-                                      buf[:, 1], 0.1, 2, 2, 4, c16.page_table.shape[1], 32, 4, 3, D=128, PS=64,
-                                      BLOCK_R=16, BLOCK_M=8, DOT_F32=False, num_warps=4)
+        for win in (False, True):  # the 16-bit stream, and with a sliding window
+            Dk._decode_16bit_kernel[(4,)](q, c16.k16, c16.v16, c16.page_table, c16.seq_lens, sel, buf, buf[:, 0],
+                                          buf[:, 1], 0.1, 2, 2, 4, c16.page_table.shape[1], 32, 4, 3, 100, D=128,
+                                          PS=64, BLOCK_R=16, BLOCK_M=8, DOT_F32=False, WINDOW=win, num_warps=4)
+        # sliding windows and sinks in the Gluon kernel, FP4 and Thrift
+        for s_ in (None, sel):
+            Dk.decode_gluon.launch(q, c16, c16.page_table, c16.k_scale.view(torch.uint8),
+                                   c16.v_scale.view(torch.uint8), buf, buf[:, 0], buf[:, 1], 0.1, 2, 4,
+                                   c16.page_table.shape[1], 128, 3, 8, 64 if s_ is not None else 32, s_, 4,
+                                   maxnreg=Dk.gluon_maxnreg(s_ is not None), window=100, sink=buf[:, 2])
     # the generation step's one-token KV append (recorded, not run), with and without the 16-bit copy
     from fp4attn.kernels import kvcache as Kk
     kn = torch.randn(2, 2, 1, 128, dtype=torch.bfloat16)

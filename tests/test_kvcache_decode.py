@@ -893,7 +893,7 @@ def test_decode_kernel_gpu_one_tile_equals_reference(nq, block_n):
 @gpu
 @pytest.mark.parametrize("nq", [1, 4])
 def test_decode_window_kernel_gpu(nq):
-    """Sliding-window decode on the GPU (the Triton split kernel): ragged lengths, windows shorter and longer
+    """Sliding-window decode on the GPU (the Gluon split kernel on sm_90): ragged lengths, windows shorter and longer
     than a sequence, vs the reference with the same window (criteria and their reason: test_decode_kernel_gpu)."""
     B, Hkv, G, D = 3, 2, 4, 128
     dev = "cuda"
@@ -1226,6 +1226,40 @@ def test_decode_gluon_kernel_gpu_equals_triton_kernel(D, G, nq, lens, block_n):
 
 @pytest.mark.gpu
 @gpu
+@pytest.mark.parametrize("nq,window,sinks", [(1, 0, False), (1, 100, False), (4, 1023, False), (2, 5000, False),
+                                             (1, None, True), (4, None, True), (3, 255, True), (1, 31, True)])
+@pytest.mark.parametrize("block_n", [32, 64])
+def test_decode_gluon_kernel_gpu_window_and_sinks_equal_triton_kernel(nq, window, sinks, block_n):
+    """Sliding windows and sinks in the Gluon split kernel: the splits start at the window's first tile, its
+    first (lower-masked) tiles, the unmasked ones and the last masked ones give the Triton kernel's arithmetic
+    (criteria of test_decode_gluon_kernel_gpu_equals_triton_kernel, same reason), and a sink starts the running
+    max in both. Windows of zero keys, less than a tile, several tiles, past every key; a -inf sink."""
+    from fp4attn.kernels import decode as Dk
+
+    dev, Hkv, G, D = "cuda", 2, 4, 128
+    lens = [3000, nq, 777, 2245, 64 + nq]  # (a sequence of only the new tokens: all in the raw tail)
+    k, v = _kv(len(lens), Hkv, max(lens), D, seed=65)
+    c = KVCache.from_dense(k.to(dev), v.to(dev), lengths=lens)
+    q = torch.randn(len(lens), Hkv * G, nq, D, generator=torch.Generator().manual_seed(66)).to(dev, torch.bfloat16)
+    s = None
+    if sinks:
+        s = (torch.randn(Hkv * G, generator=torch.Generator().manual_seed(67)) * 3).to(dev)
+        s[1] = float("-inf")
+    for splits in (1, 3, 7):  # (equal splits: the kernels' default splits differ)
+        kw = dict(scale=D ** -0.5, num_splits=splits, block_n=block_n, window=window, sinks=s)
+        o_t, l_t = Dk.decode_fwd(q, c, kernel="triton", **kw)
+        o_g, l_g = Dk.decode_fwd(q, c, kernel="gluon", **kw)
+        assert _rel(o_g, o_t) <= 2e-3, (splits, _rel(o_g, o_t))
+        assert torch.allclose(l_g, l_t, atol=1e-5, rtol=0)
+    ref, ref_lse = decode_reference(q, c, scale=D ** -0.5, window=window, sinks=s)
+    assert _rel(o_g, ref) <= 0.1 and torch.allclose(l_g, ref_lse.float(), atol=1e-3)
+    if torch.cuda.get_device_capability() == (9, 0):  # what fp4attn.decode runs here
+        assert torch.equal(fp4attn.decode(q, c, window_size=None if window is None else (window, 0), sinks=s),
+                           Dk.decode_fwd(q, c, scale=D ** -0.5, window=window, sinks=s, kernel="gluon")[0])
+
+
+@pytest.mark.gpu
+@gpu
 @pytest.mark.parametrize("thrift", [False, True])
 def test_decode_gpu_dependent_launch_of_the_reduce_changes_no_bit(monkeypatch, thrift):
     """The reduce kernel launched as a programmatic dependent of the split kernel (it waits on griddepcontrol
@@ -1239,6 +1273,7 @@ def test_decode_gpu_dependent_launch_of_the_reduce_changes_no_bit(monkeypatch, t
     q = torch.randn(2, 8, 1, 128, device="cuda", dtype=torch.bfloat16)
     sel = Dk.select_pages(q, c, 0.05) if thrift else None
     monkeypatch.setattr(Dk, "_THRIFT_STREAMS", "serial")  # (after the side stream's join it is not used)
+    monkeypatch.setattr(Dk, "_THRIFT_GLUON_MIN_WORK", 0)  # Thrift on the Gluon path at this size too (sm_90)
     monkeypatch.setattr(Dk, "_PDL", False)
     want = Dk.decode_fwd(q, c, scale=128 ** -0.5, selection=sel)
     monkeypatch.setattr(Dk, "_PDL", True)
@@ -1332,12 +1367,16 @@ def test_decode_gpu_many_splits_long_context():
 
 @pytest.mark.gpu
 @gpu
-@pytest.mark.parametrize("nq,budget", [(1, 0.05), (4, 0.25), (2, 1.0)])
-def test_thrift_decode_gluon_streams_gpu_equal_fused_triton_kernel(nq, budget):
+@pytest.mark.parametrize("nq,budget,window,sinks", [(1, 0.05, None, False), (4, 0.25, None, False),
+                                                    (2, 1.0, None, False), (1, 0.1, 700, False),
+                                                    (4, 0.25, 100, True), (2, 0.05, None, True),
+                                                    (1, 1.0, 1023, False)])
+def test_thrift_decode_gluon_streams_gpu_equal_fused_triton_kernel(nq, budget, window, sinks):
     """Thrift decode on Hopper: the Gluon FP4 kernel leaves the selected pages out and the 16-bit stream
     kernel computes them; the reduce merges both by their maxima. Equals the fused Triton kernel (one
     online softmax over both) up to float32 rounding and the bf16 rounding of the 16-bit P̃ (relative to
-    each stream's own maximum): measured <= 1e-3 relative L2 on H200."""
+    each stream's own maximum): measured <= 1e-3 relative L2 on H200. Also with a sliding window (both
+    streams start at the window's pages and mask its keys) and sinks (the FP4 stream's max starts there)."""
     from fp4attn.kernels import decode as Dk
 
     dev, B, Hkv, G, D = "cuda", 3, 2, 4, 128
@@ -1345,20 +1384,24 @@ def test_thrift_decode_gluon_streams_gpu_equal_fused_triton_kernel(nq, budget):
     k, v = _kv(B, Hkv, max(lens), D, seed=70)
     c = KVCache.from_dense(k.to(dev), v.to(dev), lengths=lens, keep_16bit=True)
     q = torch.randn(B, Hkv * G, nq, D, generator=torch.Generator().manual_seed(71)).to(dev, torch.bfloat16)
-    sel = Dk.select_pages(q, c, budget)
+    s = (torch.randn(Hkv * G, generator=torch.Generator().manual_seed(72)) * 3).to(dev) if sinks else None
+    sel = Dk.select_pages(q, c, budget, window=window)
     for splits in (1, 3):
-        o_t, l_t = Dk.decode_fwd(q, c, scale=D ** -0.5, selection=sel, num_splits=splits, kernel="triton")
-        o_g, l_g = Dk.decode_fwd(q, c, scale=D ** -0.5, selection=sel, num_splits=splits, kernel="gluon")
+        kw = dict(scale=D ** -0.5, selection=sel, num_splits=splits, window=window, sinks=s)
+        o_t, l_t = Dk.decode_fwd(q, c, kernel="triton", **kw)
+        o_g, l_g = Dk.decode_fwd(q, c, kernel="gluon", **kw)
         assert _rel(o_g, o_t) <= 3e-3, (splits, _rel(o_g, o_t))
         assert torch.allclose(l_g, l_t, atol=1e-4, rtol=0)
-    ref, _ = decode_reference(q, c, scale=D ** -0.5, selection=sel.bool())
+    ref, _ = decode_reference(q, c, scale=D ** -0.5, selection=sel.bool(), window=window, sinks=s)
     assert _rel(o_g, ref) <= 1e-2
 
 
 @needs_interp
-def test_thrift_16bit_stream_kernel_interpreter_all_selected_is_exact_attention():
+@pytest.mark.parametrize("window", [None, 0, 70, 130])
+def test_thrift_16bit_stream_kernel_interpreter_all_selected_is_exact_attention(window):
     """Thrift's 16-bit stream kernel (the Gluon path's selected pages) with every page selected, merged by
-    the reduce kernel with the raw tail and no FP4 partials: plain attention over the 16-bit copy."""
+    the reduce kernel with the raw tail and no FP4 partials: plain attention over the 16-bit copy; with a
+    sliding window (pages counted from the window's first, keys masked) the window's attention."""
     from fp4attn.kernels import decode as Dk
     from fp4attn.kernels._launch import head_grid
 
@@ -1369,20 +1412,24 @@ def test_thrift_16bit_stream_kernel_interpreter_all_selected_is_exact_attention(
     q = torch.randn(B, Hkv * G, nq, D, generator=torch.Generator().manual_seed(73))
     maxp = c.page_table.shape[1]
     sel = torch.ones(B, Hkv * G, maxp, dtype=torch.int8)
-    BM, n16, ppp = 8, 2, 2  # 2 programs of 2 pages cover the 4 pages of the longest sequence
+    # 2 programs of 2 pages cover the 4 pages of the longest sequence (with a window: from its first page; 1 page
+    # per program then, so that a pages count from page 0 would miss the last one)
+    BM, n16, ppp = 8, 2, 2 if window is None else 1
     OP, MP = torch.empty(B * Hkv * n16 * BM, D), torch.empty(B * Hkv * n16 * BM)
     LP = torch.empty_like(MP)
     qk = D ** -0.5 * Dk.LOG2E
     Dk._decode_16bit_kernel[head_grid(n16, B * Hkv)](
-        q, c.k16, c.v16, c.page_table, c.seq_lens, sel, OP, MP, LP, qk, Hkv, nq, G, maxp, ppp, n16, 0, D=D,
-        PS=c.page_size, BLOCK_R=16, BLOCK_M=BM, DOT_F32=True)
+        q, c.k16, c.v16, c.page_table, c.seq_lens, sel, OP, MP, LP, qk, Hkv, nq, G, maxp, ppp, n16, 0, window or 0,
+        D=D, PS=c.page_size, BLOCK_R=16, BLOCK_M=BM, DOT_F32=True, WINDOW=window is not None)
     out = torch.empty(B, Hkv * G, nq, D)
     lse = torch.empty(B, Hkv * G, nq)
     # two channel blocks of 16 per row (the LSE comes from the first)
     Dk._decode_reduce_kernel[(B * Hkv * G * nq, 2)](OP, MP, LP, q, c.k_tail, c.v_tail, c.seq_lens, out, lse, qk, n16,
-                                                    G * nq, nq, Hkv, BM, 0, lse, BLOCK_S=2, D=D, DB=16)
+                                                    G * nq, nq, Hkv, BM, window or 0, lse, BLOCK_S=2, D=D, DB=16,
+                                                    WINDOW=window is not None)
+    wkw = {} if window is None else {"window_size": (window, 0)}
     exact = torch.stack([reference.attention(q[b:b + 1], k[b:b + 1, :, :L], v[b:b + 1, :, :L], causal=True,
-                                             recipe="bf16")[0] for b, L in enumerate(lens)])
+                                             recipe="bf16", **wkw)[0] for b, L in enumerate(lens)])
     assert _rel(out, exact) <= 1e-5, _rel(out, exact)
 
 

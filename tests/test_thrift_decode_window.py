@@ -425,10 +425,8 @@ def test_window_cache_one_token_appends_keep_the_page_means_interpreter(monkeypa
 # ------------------------------------------------------------------------------------------------
 def test_thrift_window_and_sinks_validation():
     """What still cannot work is refused, naming the argument: a window on a ring cache wider than its window (or
-    none), a right extent, a budget out of range or without the 16-bit copy, malformed sinks, and the Gluon
-    kernel (no window, no sinks) asked for explicitly; everything else combines."""
-    from fp4attn.kernels.decode import decode_fwd
-
+    none), a right extent, a budget out of range or without the 16-bit copy, malformed sinks; everything else
+    combines."""
     ring, _ = _ring16_and_full(40, [150, 3], lens=[153, 150])
     q = torch.randn(2, 4, 1, 32)
     with pytest.raises(ValueError, match="window_size"):
@@ -446,10 +444,6 @@ def test_thrift_window_and_sinks_validation():
         fp4attn.decode(q, c, thrift_budget=0.5, window_size=(10, 0))
     with pytest.raises(ValueError, match="keep_16bit"):
         fp4attn.decode(q, c, thrift_budget=0.5, sinks=torch.zeros(4))
-    sel = torch.ones(2, 4, ring.page_table.shape[1], dtype=torch.bool)
-    for kw in (dict(window=40), dict(sinks=torch.zeros(4))):
-        with pytest.raises(ValueError, match="kernel='gluon'"):
-            decode_fwd(q, ring, scale=0.1, selection=sel, kernel="gluon", **kw)
     # window, sinks and a Thrift budget together, on the ring: no error
     out = fp4attn.decode(q, ring, thrift_budget=0.5, window_size=(40, 0), sinks=torch.zeros(4))
     assert out.shape == q.shape and bool(torch.isfinite(out).all())
@@ -474,7 +468,7 @@ def _thrift_close(out, ref):
 @pytest.mark.parametrize("nq", [1, 4])
 def test_thrift_window_decode_gpu(nq):
     """Thrift with a window on the GPU: the selection kernels == thrift_select bit for bit (windows of less than a
-    page, several pages, past every key), the op (Triton split kernel) vs the reference with that selection;
+    page, several pages, past every key), the op vs the reference with that selection;
     budget 1 == the reference's 16-bit window attention."""
     from fp4attn.kernels.decode import select_pages
 
@@ -513,35 +507,39 @@ def test_thrift_sinks_decode_gpu():
         _thrift_close(out, ref)
         assert torch.allclose(lse, ref_lse.float(), atol=1e-3)
         none = fp4attn.decode(q, c, thrift_budget=0.1, sinks=torch.full_like(sinks, float("-inf")), **wkw)
-        plain = decode_fwd(q, c, scale=128 ** -0.5, selection=select_pages(q, c, 0.1, window=w), window=w,
-                           kernel="triton")[0]
+        plain = decode_fwd(q, c, scale=128 ** -0.5, selection=select_pages(q, c, 0.1, window=w), window=w)[0]
         assert torch.equal(none, plain) and torch.equal(out[:, 5], plain[:, 5])
 
 
 @pytest.mark.gpu
 @gpu
-def test_thrift_decode_gpu_routing_and_non_window_thrift_unchanged():
-    """Window or sinks with Thrift run the Triton split kernel (what kernel='triton' gives, bit for bit); Thrift
-    without them still runs the Gluon path on sm_90 (the bits of kernel='gluon') and the selection without a
-    window is the whole sequence's."""
+def test_thrift_decode_gpu_routing_and_non_window_thrift_unchanged(monkeypatch):
+    """Thrift runs the Gluon path on sm_90 (the bits of kernel='gluon'), with a window or sinks too, from
+    B·Hkv·(tokens covered) = _THRIFT_GLUON_MIN_WORK on, and the fused Triton kernel below (the bits of
+    kernel='triton'); the selection without a window is the whole sequence's."""
     from fp4attn.kernels import decode as Dk
 
-    c, k, v, q = _gpu_case(1, seed=144)
+    c, k, v, q = _gpu_case(1, seed=144)  # B·Hkv·tokens = 3·2·4103: below the threshold
     D = 128
     sel = Dk.select_pages(q, c, 0.05)
     assert torch.equal(sel.bool(), thrift_select(q, c, 0.05)[..., :sel.shape[-1]])
     out = fp4attn.decode(q, c, thrift_budget=0.05)
-    if torch.cuda.get_device_capability() == (9, 0):
-        assert Dk._use_gluon("auto", q, True, 4, 64, c.page_size)
-        assert torch.equal(out, Dk.decode_fwd(q, c, scale=D ** -0.5, selection=sel, kernel="gluon")[0])
     ref, _ = decode_reference(q, c, scale=D ** -0.5, selection=sel.bool())
     _thrift_close(out, ref)
-    sw = Dk.select_pages(q, c, 0.05, window=500)
-    assert torch.equal(fp4attn.decode(q, c, thrift_budget=0.05, window_size=(500, 0)),
-                       Dk.decode_fwd(q, c, scale=D ** -0.5, selection=sw, window=500, kernel="triton")[0])
-    s = torch.zeros(8, device="cuda")
-    assert torch.equal(fp4attn.decode(q, c, thrift_budget=0.05, sinks=s),
-                       Dk.decode_fwd(q, c, scale=D ** -0.5, selection=sel, sinks=s, kernel="triton")[0])
+    if torch.cuda.get_device_capability() == (9, 0):
+        assert torch.equal(out, Dk.decode_fwd(q, c, scale=D ** -0.5, selection=sel, kernel="triton")[0])
+        assert not torch.equal(out, Dk.decode_fwd(q, c, scale=D ** -0.5, selection=sel, kernel="gluon")[0])
+        for work, gluon in ((Dk._THRIFT_GLUON_MIN_WORK - 1, False), (Dk._THRIFT_GLUON_MIN_WORK, True)):
+            assert Dk._use_gluon("auto", q, True, 4, 64, c.page_size, work) == gluon
+        monkeypatch.setattr(Dk, "_THRIFT_GLUON_MIN_WORK", 1)  # any work: the Gluon path
+        assert torch.equal(fp4attn.decode(q, c, thrift_budget=0.05),
+                           Dk.decode_fwd(q, c, scale=D ** -0.5, selection=sel, kernel="gluon")[0])
+        sw = Dk.select_pages(q, c, 0.05, window=500)
+        assert torch.equal(fp4attn.decode(q, c, thrift_budget=0.05, window_size=(500, 0)),
+                           Dk.decode_fwd(q, c, scale=D ** -0.5, selection=sw, window=500, kernel="gluon")[0])
+        s = torch.zeros(8, device="cuda")
+        assert torch.equal(fp4attn.decode(q, c, thrift_budget=0.05, sinks=s),
+                           Dk.decode_fwd(q, c, scale=D ** -0.5, selection=sel, sinks=s, kernel="gluon")[0])
 
 
 @pytest.mark.gpu

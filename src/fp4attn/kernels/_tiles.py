@@ -7,6 +7,7 @@ import triton.language as tl
 from ..reference.common import effective_window
 
 LOG2E = 1.4426950408889634  # the kernels' scores and maxima are in the log2 domain: S·log2(e)
+LOG2E_K = tl.constexpr(LOG2E)  # the same inside kernels (a kernel reads only constexpr globals)
 
 
 # -------------------------------------------------------------------------------------------------

@@ -52,8 +52,8 @@ Thrift selection the Gluon kernel leaves the selected (query head, page) pairs o
 FP4 tiles with two-level P̃) and ``_decode_16bit_kernel`` computes them from the 16-bit copy as extra
 split partials: the reduce's max-rescaled merge of the two streams is the one online softmax of the fused
 kernel (two-level P̂ does not depend on the running max; only the 16-bit P̃'s rounding to V's dtype for
-the MMA is relative to another maximum). A window or sinks (Thrift or not) run kernel 1 (the Gluon kernels and
-the 16-bit stream have neither).
+the MMA is relative to another maximum). A window and sinks work the same way in both split kernels (and the
+16-bit stream masks its keys by the window; sinks enter through the reduce).
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ from ..formats.triton_helpers import (
 from ..ops._dispatch import interpreting as _interpret
 from . import decode_gluon
 from ._launch import cdiv, fast, head_grid, next_pow2
-from ._tiles import LOG2E, kv_head_program, online_softmax_step, sinks_log2
+from ._tiles import LOG2E, LOG2E_K, kv_head_program, online_softmax_step
 from .attention import _fp4_tile_f16
 
 LN2 = 0.6931471805599453
@@ -217,7 +217,8 @@ def _decode_split_kernel(
         vg = vg * 64.0  # ... and V values times 2^-6
     hq_rows = (b * Hkv + h) * G + r // NQ
     if SINKS:  # P̃ against max(split max, sink), as the one-shot max includes the sink; its l: in the reduce
-        m_i = tl.load(SINK + hq_rows, mask=row_ok, other=float("-inf"))
+        # SINK: the (Hq,) sinks in score units, hq_rows % Hq the query head
+        m_i = tl.load(SINK + hq_rows % (G * Hkv), mask=row_ok, other=float("-inf")).to(tl.float32) * LOG2E_K
     else:
         m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
@@ -277,7 +278,8 @@ def _decode_reduce_kernel(OP, MP, LP, Q, KT, VT, LENS, O, LSE, qk_scale, NS, GQ,
     st = tl.where(tmask, tl.sum(kt * q[None, :], 1) * qk_scale, float("-inf"))
     m_run = tl.max(st, 0)
     if SINKS:  # the query head's attention sink (log2 units): a key with no value, in the max and in l
-        sk = tl.load(SINK + r // NQ)  # row r = (b, query head, i): SINK is (B, Hq)
+        # row r = (b, query head, i); SINK: the (Hq,) sinks in score units
+        sk = tl.load(SINK + (r // NQ) % (GQ // NQ * Hkv)).to(tl.float32) * LOG2E_K
         m_run = tl.maximum(m_run, sk)
     m_use = tl.where(m_run == float("-inf"), 0.0, m_run)
     pt = tl.where(tmask, tl.math.exp2(st - m_use), 0.0)
@@ -310,15 +312,18 @@ def _decode_reduce_kernel(OP, MP, LP, Q, KT, VT, LENS, O, LSE, qk_scale, NS, GQ,
 
 
 @triton.jit
-def _decode_16bit_kernel(Q, K16, V16, PT, LENS, SEL, OP, MP, LP, qk_scale, Hkv, NQ, G, MAXP, PPS, NS, S0,
+def _decode_16bit_kernel(Q, K16, V16, PT, LENS, SEL, OP, MP, LP, qk_scale, Hkv, NQ, G, MAXP, PPS, NS, S0, WL,
                          D: tl.constexpr, PS: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_M: tl.constexpr,
-                         DOT_F32: tl.constexpr):
+                         DOT_F32: tl.constexpr, WINDOW: tl.constexpr = False):
     """Thrift's 16-bit stream for the Gluon FP4 kernel (which leaves the selected pages out): grid (NS16,
     B·Hkv), program ``pid`` takes pages [pid·PPS, (pid+1)·PPS) of its sequence; a page that some query
     head of the kv group selected is scored from the 16-bit copy (input-dtype q and K, FP32 accumulation)
     for the selecting rows only, with unquantized P̃ (rounded to V's dtype for the MMA, as the fused
     kernel does) and 16-bit V. Partials go to split slot S0 + pid (BLOCK_M rows per slot); the reduce
-    merges them with the FP4 stream's by their maxima, which equals one online softmax over both."""
+    merges them with the FP4 stream's by their maxima, which equals one online softmax over both. With ``WINDOW``
+    (left extent WL) the pages are counted from the sequence's first candidate page (that of key
+    max(L − NQ − WL, 0): a windowed selection holds no earlier one) and the window masks the keys. Sinks need
+    nothing here: the reduce merges them (this stream's P̃ is not quantized)."""
     pid = tl.program_id(0)
     pid_bh, b, h, L, C = kv_head_program(LENS, Hkv)
     r = tl.arange(0, BLOCK_R)
@@ -337,8 +342,11 @@ def _decode_16bit_kernel(Q, K16, V16, PT, LENS, SEL, OP, MP, LP, qk_scale, Hkv, 
     l_i = tl.zeros([BLOCK_R], tl.float32)
     acc = tl.zeros([BLOCK_R, D], tl.float32)
     n_pages = (C + PS - 1) // PS
+    p0 = 0
+    if WINDOW:
+        p0 = tl.maximum(L - NQ - WL, 0) // PS
     for it in range(0, PPS):  # a fixed trip count (the interpreter cannot loop to program-id bounds)
-        pidx = pid * PPS + it
+        pidx = p0 + pid * PPS + it
         if pidx < n_pages:
             selr = tl.load(SEL + sel_rows * MAXP + pidx, mask=row_ok, other=0) != 0
             if tl.max(selr.to(tl.int32), 0) > 0:
@@ -349,6 +357,8 @@ def _decode_16bit_kernel(Q, K16, V16, PT, LENS, SEL, OP, MP, LP, qk_scale, Hkv, 
                     k16 = k16.to(tl.float32)
                 keys = pidx * PS + offs_n
                 ok = selr[:, None] & (keys < C)[None, :] & (keys[None, :] <= last_key[:, None])
+                if WINDOW:
+                    ok = ok & (keys[None, :] >= (last_key - WL)[:, None])
                 s = tl.where(ok, tl.dot(q, tl.trans(k16)) * qk_scale, float("-inf"))
                 p, alpha, m_i, l_i = online_softmax_step(s, m_i, l_i, True)
                 v16 = tl.load(V16 + rows[:, None] * D + offs_d[None, :])
@@ -388,6 +398,11 @@ _GLUON_CONFIG = {False: dict(block_n=32, num_warps=1, num_stages=1, per_sm=16, m
 # FP4ATTN_DECODE_PDL=0 launches them plainly.
 _PDL = os.environ.get("FP4ATTN_DECODE_PDL", "1") != "0"
 _PAGES_16BIT = 32  # pages one program of Thrift's 16-bit stream scans
+# Thrift on Hopper: the Gluon FP4 kernel + the 16-bit stream (two kernels on two CUDA streams) pays a fixed cost
+# that the fused Triton split kernel does not: below B·Hkv·(tokens covered) = 2^17 the Triton kernel is faster
+# (H100 CUDA graphs, benchmarks/gluon-window-s25/: Triton/Gluon time 0.71-0.88 at 2^15-2^16, 0.94-1.13 at
+# 2^17, 1.19-1.46 at 2^18 and above; with or without a window).
+_THRIFT_GLUON_MIN_WORK = 1 << 17
 # How Thrift's two streams share the GPU: "side" runs the 16-bit kernel on a side CUDA stream, concurrently with the
 # FP4 kernel (the FP4 loop is bound by its integer/conversion work and leaves room for the 16-bit kernel's
 # reads: 5-9% less time at `bench decode`'s shapes on the H200, benchmarks/decode-s13/), "serial" one after the
@@ -444,15 +459,19 @@ def _selection_int8(selection: torch.Tensor, B: int, Hq: int, maxp: int) -> torc
     return sel
 
 
-def _use_gluon(kernel: str, q: torch.Tensor, thrift: bool, rows: int, block_n: int, page_size: int) -> bool:
+def _use_gluon(kernel: str, q: torch.Tensor, thrift: bool, rows: int, block_n: int, page_size: int,
+               work: int | None = None) -> bool:
     """Whether the FP4 split loop runs the Gluon kernel (``decode_gluon``): ``kernel`` "auto" picks it on
     sm_90 (Hopper, where it is tested and timed) for the shapes it supports, "gluon" requires it (it also
     compiles for sm_89, which has the same mma.sync and E4M3 conversions, but has not run there),
-    "triton" never uses it. ``FP4ATTN_DECODE_KERNEL`` overrides "auto"."""
+    "triton" never uses it. ``FP4ATTN_DECODE_KERNEL`` overrides "auto". Thrift with less ``work`` (B·Hkv·tokens
+    covered) than ``_THRIFT_GLUON_MIN_WORK`` runs the fused Triton kernel under "auto"."""
     if kernel not in ("auto", "gluon", "triton"):
         raise ValueError(f"kernel: expected 'auto', 'gluon' or 'triton', got {kernel!r}")
     if kernel == "auto":
         kernel = os.environ.get("FP4ATTN_DECODE_KERNEL", "auto")
+        if kernel == "auto" and thrift and work is not None and work < _THRIFT_GLUON_MIN_WORK:
+            return False
     if kernel == "triton":
         return False
     ok = (q.is_cuda and not _interpret() and (not thrift or block_n == 64)
@@ -482,20 +501,25 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
     ``kernel``: the FP4 split loop's implementation (see ``_use_gluon``); ``per_sm``: programs per SM
     (default: the kernel's config below). ``window``: a sliding window's left extent w (query i sees keys
     len − n_q + i − w ... len − n_q + i): the splits cover only the last ~w + n_q tokens of each sequence
-    (the Triton split kernel; a Thrift ``selection`` is read for the window's pages only: pass the windowed one,
+    (a Thrift ``selection`` is read for the window's pages only: pass the windowed one,
     ``select_pages(..., window=w)``). ``sinks`` (Hq,): attention sinks in score units, merged in the reduce (a
-    key with no value: in the max, l and the LSE). Both run the Triton split kernel, with or without Thrift.
+    key with no value: in the max, l and the LSE); the split kernels start their running max at the sink.
     """
     thrift = selection is not None
-    if window is not None or sinks is not None:
-        if kernel == "gluon":
-            raise ValueError("kernel='gluon' has no sliding window and no sinks")
-        kernel = "triton"
     B, Hq, NQ, D = q.shape
     Hkv = cache.num_kv_heads
     G = Hq // Hkv
+    # a reserved cache (KVCache.reserve): splits sized for its capacity, so that a step captured in a CUDA
+    # graph covers the tokens appended by later replays
+    committed = cache.committed_lengths()
+    max_c = max(max(committed) if committed else 0, cache.reserved_len - cache.reserved_len % 16)
+    if window is not None:  # a window longer than every sequence, reserved length included, is capped there (exact;
+        # and int32)
+        window = min(window, max(max(cache.lengths, default=0), cache.reserved_len))
     gcfg = _GLUON_CONFIG[thrift]
-    gluon = _use_gluon(kernel, q, thrift, G * NQ, block_n or gcfg["block_n"], cache.page_size)
+    # Thrift's work (sequences x kv heads x tokens the splits cover) for the choice of its kernel
+    work = B * Hkv * (max_c if window is None else min(max_c, window + NQ + 64)) if thrift else None
+    gluon = _use_gluon(kernel, q, thrift, G * NQ, block_n or gcfg["block_n"], cache.page_size, work)
     cfg = gcfg if gluon else _CONFIGS[thrift]
     block_n = block_n or cfg["block_n"]
     # query rows of a program (the columns of its transposed tiles), padded to a power of two >= 4
@@ -511,13 +535,7 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
         raise ValueError("Thrift decode needs block_n=64 (the two-level P tile of 64 keys)")
     interp = _interpret()
     q = q.contiguous()
-    committed = cache.committed_lengths()
-    # a reserved cache (KVCache.reserve): splits sized for its capacity, so that a step captured in a CUDA
-    # graph covers the tokens appended by later replays
-    max_c = max(max(committed) if committed else 0, cache.reserved_len - cache.reserved_len % 16)
     if window is not None:  # tokens the splits of one sequence cover: from its first visible key's tile
-        # (a window longer than every sequence, reserved length included, is capped there: exact, and int32)
-        window = min(window, max(max(cache.lengths, default=0), cache.reserved_len))
         max_c = min(max_c, window + NQ + block_n)
     if num_splits is None:
         per_sm = per_sm or max(1, cfg["per_sm"] * cfg["num_warps"] // num_warps)
@@ -529,13 +547,14 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
     dev = q.device
     maxp = cache.page_table.shape[1]
     # Thrift with the Gluon FP4 kernel: its selected pages come from a separate 16-bit stream whose
-    # partials occupy n16 more split slots
-    n16 = max(1, -(-max(maxp, 1) // _PAGES_16BIT)) if (thrift and gluon) else 0
+    # partials occupy n16 more split slots (with a window: enough for its candidate pages)
+    pages16 = max(maxp, 1) if window is None else _window_pages(window, NQ, PS, max(maxp, 1))
+    n16 = max(1, -(-pages16 // _PAGES_16BIT)) if (thrift and gluon) else 0
     ns_all = num_splits + n16
     OP = torch.empty(B * Hkv * ns_all * BLOCK_M, D, dtype=torch.float32, device=dev)
     MP = torch.empty(B * Hkv * ns_all * BLOCK_M, dtype=torch.float32, device=dev)
-    # sinks per (sequence, query head), log2 units (an unused pointer without)
-    sink = sinks_log2(sinks, B, dev) if sinks is not None else MP
+    # the (Hq,) sinks in score units, read (and taken to log2 units) by the kernels (an unused pointer without)
+    sink = sinks.contiguous() if sinks is not None else MP
     LP = torch.empty_like(MP)
     if thrift:
         sel = _selection_int8(selection, B, Hq, maxp)
@@ -558,15 +577,15 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
             s16.wait_stream(cur)
             with torch.cuda.stream(s16):
                 _launch_16bit(q, k16, v16, pt, cache.seq_lens, sel, OP, MP, LP, scale, Hkv, NQ, G, maxp, ns_all,
-                              num_splits, n16, B, D, PS, BLOCK_M, interp)
+                              num_splits, n16, B, D, PS, BLOCK_M, interp, window)
         decode_gluon.launch(q, cache, pt, ks, vs, OP, MP, LP, scale * LOG2E, NQ, G, max(maxp, 1), TPS, num_splits,
                             BLOCK_M, block_n, sel if thrift else None, ns_all, maxnreg=gluon_maxnreg(thrift),
-                            pdl_trigger=pdl)
+                            pdl_trigger=pdl, window=window, sink=sink if sinks is not None else None)
         if side:
             cur.wait_stream(s16)
         elif n16:
             _launch_16bit(q, k16, v16, pt, cache.seq_lens, sel, OP, MP, LP, scale, Hkv, NQ, G, maxp, ns_all,
-                          num_splits, n16, B, D, PS, BLOCK_M, interp)
+                          num_splits, n16, B, D, PS, BLOCK_M, interp, window)
     else:
         fast(_decode_split_kernel)[head_grid(num_splits, B * Hkv)](
             q, cache.k_data, ks, cache.v_data, vs, k16, v16, pt,
@@ -588,12 +607,12 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
 
 
 def _launch_16bit(q, k16, v16, pt, seq_lens, sel, OP, MP, LP, scale, Hkv, NQ, G, maxp, ns_all, num_splits, n16,
-                  B, D, PS, BLOCK_M, interp):
+                  B, D, PS, BLOCK_M, interp, window=None):
     """Thrift's 16-bit stream: the selected pages' partials into split slots num_splits.. of OP/MP/LP."""
     fast(_decode_16bit_kernel)[head_grid(n16, B * Hkv)](
         q, k16, v16, pt, seq_lens, sel, OP, MP, LP, scale * LOG2E, Hkv, NQ, G, max(maxp, 1),
-        _PAGES_16BIT, ns_all, num_splits, D=D, PS=PS, BLOCK_R=max(16, BLOCK_M), BLOCK_M=BLOCK_M,
-        DOT_F32=interp, num_warps=4)
+        _PAGES_16BIT, ns_all, num_splits, window or 0, D=D, PS=PS, BLOCK_R=max(16, BLOCK_M), BLOCK_M=BLOCK_M,
+        DOT_F32=interp, WINDOW=window is not None, num_warps=4)
 
 
 # =================================================================================================

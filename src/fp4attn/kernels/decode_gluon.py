@@ -51,7 +51,7 @@ from ..formats.triton_helpers import (
     fake_quant_rows,
 )
 from ._launch import fast, head_grid
-from ._tiles import kv_head_program, online_softmax_step
+from ._tiles import LOG2E_K, kv_head_program, online_softmax_step
 
 try:  # Gluon ships with Triton >= 3.5
     from triton.experimental import gluon
@@ -80,11 +80,13 @@ if HAVE_GLUON:
         return kh, ks, vb, vs
 
     @gluon.jit
-    def _tile(kh, ks, vb, vs, t0, accT, m_i, l_i, qT, s_scale, last_key, C, keys0, sel_rows, vg, SEL, MAXP,
+    def _tile(kh, ks, vb, vs, t0, accT, m_i, l_i, qT, s_scale, last_key, C, WL, keys0, sel_rows, vg, SEL, MAXP,
               D: gl.constexpr, PS: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
-              LH: gl.constexpr, MMA: gl.constexpr, MASKED: gl.constexpr, THRIFT: gl.constexpr):
+              LH: gl.constexpr, MMA: gl.constexpr, MASKED: gl.constexpr, THRIFT: gl.constexpr,
+              WINDOW: gl.constexpr):
         """One tile of the key loop: decode K̂ into A fragments, Sᵀ, online softmax over the keys (axis 0),
-        P̃ rounded per 16 keys, decode V̂ᵀ into A fragments, Oᵀ += V̂ᵀ·ϕ(P̃)ᵀ."""
+        P̃ rounded per 16 keys, decode V̂ᵀ into A fragments, Oᵀ += V̂ᵀ·ϕ(P̃)ᵀ. ``MASKED``: the keys' committed,
+        causal and (``WINDOW``, left extent WL) sliding-window masks."""
         AOP: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
         BOP: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=MMA, k_width=2)
         # K scales (BLOCK_N, D/16) -> one per half-word (4 per block), as register copies
@@ -102,6 +104,8 @@ if HAVE_GLUON:
         if MASKED:
             keys = t0 + keys0
             ok = (keys < C)[:, None] & (keys[:, None] <= last_key[None, :])
+            if WINDOW:  # query row sees keys >= its last key - WL
+                ok = ok & (keys[:, None] >= (last_key - WL)[None, :])
             sT = gl.where(ok, sT, float("-inf"))
         if THRIFT:  # rows whose query head selected this page get it from the 16-bit stream, not here
             sel = gl.load(SEL + sel_rows * MAXP + t0 // PS) != 0
@@ -129,11 +133,12 @@ if HAVE_GLUON:
 
     @gluon.jit
     def _decode_split_kernel_gl(Q, KD, KS, VD, VS, PT, LENS, KG, VG, SEL, OP, MP, LP,
-                                qk_scale, Hkv, NQ, G, MAXP, TPS, NS,
+                                qk_scale, Hkv, NQ, G, MAXP, TPS, NS, WL, SINK,
                                 D: gl.constexpr, PS: gl.constexpr, BLOCK_M: gl.constexpr,
                                 BLOCK_N: gl.constexpr, THRIFT: gl.constexpr,
                                 LQ: gl.constexpr, LH: gl.constexpr, LKS: gl.constexpr, LV: gl.constexpr,
-                                MMA: gl.constexpr, PDL_TRIGGER: gl.constexpr = False):
+                                MMA: gl.constexpr, PDL_TRIGGER: gl.constexpr = False, WINDOW: gl.constexpr = False,
+                                SINKS: gl.constexpr = False):
         BOP: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=MMA, k_width=2)
         pid_s = gl.program_id(0)
         if PDL_TRIGGER:  # let the reduce kernel (a programmatic dependent launch) be scheduled early
@@ -157,6 +162,10 @@ if HAVE_GLUON:
         sel_rows = ((b * Hkv + h) * G + gl.minimum(cols // NQ, G - 1)).to(gl.int64)
         z = gl.permute(gl.zeros([BLOCK_N, BLOCK_M], gl.float32, layout=MMA), (1, 0))
         m_i = gl.max(z, 1) - float("inf")  # running max / sum per query row, in the (rows, keys) view's slice
+        if SINKS:  # P̃ against max(split max, sink), as decode's Triton split kernel; the sink's l: in the reduce
+            # SINK: the (Hq,) sinks in score units, sel_rows % Hq the query head of a row
+            sk = gl.load(SINK + sel_rows % (G * Hkv), mask=cols < G * NQ, other=float("-inf")).to(gl.float32) * LOG2E_K
+            m_i = gl.convert_layout(sk, m_i.type.layout)
         l_i = gl.sum(z, 1)
         accT = gl.zeros([D, BLOCK_M], gl.float32, layout=MMA)
         # loop-invariant offsets of the tile loads (the loop adds one scalar base per tensor)
@@ -171,18 +180,28 @@ if HAVE_GLUON:
         keys0 = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
         KD16 = KD.cast(gl.pointer_type(gl.int16), bitcast=True)
         start = pid_s * TPS
+        if WINDOW:  # the splits cover the window of the sequence: from the tile holding its first visible key
+            start += (gl.maximum(L - NQ - WL, 0) // BLOCK_N) * BLOCK_N
         end = gl.minimum(start + TPS, C)
-        # tiles below min(end, L - NQ + 1) are committed and visible to every query row: no masks
-        n_full = gl.maximum(gl.minimum(end, L - NQ + 1) - start, 0) // BLOCK_N
-        full_end = start + n_full * BLOCK_N
-        for t0 in range(start, full_end, BLOCK_N):
+        lo_end = start
+        if WINDOW:  # tiles below L - 1 - WL hold keys the last query row's window leaves out: masked (<= 2 tiles)
+            lo_end = gl.minimum(start + gl.cdiv(gl.maximum(L - 1 - WL - start, 0), BLOCK_N) * BLOCK_N, end)
+            for t0 in range(start, lo_end, BLOCK_N):
+                kh, ks, vb, vs = _load_tile(KD16, KS, VD, VS, PT, b, h, t0, Hkv, MAXP, koff, ksoff, voff, vsoff, D,
+                                            PS)
+                accT, m_i, l_i = _tile(kh, ks, vb, vs, t0, accT, m_i, l_i, qT, s_scale, last_key, C, WL, keys0,
+                                       sel_rows, vg, SEL, MAXP, D, PS, BLOCK_N, BLOCK_M, LH, MMA, True, THRIFT, WINDOW)
+        # tiles from there below min(end, L - NQ + 1) are committed and visible to every query row: no masks
+        n_full = gl.maximum(gl.minimum(end, L - NQ + 1) - lo_end, 0) // BLOCK_N
+        full_end = lo_end + n_full * BLOCK_N
+        for t0 in range(lo_end, full_end, BLOCK_N):
             kh, ks, vb, vs = _load_tile(KD16, KS, VD, VS, PT, b, h, t0, Hkv, MAXP, koff, ksoff, voff, vsoff, D, PS)
-            accT, m_i, l_i = _tile(kh, ks, vb, vs, t0, accT, m_i, l_i, qT, s_scale, last_key, C, keys0, sel_rows, vg,
-                                   SEL, MAXP, D, PS, BLOCK_N, BLOCK_M, LH, MMA, False, THRIFT)
+            accT, m_i, l_i = _tile(kh, ks, vb, vs, t0, accT, m_i, l_i, qT, s_scale, last_key, C, WL, keys0, sel_rows,
+                                   vg, SEL, MAXP, D, PS, BLOCK_N, BLOCK_M, LH, MMA, False, THRIFT, WINDOW)
         for t0 in range(full_end, end, BLOCK_N):  # at most the last committed 16 + BLOCK_N keys
             kh, ks, vb, vs = _load_tile(KD16, KS, VD, VS, PT, b, h, t0, Hkv, MAXP, koff, ksoff, voff, vsoff, D, PS)
-            accT, m_i, l_i = _tile(kh, ks, vb, vs, t0, accT, m_i, l_i, qT, s_scale, last_key, C, keys0, sel_rows, vg,
-                                   SEL, MAXP, D, PS, BLOCK_N, BLOCK_M, LH, MMA, True, THRIFT)
+            accT, m_i, l_i = _tile(kh, ks, vb, vs, t0, accT, m_i, l_i, qT, s_scale, last_key, C, WL, keys0, sel_rows,
+                                   vg, SEL, MAXP, D, PS, BLOCK_N, BLOCK_M, LH, MMA, True, THRIFT, WINDOW)
         if not THRIFT:
             accT = accT * vg  # (Thrift scales each tile's product by s1·vg in _tile)
         # partials in physical channel order: logical row m = r + 8a + 16(2w + z) is (D/8)·r + 4w + 2z + a
@@ -230,14 +249,21 @@ def supported(D: int, rows: int, block_n: int, page_size: int) -> bool:
 
 
 def launch(q, cache, pt, ks, vs, OP, MP, LP, qk_scale, NQ, G, maxp, TPS, num_splits, BLOCK_M, block_n,
-           sel=None, ns_stride=None, maxnreg=None, pdl_trigger=False):
+           sel=None, ns_stride=None, maxnreg=None, pdl_trigger=False, window=None, sink=None):
     """Run the split kernel on the decode_fwd buffers (grid (splits, B·Hkv), one warp per program; ``maxnreg``: a
-    register cap, so that as many programs share an SM as the splits were sized for)."""
+    register cap, so that as many programs share an SM as the splits were sized for). ``window``: a sliding
+    window's left extent (the splits start at each sequence's window); ``sink``: the (Hq,) attention sinks in score
+    units (a float tensor), the running max's start."""
     B, _, _, D = q.shape
     Hkv = cache.num_kv_heads
+    extra = {"PDL_TRIGGER": True} if pdl_trigger else {}
+    if window is not None:
+        extra["WINDOW"] = True
+    if sink is not None:
+        extra["SINKS"] = True
     fast(_decode_split_kernel_gl)[head_grid(num_splits, B * Hkv)](
         q, cache.k_data, ks, cache.v_data, vs, pt, cache.seq_lens, cache.k_global_scale, cache.v_global_scale,
         MP if sel is None else sel, OP, MP, LP, qk_scale, Hkv, NQ, G, maxp, TPS, ns_stride or num_splits,
+        window or 0, MP if sink is None else sink,
         D=D, PS=cache.page_size, BLOCK_M=BLOCK_M, BLOCK_N=block_n, THRIFT=sel is not None,
-        **_layouts(D, block_n, BLOCK_M), num_warps=1, **({"maxnreg": maxnreg} if maxnreg else {}),
-        **({"PDL_TRIGGER": True} if pdl_trigger else {}))
+        **_layouts(D, block_n, BLOCK_M), num_warps=1, **({"maxnreg": maxnreg} if maxnreg else {}), **extra)

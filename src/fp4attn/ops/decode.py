@@ -211,8 +211,8 @@ def decode(q, cache: KVCache, *, scale=None, recipe: str = "nvfp4", thrift_budge
             softmax (its max and l) without a value; with ``thrift_budget`` the same, the selection unchanged.
 
     CUDA tensors run the flash-decoding kernels (:mod:`fp4attn.kernels.decode`; on Hopper the FP4 split
-    loop is the Gluon kernel of :mod:`fp4attn.kernels.decode_gluon`, except with a window or sinks, which the
-    Triton split kernel runs, Thrift included); CPU tensors the PyTorch reference.
+    loop is the Gluon kernel of :mod:`fp4attn.kernels.decode_gluon`, windows and sinks included; small Thrift
+    steps run the fused Triton split kernel); CPU tensors the PyTorch reference.
     No autograd.
     """
     qb, scale, thrift_budget, window, sinks = _check(q, cache, scale, recipe, thrift_budget, layout, return_lse,
