@@ -222,6 +222,25 @@ def test_decode_kernel_interpreter_sinks_ragged_splits(window):
     assert cos >= 0.998 and rel_l2(out, ref) <= 0.05
 
 
+@cpu_interp
+def test_decode_kernel_interpreter_sinks_any_float_dtype_and_batch_rows():
+    """The kernels read the (Hq,) sinks tensor itself (query head = row's head modulo Hq, times log2 e in the
+    kernel): bf16 or strided sinks give the bits of their float32 copy, and each sequence of a batch its own
+    rows' sinks (a sink moved to another head changes only that head's output)."""
+    from fp4attn.kernels.decode import decode_fwd
+
+    c, _, _, q = _cache([200, 77, 130], 2, 2, seed=14)
+    s = _sinks(4, seed=15).bfloat16().float()  # bf16-representable values
+    want = decode_fwd(q, c, scale=32 ** -0.5, num_splits=2, sinks=s)
+    for other in (s.bfloat16(), torch.stack([s, s], 1)[:, 0]):  # bf16; a strided view
+        got = decode_fwd(q, c, scale=32 ** -0.5, num_splits=2, sinks=other)
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    moved = s.clone()
+    moved[3] = 5.0
+    got = decode_fwd(q, c, scale=32 ** -0.5, num_splits=2, sinks=moved)[0]
+    assert torch.equal(got[:, :3], want[0][:, :3]) and not torch.equal(got[:, 3], want[0][:, 3])
+
+
 # -------------------------------------------------------------------------------------------------
 # Attn-QAT with sinks (training)
 # -------------------------------------------------------------------------------------------------

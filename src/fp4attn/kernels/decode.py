@@ -517,7 +517,7 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
         # and int32)
         window = min(window, max(max(cache.lengths, default=0), cache.reserved_len))
     gcfg = _GLUON_CONFIG[thrift]
-    # Thrift's work (sequences x kv heads x tokens the splits cover) for the choice of its kernel
+    # Thrift's work (sequences x kv heads x tokens the splits cover; 64: its tile) for the choice of its kernel
     work = B * Hkv * (max_c if window is None else min(max_c, window + NQ + 64)) if thrift else None
     gluon = _use_gluon(kernel, q, thrift, G * NQ, block_n or gcfg["block_n"], cache.page_size, work)
     cfg = gcfg if gluon else _CONFIGS[thrift]
@@ -580,7 +580,7 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
                               num_splits, n16, B, D, PS, BLOCK_M, interp, window)
         decode_gluon.launch(q, cache, pt, ks, vs, OP, MP, LP, scale * LOG2E, NQ, G, max(maxp, 1), TPS, num_splits,
                             BLOCK_M, block_n, sel if thrift else None, ns_all, maxnreg=gluon_maxnreg(thrift),
-                            pdl_trigger=pdl, window=window, sink=sink if sinks is not None else None)
+                            pdl_trigger=pdl, window=window, sink=None if sinks is None else sink)
         if side:
             cur.wait_stream(s16)
         elif n16:

@@ -2,12 +2,12 @@
 the registers of the tensor-core fragments, no shared memory in the key loop.
 
 Same algorithm, inputs and partial outputs as ``decode._decode_split_kernel``'s FP4 path (with ``THRIFT``:
-the selected pages left to ``decode._decode_16bit_kernel``, two-level P̃ on the others; see ``decode``'s
-module docstring), whose docstring describes the transposed tile (keys along the MMA's M, the G·n_q query
-rows of a GQA group along N: Sᵀ = K̂·ϕ(q)ᵀ, Oᵀ += V̂ᵀ·ϕ(P̃)ᵀ). The Triton kernel decodes K̂ and V̂ in a
-blocked layout and Triton moves the decoded tiles into the ``mma.sync`` operand layouts through shared
-memory; the profile showed those round trips bound the loop. Here every layout is explicit (Gluon), so each
-thread loads exactly the packed bytes its operand fragments need and decodes them in place:
+the selected pages left to ``decode._decode_16bit_kernel``, two-level P̃ on the others; ``WINDOW`` and ``SINKS``
+as there; see ``decode``'s module docstring), whose docstring describes the transposed tile (keys along the
+MMA's M, the G·n_q query rows of a GQA group along N: Sᵀ = K̂·ϕ(q)ᵀ, Oᵀ += V̂ᵀ·ϕ(P̃)ᵀ). The Triton kernel
+decodes K̂ and V̂ in a blocked layout and Triton moves the decoded tiles into the ``mma.sync`` operand layouts
+through shared memory; the profile showed those round trips bound the loop. Here every layout is explicit
+(Gluon), so each thread loads exactly the packed bytes its operand fragments need and decodes them in place:
 
 * ``mma.sync.m16n8k16`` A fragment (16 rows x 16 k): thread (r = lane/4, c = lane%4) holds rows r and
   r+8, k = 2c, 2c+1, 2c+8, 2c+9, one fp16 pair per 32-bit register.
