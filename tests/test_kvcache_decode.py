@@ -1396,6 +1396,20 @@ def test_thrift_decode_gluon_streams_gpu_equal_fused_triton_kernel(nq, budget, w
     assert _rel(o_g, ref) <= 1e-2
 
 
+def test_default_splits_short_loops_take_more_splits_up_to_min_programs():
+    """>= 4 tiles per split and at most per_sm programs per SM (132 SMs on CPU); with ``min_programs``, a grid that
+    would have fewer programs takes splits of fewer tiles (down to one) until it has them, never more than one
+    wave. The numbers are the H200 probe's cases (benchmarks/gluon-window-s25/splits_probe.py)."""
+    from fp4attn.kernels.decode import default_splits
+
+    def ds(B, tiles, mp=512):
+        return default_splits(B, 8, tiles * 32, 32, None, 16, None, mp)
+    assert [ds(8, t, 0) for t in (6, 18, 34, 130, 1024)] == [2, 5, 9, 33, 33]  # no minimum: as before
+    assert [ds(8, t) for t in (6, 18, 34, 130, 1024)] == [6, 8, 9, 33, 33]  # 64 heads: up to 8 splits
+    assert [ds(1, t) for t in (6, 34, 130, 512, 4096)] == [6, 34, 64, 128, 264]  # 8 heads: up to 64; one wave
+    assert [ds(32, t) for t in (6, 32, 128)] == [2, 8, 8]  # 256 heads: >= 2 per head, the wave's 8
+
+
 @needs_interp
 @pytest.mark.parametrize("window", [None, 0, 70, 130])
 def test_thrift_16bit_stream_kernel_interpreter_all_selected_is_exact_attention(window):

@@ -384,7 +384,10 @@ _CONFIGS = {False: dict(block_n=32, num_warps=1, num_stages=2, per_sm=12, max_ti
 # programs per SM in one wave (H200 sweeps of 2026-11-22 in benchmarks/decode-s10/: 64-key tiles, 8-28
 # programs per SM, register caps of 88-112, register or L2 prefetch of later tiles were all slower; a cp.async
 # ring of the next tiles in shared memory was no faster, benchmarks/decode-s18/: the loop is ALU-bound).
-_GLUON_CONFIG = {False: dict(block_n=32, num_warps=1, num_stages=1, per_sm=16, max_tiles=None),
+# Short loops (windows, short contexts, small batches) take splits of fewer tiles, down to one, until the grid has
+# 512 programs (min_programs): 1.06-1.27x faster at (B, context or window) = (8, w 128-512), (1, w 128-4096),
+# (1, 1k-4k), (8, 512) on the H200, the other probed shapes unchanged (benchmarks/gluon-window-s25/splits_probe.py).
+_GLUON_CONFIG = {False: dict(block_n=32, num_warps=1, num_stages=1, per_sm=16, max_tiles=None, min_programs=512),
                  # Thrift: 64-key tiles (the two-level P̃ tile), the selected pages in the 16-bit stream; at most
                  # 168 registers (ptxas chose 174 for a variant of the kernel: 11 programs per SM, and splits sized
                  # for 12 per SM ran in two waves: the FP4 kernel 1.55x the time, the Thrift op 1.23-1.27x;
@@ -434,16 +437,21 @@ def gluon_maxnreg(thrift: bool) -> int:
 
 
 def default_splits(B: int, hkv: int, max_committed: int, block_n: int, device=None, per_sm: int = 12,
-                   max_tiles: int | None = None) -> int:
+                   max_tiles: int | None = None, min_programs: int = 0) -> int:
     """Splits along the context: at most ``per_sm`` programs per SM in all, each split keeping >= 4
     tiles, and at most ``max_tiles`` tiles per split when given (24 splits at B=8/Hkv=8/32k and 198 at
-    B=1/Hkv=8/128k with the FP4 config on a 132-SM GPU)."""
+    B=1/Hkv=8/128k with the FP4 config on a 132-SM GPU). Where that leaves fewer than ``min_programs``
+    programs (a short loop: a sliding window, a short context, a small batch), splits of fewer tiles, down to
+    one, until there are ``min_programs``: each split is a chain of dependent tile loads."""
     if device is not None and device.type == "cuda" and torch.cuda.is_available():
         sms = _sm_count(device.index if device.index is not None else torch.cuda.current_device())
     else:
         sms = 132
     tiles = max(1, -(-max_committed // block_n))
-    fill = min(per_sm * sms // (B * hkv), -(-tiles // 4))
+    fill = -(-tiles // 4)
+    if B * hkv * fill < min_programs:
+        fill = min(tiles, -(-min_programs // (B * hkv)))
+    fill = min(per_sm * sms // (B * hkv), fill)
     return max(1, -(-tiles // max_tiles) if max_tiles else 1, fill)
 
 
@@ -539,7 +547,8 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
         max_c = min(max_c, window + NQ + block_n)
     if num_splits is None:
         per_sm = per_sm or max(1, cfg["per_sm"] * cfg["num_warps"] // num_warps)
-        num_splits = default_splits(B, Hkv, max_c, block_n, q.device, per_sm, cfg["max_tiles"])
+        num_splits = default_splits(B, Hkv, max_c, block_n, q.device, per_sm, cfg["max_tiles"],
+                                    cfg.get("min_programs", 0))
     tiles = max(1, -(-max_c // block_n))
     num_splits = max(1, min(int(num_splits), tiles))
     TPS = -(-tiles // num_splits) * block_n
