@@ -185,7 +185,12 @@ def fam_decode():
             Dk._decode_16bit_kernel[(4,)](q, c16.k16, c16.v16, c16.page_table, c16.seq_lens, sel, buf, buf[:, 0],
                                           buf[:, 1], 0.1, 2, 2, 4, c16.page_table.shape[1], 32, 4, 3, 100, D=128,
                                           PS=64, BLOCK_R=16, BLOCK_M=8, DOT_F32=False, WINDOW=win, num_warps=4)
-        # sliding windows and sinks in the Gluon kernel, FP4 and Thrift
+        # sliding windows and sinks in the Gluon kernel, FP4 and Thrift; and at D = 64 (gpt-oss's sliding layers)
+        cg = fp4attn.KVCache.from_dense(*(torch.randn(2, 2, 300, 64, dtype=torch.bfloat16) for _ in range(2)))
+        Dk.decode_gluon.launch(torch.randn(2, 8, 1, 64, dtype=torch.bfloat16), cg, cg.page_table,
+                               cg.k_scale.view(torch.uint8), cg.v_scale.view(torch.uint8), buf[:, :64], buf[:, 0],
+                               buf[:, 1], 0.1, 1, 4, cg.page_table.shape[1], 128, 3, 8, 32,
+                               maxnreg=Dk.gluon_maxnreg(False), window=127, sink=buf[:, 2])
         for s_ in (None, sel):
             Dk.decode_gluon.launch(q, c16, c16.page_table, c16.k_scale.view(torch.uint8),
                                    c16.v_scale.view(torch.uint8), buf, buf[:, 0], buf[:, 1], 0.1, 2, 4,

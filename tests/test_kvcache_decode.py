@@ -1226,17 +1226,20 @@ def test_decode_gluon_kernel_gpu_equals_triton_kernel(D, G, nq, lens, block_n):
 
 @pytest.mark.gpu
 @gpu
-@pytest.mark.parametrize("nq,window,sinks", [(1, 0, False), (1, 100, False), (4, 1023, False), (2, 5000, False),
-                                             (1, None, True), (4, None, True), (3, 255, True), (1, 31, True)])
+@pytest.mark.parametrize("D,nq,window,sinks", [(128, 1, 0, False), (128, 1, 100, False), (128, 4, 1023, False),
+                                               (128, 2, 5000, False), (128, 1, None, True), (128, 4, None, True),
+                                               (128, 3, 255, True), (128, 1, 31, True),
+                                               # gpt-oss's sliding layers (D = 64, window 127, sinks)
+                                               (64, 1, 127, True), (64, 2, 1000, False)])
 @pytest.mark.parametrize("block_n", [32, 64])
-def test_decode_gluon_kernel_gpu_window_and_sinks_equal_triton_kernel(nq, window, sinks, block_n):
+def test_decode_gluon_kernel_gpu_window_and_sinks_equal_triton_kernel(D, nq, window, sinks, block_n):
     """Sliding windows and sinks in the Gluon split kernel: the splits start at the window's first tile, its
     first (lower-masked) tiles, the unmasked ones and the last masked ones give the Triton kernel's arithmetic
     (criteria of test_decode_gluon_kernel_gpu_equals_triton_kernel, same reason), and a sink starts the running
     max in both. Windows of zero keys, less than a tile, several tiles, past every key; a -inf sink."""
     from fp4attn.kernels import decode as Dk
 
-    dev, Hkv, G, D = "cuda", 2, 4, 128
+    dev, Hkv, G = "cuda", 2, 4
     lens = [3000, nq, 777, 2245, 64 + nq]  # (a sequence of only the new tokens: all in the raw tail)
     k, v = _kv(len(lens), Hkv, max(lens), D, seed=65)
     c = KVCache.from_dense(k.to(dev), v.to(dev), lengths=lens)

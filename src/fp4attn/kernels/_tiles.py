@@ -26,7 +26,9 @@ def window_offsets(window, causal: bool, nq: int, nk: int) -> tuple[bool, int, b
 
 
 def sinks_log2(sinks, B: int, device):
-    """(Hq,) attention-sink logits in score units -> (B·Hq,) float32 in the kernels' log2 units, row b·Hq + h."""
+    """(Hq,) attention-sink logits in score units -> (B·Hq,) float32 in the kernels' log2 units, row b·Hq + h (the
+    prefill kernels; decode, called once per token and layer, reads the (Hq,) tensor in its kernels instead and
+    saves these ops' host time)."""
     return (sinks.to(device=device, dtype=torch.float32).repeat(B) * LOG2E).contiguous()
 
 
