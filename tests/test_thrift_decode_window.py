@@ -513,13 +513,13 @@ def test_thrift_sinks_decode_gpu():
 
 @pytest.mark.gpu
 @gpu
-def test_thrift_decode_gpu_routing_and_non_window_thrift_unchanged(monkeypatch):
+def test_thrift_decode_gpu_kernel_choice(monkeypatch):
     """Thrift runs the Gluon path on sm_90 (the bits of kernel='gluon'), with a window or sinks too, from
     B·Hkv·(tokens covered) = _THRIFT_GLUON_MIN_WORK on, and the fused Triton kernel below (the bits of
     kernel='triton'); the selection without a window is the whole sequence's."""
     from fp4attn.kernels import decode as Dk
 
-    c, k, v, q = _gpu_case(1, seed=144)  # B·Hkv·tokens = 3·2·4103: below the threshold
+    c, k, v, q = _gpu_case(1, seed=144)  # B·Hkv·committed tokens = 3·2·4096: below the threshold
     D = 128
     sel = Dk.select_pages(q, c, 0.05)
     assert torch.equal(sel.bool(), thrift_select(q, c, 0.05)[..., :sel.shape[-1]])
