@@ -1,6 +1,5 @@
 """Tile arithmetic shared by the attention-family kernels (forward, Attn-QAT, Thrift)."""
 
-import torch
 import triton
 import triton.language as tl
 
@@ -11,7 +10,7 @@ LOG2E_K = tl.constexpr(LOG2E)  # the same inside kernels (a kernel reads only co
 
 
 # -------------------------------------------------------------------------------------------------
-# host side: the launch arguments of sliding windows and attention sinks
+# host side: the launch arguments of sliding windows
 # -------------------------------------------------------------------------------------------------
 def window_offsets(window, causal: bool, nq: int, nk: int) -> tuple[bool, int, bool, int]:
     """The kernels' edges for a normalized ``window=(left, right)`` (-1: unbounded; right 0 with ``causal``)
@@ -23,13 +22,6 @@ def window_offsets(window, causal: bool, nq: int, nk: int) -> tuple[bool, int, b
     right = causal or wr >= 0
     coff = nk - nq + (max(wr, 0) if not causal else 0)
     return right, coff, wl >= 0, nk - nq - wl
-
-
-def sinks_log2(sinks, B: int, device):
-    """(Hq,) attention-sink logits in score units -> (B·Hq,) float32 in the kernels' log2 units, row b·Hq + h (the
-    prefill kernels; decode, called once per token and layer, reads the (Hq,) tensor in its kernels instead and
-    saves these ops' host time)."""
-    return (sinks.to(device=device, dtype=torch.float32).repeat(B) * LOG2E).contiguous()
 
 
 @triton.jit

@@ -169,7 +169,6 @@ from ._tiles import (
     load_bhsd_rows,
     online_softmax_step,
     program_rows,
-    sinks_log2,
     two_level_scale,
     two_level_step,
     visible,
@@ -1050,8 +1049,9 @@ def attention_packed(pk: PackedQKV, *, causal: bool, scale: float, two_level_p: 
     right, coff, left, loff = window_offsets(window, causal, pk.nq, pk.nk)
     if left and pk.krows is None:
         raise ValueError("a sliding window's left edge needs the per-key flags: quantize_qkv(..., key_rows=True)")
-    if sinks is not None:  # per-row sink logits in the kernel's log2 units (minus the smooth_k shift)
-        sink = sinks_log2(sinks, B, out.device).view(B, Hq, 1).expand(B, Hq, NQP)
+    if sinks is not None:  # per-row sink logits in the kernel's log2 units (minus the smooth_k shift: per row,
+        # hence host-side here, where the other kernels read the (Hq,) sinks themselves)
+        sink = (sinks.float() * LOG2E).view(1, Hq, 1).expand(B, Hq, NQP)
         if pk.qkb is not None:
             sink = sink - (scale * LOG2E) * pk.qkb
         sink = sink.contiguous()

@@ -63,11 +63,11 @@ from ..ops._dispatch import interpreting as _interpret
 from ._launch import cdiv, fast, head_grid
 from ._tiles import (
     LOG2E,
+    LOG2E_K,
     causal_key_range,
     head_program,
     load_bhsd_rows,
     program_rows,
-    sinks_log2,
     softmax_finish,
     visible,
     window_key_range,
@@ -265,7 +265,7 @@ def _fwd_kernel(Qf, Kf, Vf, O, OP, LSE,
                 WINDOW: tl.constexpr = False,  # a sliding window: the offsets below
                 COFF=0,  # with WINDOW, the right edge (CAUSAL): query i sees keys j <= i + COFF
                 LOFF=0,  # with WINDOW, the left edge: query i sees keys j >= i + LOFF
-                SINK=0,  # with SINKS: (B, Hq) attention-sink logits in log2 units
+                SINK=0,  # with SINKS: the (Hq,) attention-sink logits in score units
                 SINKS: tl.constexpr = False):
     start_m, pid_bh = head_program()
     b = pid_bh // Hq
@@ -295,7 +295,7 @@ def _fwd_kernel(Qf, Kf, Vf, O, OP, LSE,
     # (0, 0, full_end)
     lo, e1, e2 = window_key_range(m0, LOFF, hi, full_end, BLOCK_M, BLOCK_N, WINDOW)
     if SINKS and not EXACT_M:  # running max: start from the sink (exp2(sk - sk) = 1; -inf: no sink)
-        sk0 = tl.load(SINK + pid_bh)
+        sk0 = tl.load(SINK + h).to(tl.float32) * LOG2E_K
         m_i = tl.zeros([BLOCK_M], dtype=tl.float32) + sk0
         l_i = tl.zeros([BLOCK_M], dtype=tl.float32) + tl.where(sk0 == float("-inf"), 0.0, 1.0)
     if EXACT_M:  # pass 1: the final row max, so that P~ is the one-shot P~ of SPEC §3
@@ -319,7 +319,7 @@ def _fwd_kernel(Qf, Kf, Vf, O, OP, LSE,
         m_i = _fwd_rowmax(m_i, q, k_base, offs_m, e2, hi, Nk, causal_off, LOFF, qk_scale, True, CAUSAL,
                           False, BLOCK_N, DP)
         if SINKS:  # the sink joins the max (one-shot P~ against it) and l, as a key without a value
-            sk = tl.load(SINK + pid_bh)
+            sk = tl.load(SINK + h).to(tl.float32) * LOG2E_K
             m_i = tl.maximum(m_i, sk)
             l_i = l_i + tl.math.exp2(sk - tl.where(m_i == float("-inf"), 0.0, m_i))
         m_i = tl.where(m_i == float("-inf"), 0.0, m_i)  # rows that see no key: P~ = 0, l = 0
@@ -421,8 +421,8 @@ def forward(qf: torch.Tensor, kf: torch.Tensor, vf: torch.Tensor, o: torch.Tenso
     args = (qf, kf, vf, o, op if hp_o else o, lse, *o.stride(), scale * LOG2E, Hq, Hq // Hkv,
             nq, nk, NQP, NKP, d)
     meta = dict(HP_O=hp_o, QB=qb, IS_MX=is_mx, DP=DP, EXACT_M=exact_max(), **window_meta(window, causal, nq, nk, NQP))
-    if sinks is not None:  # (Hq,) logits in score units -> (B, Hq) in the kernel's log2 units
-        meta.update(SINKS=True, SINK=sinks_log2(sinks, B, qf.device))
+    if sinks is not None:  # (Hq,) logits in score units (the kernel takes them to its log2 units)
+        meta.update(SINKS=True, SINK=sinks.contiguous())
     if meta["EXACT_M"]:
         meta["MAX_BN"] = max_pass_block_n(DP)
     if config is None and not _autotune():

@@ -25,7 +25,8 @@
 
    A sliding window (``window``: query i sees keys i + LOFF <= j <= i + COFF, ``_tiles.window_offsets``)
    starts the FP4 loop at the window's first tile; every FP4 and 16-bit tile is masked per key. Attention
-   sinks (``SINKS``, one log2 logit per (sequence, head)) start each row's online softmax at the sink:
+   sinks (``SINKS``, the (Hq,) logits in score units, taken to log2 units in the kernel) start each row's online
+   softmax at the sink:
    m = sink, l = 1 (the two-level P̃/s1 of a tile does not depend on m, so the FP4 values do not move).
 
 ``DOT_F32`` (the interpreter) runs the same values through FP32 dots.
@@ -44,12 +45,12 @@ from ..reference.thrift import selected_per_block
 from ._launch import cdiv, fast, head_grid, next_pow2
 from ._tiles import (
     LOG2E,
+    LOG2E_K,
     causal_key_range,
     head_program,
     load_bhsd_rows,
     online_softmax_step,
     program_rows,
-    sinks_log2,
     softmax_finish,
     two_level_scale,
     two_level_step,
@@ -193,7 +194,7 @@ def _thrift_fwd_kernel(Qf, Kf, Vf, Qx, Kx, Vx, SELI, SELM, O, LSE, SINK,
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     if SINKS:  # the sink joins the softmax as a key with no value: start from it (exp2(sk - sk) = 1)
-        sk = tl.load(SINK + pid_bh)
+        sk = tl.load(SINK + h).to(tl.float32) * LOG2E_K  # SINK: the (Hq,) sinks in score units
         m_i = tl.zeros([BLOCK_M], tl.float32) + sk
         l_i = tl.where(m_i == float("-inf"), 0.0, 1.0)
     acc = tl.zeros([BLOCK_M, DP], tl.float32)
@@ -267,7 +268,7 @@ def thrift_fwd(q, k, v, *, causal: bool, scale: float, budget: float, selection=
     out = torch.empty(B, Hq, Nq, D, device=q.device, dtype=q.dtype)
     lse = torch.empty(B, Hq, NQP, device=q.device, dtype=torch.float32)
     right, coff, left, loff = window_offsets(window, causal, Nq, Nk)
-    sink = sinks_log2(sinks, B, q.device) if sinks is not None else lse  # (lse: an unused pointer)
+    sink = sinks.contiguous() if sinks is not None else lse  # (lse: an unused pointer)
     fast(_thrift_fwd_kernel)[head_grid(nqb, B * Hq)](
         qf, kf, vf, qx, kx, vx, seli, selm8, out, lse, sink, *out.stride(),
         scale * LOG2E, Hq, Hq // Hkv, Nq, Nk, NQP, NKP, nqb, nkb, D, kk, coff, loff,

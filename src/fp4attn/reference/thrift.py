@@ -147,8 +147,7 @@ def thrift_attention(q, k, v, *, causal=False, scale=None, budget=0.05, block_si
         keep = window_keep(r0, r1, nq, nk, causal, window, q.device)
         if keep is not None:
             s = s.masked_fill(~keep, float("-inf"))
-        sink = None if sinks is None else sinks.to(cd).view(1, hq, 1, 1).expand(B, hq, r1 - r0, 1)
-        p, m, l = softmax_numerator(s, sink)
+        p, m, l = softmax_numerator(s, None if sinks is None else sinks.to(cd).view(1, hq, 1, 1))
         zero = torch.zeros_like(p)
         o16 = torch.where(sel_el, p, zero) @ vx
         o4 = quantize_p(torch.where(sel_el, zero, p), fmt, True) @ vf
