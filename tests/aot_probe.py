@@ -157,6 +157,12 @@ def fam_decode():
     Dk.decode_fwd(torch.randn(2, 8, 1, 128, dtype=torch.bfloat16), cache, scale=0.1)
     Dk.decode_fwd(torch.randn(2, 8, 1, 128, dtype=torch.bfloat16), cache, scale=0.1, window=100)  # sliding window
     Dk.decode_fwd(torch.randn(2, 8, 1, 128, dtype=torch.bfloat16), cache, scale=0.1, sinks=torch.zeros(8))  # sinks
+    # many query rows per kv head: the split kernel with the rows along M (64 rows; 32 at D = 64 with a window and
+    # sinks, gpt-oss-like)
+    Dk.decode_fwd(torch.randn(2, 8, 16, 128, dtype=torch.bfloat16), cache, scale=0.1, kernel="triton")
+    k64 = fp4attn.KVCache.from_dense(*(torch.randn(2, 2, 300, 64, dtype=torch.bfloat16) for _ in range(2)))
+    Dk.decode_fwd(torch.randn(2, 16, 4, 64, dtype=torch.bfloat16), k64, scale=0.1, kernel="triton", window=127,
+                  sinks=torch.zeros(16))
     # Thrift: the page selection kernels, then the split kernel reading their int8 selection
     c16 = fp4attn.KVCache.from_dense(k, torch.randn_like(k), lengths=[300, 100], keep_16bit=True)
     q = torch.randn(2, 8, 2, 128, dtype=torch.bfloat16)

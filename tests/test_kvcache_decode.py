@@ -595,6 +595,28 @@ def test_decode_kernel_interpreter_one_tile_equals_reference(G, nq):
 
 
 @needs_interp
+@pytest.mark.parametrize("G,nq,window,sinks", [(4, 8, None, False), (4, 5, None, True), (2, 16, 40, False),
+                                               (8, 4, 7, True)])
+def test_decode_kernel_interpreter_rows_along_m_equals_transposed_tiles(G, nq, window, sinks):
+    """Many query rows per kv head (G·n_q >= 32 runs ``rowm``: the rows along the MMA's M, as in prefill): the
+    same tiles, splits, masks and P̃ rounding as the transposed kernel, so at equal tiles and splits the two
+    agree to float32 rounding (rows 32 / 20 padded to 32 / 32 / 32, a window, sinks, ragged lengths)."""
+    from fp4attn.kernels.decode import decode_fwd
+
+    B, Hkv, D = 2, 2, 32
+    k, v = _kv(B, Hkv, 150, D, dtype=torch.float32, seed=71)
+    c = KVCache.from_dense(k, v, lengths=[150, 61], page_size=32, dtype=torch.float32)
+    q = torch.randn(B, Hkv * G, nq, D, generator=torch.Generator().manual_seed(72))
+    s = torch.randn(Hkv * G, generator=torch.Generator().manual_seed(73)) * 3 if sinks else None
+    kw = dict(scale=D ** -0.5, block_n=16, num_splits=3, window=window, sinks=s)
+    o_m, l_m = decode_fwd(q, c, rowm=True, **kw)
+    o_t, l_t = decode_fwd(q, c, rowm=False, **kw)
+    assert _rel(o_m, o_t) <= 1e-5 and torch.allclose(l_m, l_t, atol=1e-5, rtol=0)
+    ref, ref_lse = decode_reference(q, c, scale=D ** -0.5, window=window, sinks=s)
+    assert _rel(o_m, ref) <= 0.1 and torch.allclose(l_m, ref_lse.float(), atol=1e-4)
+
+
+@needs_interp
 @pytest.mark.parametrize("nq,window,splits", [(1, 0, 2), (1, 40, 3), (3, 70, 2), (3, 5, 1), (1, 500, 2)])
 def test_decode_kernel_interpreter_window(nq, window, splits):
     """Sliding-window decode in the split kernel: the splits start at the tile holding the sequence's first
@@ -1259,6 +1281,39 @@ def test_decode_gluon_kernel_gpu_window_and_sinks_equal_triton_kernel(D, nq, win
     if torch.cuda.get_device_capability() == (9, 0):  # what fp4attn.decode runs here
         assert torch.equal(fp4attn.decode(q, c, window_size=None if window is None else (window, 0), sinks=s),
                            Dk.decode_fwd(q, c, scale=D ** -0.5, window=window, sinks=s, kernel="gluon")[0])
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("D,G,nq,window,sinks", [(128, 4, 8, None, False), (128, 8, 16, None, False),
+                                                 (128, 4, 5, 1000, False), (128, 2, 16, None, True),
+                                                 (64, 8, 4, 127, True), (64, 4, 16, None, False)])
+@pytest.mark.parametrize("block_n", [32, 64])
+def test_decode_rows_along_m_gpu_equals_transposed_tiles(D, G, nq, window, sinks, block_n):
+    """More than 16 query rows per kv head (speculative decoding's draft tokens, wide GQA groups) run the split
+    kernel with the rows along the MMA's M (``rowm``): at equal tiles and splits it equals the transposed
+    kernel up to float32 rounding (criteria of test_decode_gluon_kernel_gpu_equals_triton_kernel: another
+    accumulation order can flip a P̃ code at a rounding boundary), with a window and sinks, and it is what
+    ``fp4attn.decode`` runs there."""
+    from fp4attn.kernels import decode as Dk
+
+    dev, Hkv = "cuda", 2
+    lens = [3000, nq, 777, 2245, 64 + nq]
+    k, v = _kv(len(lens), Hkv, max(lens), D, seed=74)
+    c = KVCache.from_dense(k.to(dev), v.to(dev), lengths=lens)
+    q = torch.randn(len(lens), Hkv * G, nq, D, generator=torch.Generator().manual_seed(75)).to(dev, torch.bfloat16)
+    s = (torch.randn(Hkv * G, generator=torch.Generator().manual_seed(76)) * 3).to(dev) if sinks else None
+    for splits in (1, 3, 7):
+        kw = dict(scale=D ** -0.5, num_splits=splits, block_n=block_n, window=window, sinks=s, kernel="triton")
+        o_m, l_m = Dk.decode_fwd(q, c, rowm=True, **kw)
+        o_t, l_t = Dk.decode_fwd(q, c, rowm=False, **kw)
+        assert _rel(o_m, o_t) <= 2e-3, (splits, _rel(o_m, o_t))
+        assert torch.allclose(l_m, l_t, atol=1e-5, rtol=0)
+    ref, ref_lse = decode_reference(q, c, scale=D ** -0.5, window=window, sinks=s)
+    assert _rel(o_m, ref) <= 0.1 and torch.allclose(l_m, ref_lse.float(), atol=1e-3)
+    w = None if window is None else (window, 0)
+    assert torch.equal(fp4attn.decode(q, c, window_size=w, sinks=s),
+                       Dk.decode_fwd(q, c, scale=D ** -0.5, window=window, sinks=s, rowm=True)[0])
 
 
 @pytest.mark.gpu

@@ -25,6 +25,11 @@ Two attention kernels (1-2) and, for ``thrift_budget``, two page-selection kerne
    with ``WINDOW`` (the window's mask on the 16-bit and the FP4 scores alike; the selection then holds only
    pages of the window) and ``SINKS`` (the running max starts at the sink, the reduce adds its share of l).
    Partials (unnormalized O, running max m in log2 units, l) go to FP32 buffers, valid rows only.
+   With ``ROWM`` (more than 16 rows per kv head: speculative decoding's draft tokens, wide GQA groups; FP4
+   tiles only) the tile is not transposed: the rows run along M, 64-key tiles on 4 warps (wgmma on
+   Hopper), as in prefill attention, so the softmax and the P̃ rounding reduce along each warp's own keys
+   instead of across the warps that share the key axis (same tiles, masks and rounding: equal results up to
+   float32 accumulation order; 2.4-2.9x faster than the transposed tiles at 64 rows, H100).
 
 2. ``_decode_reduce_kernel`` -- one program per (sequence, query head, query) and block of 32 output
    channels: merges the splits' partials (max-rescaled sums, one pass over chunks of up to 256 splits)
@@ -96,9 +101,11 @@ def _fp4_rows_f16(packed, sbytes, QB: tl.constexpr):
 def _decode_tile(t0, accT, l_i, m_i, qT, q16T, s_scale, qk_scale, vg, row_ok, hq_rows, last_key, WL, C,
                  b, h, KD, KS, VD, VS, K16, V16, PT, SEL, Hkv, MAXP,
                  D: tl.constexpr, PS: tl.constexpr, BLOCK_N: tl.constexpr, THRIFT: tl.constexpr,
-                 DOT_F32: tl.constexpr, WINDOW: tl.constexpr):
+                 DOT_F32: tl.constexpr, WINDOW: tl.constexpr, ROWM: tl.constexpr = False):
     """One BLOCK_N-token tile (inside one page) of the split loop, transposed: FP4 (or Thrift-mixed)
-    online softmax over the tile's keys for the program's query rows (the columns)."""
+    online softmax over the tile's keys for the program's query rows (the columns). With ``ROWM`` (many
+    query rows, FP4 only) the tile is not transposed: ``qT`` holds ϕ(q) as rows (BLOCK_M, D) and ``accT``
+    is O (BLOCK_M, D), the rows along the MMA's M."""
     offs_n = tl.arange(0, BLOCK_N)
     offs_n2 = tl.arange(0, BLOCK_N // 2)
     offs_n16 = tl.arange(0, BLOCK_N // 16)
@@ -120,11 +127,19 @@ def _decode_tile(t0, accT, l_i, m_i, qT, q16T, s_scale, qk_scale, vg, row_ok, hq
         # the block's scale byte for each of its 4 half-words, twice (codes 0-1 and 2-3)
         ks4 = tl.reshape(tl.broadcast_to(ksb.to(tl.int16)[:, :, None], (BLOCK_N, D // 16, 4)), (BLOCK_N, D // 4))
         k = unpack_e2m1_f16_scaled(kh, ks4 | (ks4 << 8))
-    sT = tl.dot(k, qT) * s_scale  # (BLOCK_N, BLOCK_M)
     keys = t0 + offs_n
-    ok = (keys < C)[:, None] & (keys[:, None] <= last_key[None, :]) & row_ok[None, :]
-    if WINDOW:  # a sliding window: query row sees keys >= its last key - WL
-        ok = ok & (keys[:, None] >= (last_key - WL)[None, :])
+    if ROWM:
+        tl.static_assert(not THRIFT, "ROWM: FP4 tiles only")
+        s = tl.dot(qT, tl.trans(k)) * s_scale  # (BLOCK_M, BLOCK_N)
+        ok = (keys < C)[None, :] & (keys[None, :] <= last_key[:, None]) & row_ok[:, None]
+        if WINDOW:  # a sliding window: query row sees keys >= its last key - WL
+            ok = ok & (keys[None, :] >= (last_key - WL)[:, None])
+        s = tl.where(ok, s, float("-inf"))
+    else:
+        sT = tl.dot(k, qT) * s_scale  # (BLOCK_N, BLOCK_M)
+        ok = (keys < C)[:, None] & (keys[:, None] <= last_key[None, :]) & row_ok[None, :]
+        if WINDOW:
+            ok = ok & (keys[:, None] >= (last_key - WL)[None, :])
     if THRIFT:
         selr = tl.load(SEL + hq_rows.to(tl.int64) * MAXP + pidx, mask=row_ok, other=0) != 0
         any_sel = tl.max(selr.to(tl.int32), axis=0) > 0
@@ -133,11 +148,12 @@ def _decode_tile(t0, accT, l_i, m_i, qT, q16T, s_scale, qk_scale, vg, row_ok, hq
             if DOT_F32:
                 k16 = k16.to(tl.float32)
             sT = tl.where(selr[None, :], tl.dot(k16, q16T) * qk_scale, sT)
-    # the softmax and the P̃ rounding run on the (rows, keys) view of the tile (a transposed layout,
-    # no data movement)
-    s = tl.trans(tl.where(ok, sT, float("-inf")))
+    if not ROWM:
+        # the softmax and the P̃ rounding run on the (rows, keys) view of the tile (a transposed layout,
+        # no data movement)
+        s = tl.trans(tl.where(ok, sT, float("-inf")))
     p, alpha, m_new, l_i = online_softmax_step(s, m_i, l_i, True)
-    accT = accT * alpha[None, :]
+    accT = accT * (alpha[:, None] if ROWM else alpha[None, :])
     if DOT_F32:
         # V tile: bytes (BLOCK_N/2, D) packed along tokens, read transposed as (D, BLOCK_N/2)
         vbT = tl.load(VD + (base * (PS // 2) + off // 2 + offs_n2)[None, :] * D + offs_d[:, None])
@@ -160,22 +176,25 @@ def _decode_tile(t0, accT, l_i, m_i, qT, q16T, s_scale, qk_scale, vg, row_ok, hq
         pq, s1 = fake_quant_p_two_level(tl.where(selr[:, None], 0.0, p), 16)
     else:
         pq = fake_quant_p(p, 16, False)
-    # P̂ is exact in fp16 (E2M1 code times an E4M3 scale, at most 2688)
-    pqT = tl.trans(pq) if DOT_F32 else tl.trans(pq).to(tl.float16)
-    # FP4 path: V's global scale vg is applied once after the loop. Thrift: the tile's products are
-    # scaled by s1 (per query row: the columns) and vg here, as O += s1·(P̂·V̂) in the reference (s1
-    # folded into P̂ before the fp16 MMA operand would round s1·P̂, or flush it when the tile's P̃ is small)
-    if THRIFT:
-        accT += tl.dot(vT, pqT) * (s1 * vg)[None, :]
-        if any_sel:
-            v16T = tl.load(V16 + (row0 + offs_n)[None, :] * D + offs_d[:, None])
-            p16T = tl.trans(tl.where(selr[:, None], p, 0.0))
-            if DOT_F32:
-                accT += tl.dot(v16T.to(tl.float32), p16T)
-            else:
-                accT += tl.dot(v16T, p16T.to(v16T.dtype))
+    if ROWM:  # O += ϕ(P̃)·V̂ (P̂ exact in fp16, see below)
+        accT = tl.dot(pq if DOT_F32 else pq.to(tl.float16), tl.trans(vT), accT)
     else:
-        accT = tl.dot(vT, pqT, accT)
+        # P̂ is exact in fp16 (E2M1 code times an E4M3 scale, at most 2688)
+        pqT = tl.trans(pq) if DOT_F32 else tl.trans(pq).to(tl.float16)
+        # FP4 path: V's global scale vg is applied once after the loop. Thrift: the tile's products are
+        # scaled by s1 (per query row: the columns) and vg here, as O += s1·(P̂·V̂) in the reference (s1
+        # folded into P̂ before the fp16 MMA operand would round s1·P̂, or flush it when the tile's P̃ is small)
+        if THRIFT:
+            accT += tl.dot(vT, pqT) * (s1 * vg)[None, :]
+            if any_sel:
+                v16T = tl.load(V16 + (row0 + offs_n)[None, :] * D + offs_d[:, None])
+                p16T = tl.trans(tl.where(selr[:, None], p, 0.0))
+                if DOT_F32:
+                    accT += tl.dot(v16T.to(tl.float32), p16T)
+                else:
+                    accT += tl.dot(v16T, p16T.to(v16T.dtype))
+        else:
+            accT = tl.dot(vT, pqT, accT)
     return accT, l_i, m_new
 
 
@@ -186,7 +205,7 @@ def _decode_split_kernel(
         qk_scale, Hkv, NQ, G, MAXP, TPS, NS, WL, SINK,
         D: tl.constexpr, PS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
         THRIFT: tl.constexpr, DOT_F32: tl.constexpr, N_IT: tl.constexpr, WINDOW: tl.constexpr = False,
-        SINKS: tl.constexpr = False):
+        SINKS: tl.constexpr = False, ROWM: tl.constexpr = False):
     pid_s = tl.program_id(0)
     pid_bh, b, h, L, C = kv_head_program(LENS, Hkv)  # C: committed (quantized) tokens; the rest is the raw tail
     r = tl.arange(0, BLOCK_M)  # query rows (g, i), the columns of the transposed tiles
@@ -198,10 +217,9 @@ def _decode_split_kernel(
     q_rows = (b * Hkv + h).to(tl.int64) * G * NQ + r
     q = tl.load(Q + q_rows[:, None] * D + offs_d[None, :], mask=row_ok[:, None], other=0.0).to(tl.float32)
     qf = fake_quant_rows(q, 16, False, True)  # ϕ(q) along D (exact in fp16)
-    if DOT_F32:
-        qT = tl.trans(qf)
-    else:
-        qT = tl.trans(qf.to(tl.float16))
+    if not DOT_F32:
+        qf = qf.to(tl.float16)
+    qT = qf if ROWM else tl.trans(qf)  # ROWM: the rows along M (see _decode_tile)
     if THRIFT:  # the 16-bit q for the selected tiles' scores, as columns
         if DOT_F32:
             q16T = tl.trans(q)
@@ -222,7 +240,10 @@ def _decode_split_kernel(
     else:
         m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
-    accT = tl.zeros([D, BLOCK_M], tl.float32)
+    if ROWM:
+        accT = tl.zeros([BLOCK_M, D], tl.float32)
+    else:
+        accT = tl.zeros([D, BLOCK_M], tl.float32)
     start = pid_s * TPS
     if WINDOW:  # the splits cover the window of the sequence: from the tile holding its first visible key
         start += (tl.maximum(L - NQ - WL, 0) // BLOCK_N) * BLOCK_N
@@ -234,16 +255,19 @@ def _decode_split_kernel(
             if t0 < end:
                 accT, l_i, m_i = _decode_tile(t0, accT, l_i, m_i, qT, q16T, s_scale, qk_scale, vg, row_ok, hq_rows,
                                               last_key, WL, C, b, h, KD, KS, VD, VS, K16, V16, PT, SEL, Hkv,
-                                              MAXP, D, PS, BLOCK_N, THRIFT, DOT_F32, WINDOW)
+                                              MAXP, D, PS, BLOCK_N, THRIFT, DOT_F32, WINDOW, ROWM)
     else:
         for t0 in range(start, end, BLOCK_N):
             accT, l_i, m_i = _decode_tile(t0, accT, l_i, m_i, qT, q16T, s_scale, qk_scale, vg, row_ok, hq_rows,
                                           last_key, WL, C, b, h, KD, KS, VD, VS, K16, V16, PT, SEL, Hkv, MAXP,
-                                          D, PS, BLOCK_N, THRIFT, DOT_F32, WINDOW)
+                                          D, PS, BLOCK_N, THRIFT, DOT_F32, WINDOW, ROWM)
     if not THRIFT:
         accT = accT * vg  # the FP4 products' V global scale (see _decode_tile)
     prow = (pid_bh.to(tl.int64) * NS + pid_s) * BLOCK_M + r
-    tl.store(OP + prow[None, :] * D + offs_d[:, None], accT, mask=row_ok[None, :])
+    if ROWM:
+        tl.store(OP + prow[:, None] * D + offs_d[None, :], accT, mask=row_ok[:, None])
+    else:
+        tl.store(OP + prow[None, :] * D + offs_d[:, None], accT, mask=row_ok[None, :])
     tl.store(MP + prow, m_i, mask=row_ok)
     tl.store(LP + prow, l_i, mask=row_ok)
 
@@ -387,6 +411,13 @@ _CONFIGS = {False: dict(block_n=32, num_warps=1, num_stages=2, per_sm=12, max_ti
 # Short loops (windows, short contexts, small batches) take splits of fewer tiles, down to one, until the grid has
 # 512 programs (min_programs): 1.06-1.27x faster at (B, context or window) = (8, w 128-512), (1, w 128-4096),
 # (1, 1k-4k), (8, 512) on the H200, the other probed shapes unchanged (benchmarks/gluon-window-s25/splits_probe.py).
+# More than 16 query rows per kv head (G·n_q: speculative decoding's draft tokens, wide GQA groups) without a Thrift
+# selection: the Triton split kernel with the rows along the MMA's M (ROWM), as in prefill attention, so that the
+# softmax and the P̃ rounding reduce along a warp's own keys. H100 sweep (benchmarks/multiq-s26/, 32-128 rows, D 64
+# and 128): 64-key tiles on 4 warps with 2 programs per SM best or within 2% of the best but at one shape (D = 64,
+# 64 rows: 32-key tiles, 4 per SM, 0.82x the time); 8 warps 1.1-1.8x and 32-key tiles 1.2-1.6x slower elsewhere.
+_WIDE_ROWS = 16
+_WIDE_CONFIG = dict(block_n=64, num_warps=4, num_stages=2, per_sm=2, max_tiles=None)
 _GLUON_CONFIG = {False: dict(block_n=32, num_warps=1, num_stages=1, per_sm=16, max_tiles=None, min_programs=512),
                  # Thrift: 64-key tiles (the two-level P̃ tile), the selected pages in the 16-bit stream; at most
                  # 168 registers (ptxas chose 174 for a variant of the kernel: 11 programs per SM, and splits sized
@@ -501,7 +532,8 @@ def _capability(index: int) -> tuple:
 def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor | None = None,
                num_splits: int | None = None, block_n: int | None = None, num_warps: int | None = None,
                num_stages: int | None = None, kernel: str = "auto", per_sm: int | None = None,
-               window: int | None = None, sinks: torch.Tensor | None = None):
+               window: int | None = None, sinks: torch.Tensor | None = None, rowm: bool | None = None,
+               block_m: int | None = None):
     """q (B, Hq, NQ, D) contiguous -> (out (B, Hq, NQ, D) in q.dtype, lse (B, Hq, NQ) float32).
 
     ``selection``: (B, Hq, max_pages) bool Thrift selection (pages computed in 16 bits) or None; an int8
@@ -512,6 +544,8 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
     (a Thrift ``selection`` is read for the window's pages only: pass the windowed one,
     ``select_pages(..., window=w)``). ``sinks`` (Hq,): attention sinks in score units, merged in the reduce (a
     key with no value: in the max, l and the LSE); the split kernels start their running max at the sink.
+    ``rowm``: the Triton split kernel with the query rows along the MMA's M (default: for more than 16 rows
+    per kv head without a Thrift selection, see ``_WIDE_CONFIG``); ``block_m``: its rows per program (padding).
     """
     thrift = selection is not None
     B, Hq, NQ, D = q.shape
@@ -528,13 +562,22 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
     # Thrift's work (sequences x kv heads x tokens the splits cover; 64: its tile) for the choice of its kernel
     work = B * Hkv * (max_c if window is None else min(max_c, window + NQ + 64)) if thrift else None
     gluon = _use_gluon(kernel, q, thrift, G * NQ, block_n or gcfg["block_n"], cache.page_size, work)
-    cfg = gcfg if gluon else _CONFIGS[thrift]
-    block_n = block_n or cfg["block_n"]
-    # query rows of a program (the columns of its transposed tiles), padded to a power of two >= 4
-    # (>= 8 in the Gluon kernel: the MMA's N)
-    BLOCK_M = max(8 if gluon else 4, next_pow2(G * NQ))
-    wide = max(1, BLOCK_M // 8)  # more warps for more rows
-    num_warps = 1 if gluon else num_warps or min(8, max(cfg["num_warps"], wide))
+    if rowm is None:
+        rowm = not gluon and not thrift and G * NQ > _WIDE_ROWS
+    if rowm and (gluon or thrift):
+        raise ValueError("rowm: the Triton split kernel's FP4 tiles only (no Gluon kernel, no Thrift selection)")
+    cfg = gcfg if gluon else _WIDE_CONFIG if rowm else _CONFIGS[thrift]
+    # (wide tiles: the largest power of two <= 64 that divides the page)
+    block_n = block_n or (min(cfg["block_n"], cache.page_size & -cache.page_size) if rowm else cfg["block_n"])
+    if rowm:  # the rows along M: at least the MMA's 16
+        BLOCK_M = block_m or max(16, next_pow2(G * NQ))
+        num_warps = num_warps or cfg["num_warps"]
+    else:
+        # query rows of a program (the columns of its transposed tiles), padded to a power of two >= 4
+        # (>= 8 in the Gluon kernel: the MMA's N)
+        BLOCK_M = block_m or max(8 if gluon else 4, next_pow2(G * NQ))
+        wide = max(1, BLOCK_M // 8)  # more warps for more rows
+        num_warps = 1 if gluon else num_warps or min(8, max(cfg["num_warps"], wide))
     num_stages = num_stages or cfg["num_stages"]
     PS = cache.page_size
     if PS % block_n:
@@ -602,7 +645,7 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
             OP, MP, LP,
             scale * LOG2E, Hkv, NQ, G, max(maxp, 1), TPS, num_splits, window or 0, sink,
             D=D, PS=PS, BLOCK_M=BLOCK_M, BLOCK_N=block_n, THRIFT=thrift, DOT_F32=interp,
-            N_IT=TPS // block_n if interp else 0, WINDOW=window is not None, SINKS=sinks is not None,
+            N_IT=TPS // block_n if interp else 0, WINDOW=window is not None, SINKS=sinks is not None, ROWM=rowm,
             num_warps=num_warps, num_stages=num_stages)
     out = torch.empty(B, Hq, NQ, D, dtype=q.dtype, device=dev)
     lse = torch.empty(B, Hq, NQ, dtype=torch.float32, device=dev)
