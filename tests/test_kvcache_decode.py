@@ -598,7 +598,7 @@ def test_decode_kernel_interpreter_one_tile_equals_reference(G, nq):
 @pytest.mark.parametrize("G,nq,window,sinks", [(4, 8, None, False), (4, 5, None, True), (2, 16, 40, False),
                                                (8, 4, 7, True)])
 def test_decode_kernel_interpreter_rows_along_m_equals_transposed_tiles(G, nq, window, sinks):
-    """Many query rows per kv head (G·n_q >= 32 runs ``rowm``: the rows along the MMA's M, as in prefill): the
+    """Many query rows per kv head (G·n_q > 16 runs ``rowm`` at D > 64: the rows along the MMA's M, as in prefill): the
     same tiles, splits, masks and P̃ rounding as the transposed kernel, so at equal tiles and splits the two
     agree to float32 rounding (rows 32 / 20 padded to 32 / 32 / 32, a window, sinks, ragged lengths)."""
     from fp4attn.kernels.decode import decode_fwd
@@ -1290,11 +1290,11 @@ def test_decode_gluon_kernel_gpu_window_and_sinks_equal_triton_kernel(D, nq, win
                                                  (64, 8, 4, 127, True), (64, 4, 16, None, False)])
 @pytest.mark.parametrize("block_n", [32, 64])
 def test_decode_rows_along_m_gpu_equals_transposed_tiles(D, G, nq, window, sinks, block_n):
-    """More than 16 query rows per kv head (speculative decoding's draft tokens, wide GQA groups) run the split
-    kernel with the rows along the MMA's M (``rowm``): at equal tiles and splits it equals the transposed
-    kernel up to float32 rounding (criteria of test_decode_gluon_kernel_gpu_equals_triton_kernel: another
-    accumulation order can flip a P̃ code at a rounding boundary), with a window and sinks, and it is what
-    ``fp4attn.decode`` runs there."""
+    """More than 16 query rows per kv head (speculative decoding's draft tokens, wide GQA groups; more than 32 at
+    D = 64) run the split kernel with the rows along the MMA's M (``rowm``): at equal tiles and splits it equals
+    the transposed kernel up to float32 rounding (criteria of test_decode_gluon_kernel_gpu_equals_triton_kernel:
+    another accumulation order can flip a P̃ code at a rounding boundary), with a window and sinks, and
+    ``fp4attn.decode`` runs the kernel ``wide_rows`` picks."""
     from fp4attn.kernels import decode as Dk
 
     dev, Hkv = "cuda", 2
@@ -1311,9 +1311,10 @@ def test_decode_rows_along_m_gpu_equals_transposed_tiles(D, G, nq, window, sinks
         assert torch.allclose(l_m, l_t, atol=1e-5, rtol=0)
     ref, ref_lse = decode_reference(q, c, scale=D ** -0.5, window=window, sinks=s)
     assert _rel(o_m, ref) <= 0.1 and torch.allclose(l_m, ref_lse.float(), atol=1e-3)
-    w = None if window is None else (window, 0)
+    w = None if window is None else (window, 0)  # (D = 64 with 32 rows keeps the transposed tiles: faster there)
     assert torch.equal(fp4attn.decode(q, c, window_size=w, sinks=s),
-                       Dk.decode_fwd(q, c, scale=D ** -0.5, window=window, sinks=s, rowm=True)[0])
+                       Dk.decode_fwd(q, c, scale=D ** -0.5, window=window, sinks=s,
+                                     rowm=G * nq > Dk.wide_rows(D))[0])
 
 
 @pytest.mark.gpu

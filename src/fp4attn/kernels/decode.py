@@ -25,9 +25,9 @@ Two attention kernels (1-2) and, for ``thrift_budget``, two page-selection kerne
    with ``WINDOW`` (the window's mask on the 16-bit and the FP4 scores alike; the selection then holds only
    pages of the window) and ``SINKS`` (the running max starts at the sink, the reduce adds its share of l).
    Partials (unnormalized O, running max m in log2 units, l) go to FP32 buffers, valid rows only.
-   With ``ROWM`` (more than 16 rows per kv head: speculative decoding's draft tokens, wide GQA groups; FP4
-   tiles only) the tile is not transposed: the rows run along M, 64-key tiles on 4 warps (wgmma on
-   Hopper), as in prefill attention, so the softmax and the P̃ rounding reduce along each warp's own keys
+   With ``ROWM`` (more than 16 rows per kv head, 32 at D = 64: speculative decoding's draft tokens, wide
+   GQA groups; FP4 tiles only) the tile is not transposed: the rows run along M, 64-key tiles on 4 warps
+   (wgmma on Hopper), as in prefill attention, so the softmax and the P̃ rounding reduce along each warp's own keys
    instead of across the warps that share the key axis (same tiles, masks and rounding: equal results up to
    float32 accumulation order; 2.4-2.9x faster than the transposed tiles at 64 rows, H100).
 
@@ -416,7 +416,7 @@ _CONFIGS = {False: dict(block_n=32, num_warps=1, num_stages=2, per_sm=12, max_ti
 # softmax and the P̃ rounding reduce along a warp's own keys. H100 sweep (benchmarks/multiq-s26/, 32-128 rows, D 64
 # and 128): 64-key tiles on 4 warps with 2 programs per SM best or within 2% of the best but at one shape (D = 64,
 # 64 rows: 32-key tiles, 4 per SM, 0.82x the time); 8 warps 1.1-1.8x and 32-key tiles 1.2-1.6x slower elsewhere.
-_WIDE_ROWS = 16
+# At D = 64 and 32 rows the transposed tiles stayed 6% faster (two runs): ROWM above 32 rows there (wide_rows).
 _WIDE_CONFIG = dict(block_n=64, num_warps=4, num_stages=2, per_sm=2, max_tiles=None)
 _GLUON_CONFIG = {False: dict(block_n=32, num_warps=1, num_stages=1, per_sm=16, max_tiles=None, min_programs=512),
                  # Thrift: 64-key tiles (the two-level P̃ tile), the selected pages in the 16-bit stream; at most
@@ -465,6 +465,11 @@ def gluon_maxnreg(thrift: bool) -> int:
     """The Gluon split kernel's register cap: ``_GLUON_CONFIG[thrift]["per_sm"]`` one-warp programs share an SM's
     64K registers (allocated per warp in units of 8 per thread), as many as the splits are sized for."""
     return min(255, 65536 // (32 * _GLUON_CONFIG[thrift]["per_sm"]) // 8 * 8)
+
+
+def wide_rows(D: int) -> int:
+    """Above this many query rows per kv head (G·n_q) the split kernel runs with the rows along M (``rowm``)."""
+    return 32 if D <= 64 else 16
 
 
 def default_splits(B: int, hkv: int, max_committed: int, block_n: int, device=None, per_sm: int = 12,
@@ -563,7 +568,7 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
     work = B * Hkv * (max_c if window is None else min(max_c, window + NQ + 64)) if thrift else None
     gluon = _use_gluon(kernel, q, thrift, G * NQ, block_n or gcfg["block_n"], cache.page_size, work)
     if rowm is None:
-        rowm = not gluon and not thrift and G * NQ > _WIDE_ROWS
+        rowm = not gluon and not thrift and G * NQ > wide_rows(D)
     if rowm and (gluon or thrift):
         raise ValueError("rowm: the Triton split kernel's FP4 tiles only (no Gluon kernel, no Thrift selection)")
     cfg = gcfg if gluon else _WIDE_CONFIG if rowm else _CONFIGS[thrift]
