@@ -207,6 +207,136 @@ def test_reserve_allocates_the_pages_appends_then_need():
         c.sync_lengths()
 
 
+def _assert_same_content(a: KVCache, b: KVCache):
+    """Lengths, dequantized tokens, tails and global scales bit for bit (a cropped cache keeps the pages it had,
+    so its page lists may be longer than those of a cache that never grew)."""
+    assert a.lengths == b.lengths
+    for x, y in zip(a.dequantize(), b.dequantize()):
+        assert torch.equal(_bits(x), _bits(y))
+    for n in ("k_tail", "v_tail", "k_global_scale", "v_global_scale"):
+        assert torch.equal(_bits(getattr(a, n)), _bits(getattr(b, n))), n
+    assert torch.equal(a.seq_lens.cpu(), torch.tensor(a.lengths, dtype=torch.int32))
+
+
+def _assert_same_storage_but_spare_pages(a: KVCache, b: KVCache):
+    """_assert_same_storage for a cache ``a`` that may hold more pages than ``b`` (pages allocated before a crop
+    stay with their sequence): those spare pages must be blank, the rest equal."""
+    pages = [list(p) for p in a._pages]
+    a._pages = [p[: len(q)] for p, q in zip(pages, b._pages)]
+    try:
+        _assert_same_storage(a, b)
+    finally:
+        a._pages = pages
+    spare = torch.tensor([x for p, q in zip(pages, b._pages) for x in p[len(q):]], dtype=torch.long)
+    for n in ("k_data", "k_scale", "v_data", "v_scale"):
+        assert not _bits(getattr(a, n)[spare]).any(), n
+
+
+@pytest.mark.parametrize("prev,new,drop,source", [
+    (60, 3, 2, None),  # tail tokens only: nothing to restore
+    (60, 12, 9, "record"),  # the append completed slot 48..63; the crop reopens it
+    (60, 12, 9, "16bit"),
+    (30, 40, 38, "record"),  # two slots reopened, the crop ends on a slot boundary
+    (63, 1, 1, "record"),  # a one-token append that completed a slot
+    (64, 1, 1, None),
+])
+@pytest.mark.parametrize("ragged", [False, True])
+@pytest.mark.parametrize("kernel", ["0", pytest.param("1", marks=needs_interp)])
+def test_crop_equals_a_cache_that_never_had_the_tokens(monkeypatch, prev, new, drop, source, ragged, kernel):
+    """Speculative decoding rolls back rejected draft tokens: after crop(n) the cache holds the bits of one that
+    never received them, and appending them (or others) again gives the storage of a cache built in one go
+    (with the PyTorch appends, and with the append kernels under the interpreter)."""
+    monkeypatch.setenv("FP4ATTN_KV_APPEND_KERNEL", kernel)
+    _crop_case(prev, new, drop, source, ragged, "cpu")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available() or INTERP, reason="needs CUDA (and TRITON_INTERPRET unset)")
+@pytest.mark.parametrize("prev,new,drop,source", [(60, 12, 9, "record"), (63, 1, 1, "record"), (30, 40, 38, "16bit")])
+def test_crop_gpu_equals_a_cache_that_never_had_the_tokens(prev, new, drop, source):
+    _crop_case(prev, new, drop, source, True, "cuda")
+
+
+def _crop_case(prev, new, drop, source, ragged, dev):
+    B, H, D = 2, 2, 32
+    k, v = _kv(B, H, prev + new + 20, D, seed=81)
+    k, v = k.to(dev), v.to(dev)
+    lens0 = [prev, prev - 13] if ragged else [prev, prev]
+    kw = dict(page_size=32, keep_16bit=source == "16bit")
+    c = KVCache.from_dense(k[:, :, :prev], v[:, :, :prev], lengths=lens0, **kw)
+    c.record_past = source == "record"
+    # the new tokens follow each sequence's own length
+    kn = torch.stack([k[b, :, L:L + new] for b, L in enumerate(lens0)])
+    vn = torch.stack([v[b, :, L:L + new] for b, L in enumerate(lens0)])
+    c.append(kn, vn)
+    c.crop(drop)
+
+    def dense(L_list, extra=0):  # each sequence's first L tokens (+ extra), padded to one length
+        n = max(L_list) + extra
+        ks = torch.zeros(B, H, n, D, dtype=k.dtype, device=dev)
+        vs = torch.zeros_like(ks)
+        for b, L in enumerate(L_list):
+            ks[b, :, :L + extra] = k[b, :, :L + extra]
+            vs[b, :, :L + extra] = v[b, :, :L + extra]
+        return ks, vs
+
+    kept = [L + new - drop for L in lens0]
+    ref = KVCache.from_dense(*dense(kept), lengths=kept, **kw)
+    _assert_same_content(c, ref)
+    # the same 20 tokens appended to both: the storage of one cache built from all of them
+    more = torch.stack([k[b, :, L:L + 20] for b, L in enumerate(kept)]), \
+        torch.stack([v[b, :, L:L + 20] for b, L in enumerate(kept)])
+    c.append(*more)
+    ref.append(*more)
+    _assert_same_storage_but_spare_pages(c, ref)
+    full = [L + 20 for L in kept]
+    _assert_same_content(c, KVCache.from_dense(*dense(kept, 20), lengths=full, **kw))
+
+
+def test_crop_without_the_raw_tokens_raises_and_checks_its_argument():
+    k, v = _kv(1, 2, 100, 32, seed=82)
+    c = KVCache.from_dense(k[:, :, :60], v[:, :, :60], page_size=32)
+    c.append(k[:, :, 60:72], v[:, :, 60:72])  # completes slot 48..63, not recorded
+    with pytest.raises(RuntimeError, match="record_past"):
+        c.crop(9)
+    c.crop(8)  # tail tokens only (64..71): fine
+    assert c.lengths == [64]
+    c.record_past = True
+    c.append(k[:, :, 64:70], v[:, :, 64:70])
+    with pytest.raises(RuntimeError, match="raw tokens are gone"):
+        c.crop(7)  # one more than the recorded append brought, into the committed slot 48..63
+    for bad in (-1, 1.5, True, 71):
+        with pytest.raises(ValueError, match="n must be"):
+            c.crop(bad)
+    w = KVCache.from_dense(k, v, page_size=32, window=40)
+    with pytest.raises(ValueError, match="sliding-window"):
+        w.crop(33)
+
+
+def test_crop_sliding_window_cache_equals_one_that_never_had_the_tokens():
+    """A ring-paged window cache: crop within a page and re-append. What a windowed decode can read (the last
+    w + 16 tokens) equals a cache that never had the dropped tokens; older tokens whose pool page the dropped
+    append reused stay gone (the cropped cache reads them as zeros, the other one still holds some)."""
+    k, v = _kv(1, 2, 260, 32, seed=83)
+    w = 40
+    kw = dict(page_size=32, window=w)
+    c = KVCache.from_dense(k[:, :, :200], v[:, :, :200], **kw)
+    c.record_past = True
+    c.append(k[:, :, 200:214], v[:, :, 200:214])  # completes slot 192..207 in a reused pool page
+    c.crop(11)
+    ref = KVCache.from_dense(k[:, :, :203], v[:, :, :203], **kw)
+
+    def readable(x):
+        L = x.lengths[0]
+        return [_bits(t[:, :, L - w - 16:L]) for t in x.dequantize()] + [_bits(x.k_tail), _bits(x.v_tail)]
+
+    for a, b in zip(readable(c), readable(ref)):
+        assert torch.equal(a, b)
+    c.append(k[:, :, 203:260], v[:, :, 203:260])
+    ref.append(k[:, :, 203:260], v[:, :, 203:260])
+    _assert_same_content(c, ref)  # (by now both have recycled every page behind the window)
+
+
 def test_dequantize_matches_fake_quantize_and_raw_tail():
     """Power-of-two global scales leave the values of in-range blocks unchanged: the committed part
     equals fake_quantize (K along D, V along tokens, no global scale); the tail is raw."""

@@ -152,6 +152,9 @@ class KVCache:
         self._num_used = 0
         self._capacity = 0
         self.reserved_len = 0  # see reserve()
+        # crop(): with record_past, each append keeps the raw tokens that a crop of it may need (see crop)
+        self.record_past = False
+        self._undo = None
         # at least one page: readers map unused page-table entries (-1) to page 0 (masked out after
         # the read), which must exist even before the first page is used (every sequence shorter
         # than a slot): block_means, the decode and page-score kernels
@@ -262,6 +265,7 @@ class KVCache:
             raise RuntimeError(f"sequence lengths {lens} exceed the reserved {self.reserved_len} tokens: tokens "
                                "past the reservation were not stored (reserve more before capturing)")
         self._lens = lens
+        self._undo = None  # (replays appended without host code)
 
     # ------------------------------------------------------------------------------------------
     # building
@@ -295,14 +299,23 @@ class KVCache:
         if k.device != self.device:
             raise ValueError(f"k and v must be on the cache's device {self.device}, got {k.device}")
         counts = _counts(lengths, B, n)
+        self._undo = None
+        if self.record_past and n and not (k.is_cuda and torch.cuda.is_current_stream_capturing()):
+            # the raw tokens a crop of this append may need: the tails before it and its own tokens
+            self._undo = dict(lens=list(self._lens), counts=list(counts), k_tail=self.k_tail.clone(),
+                              v_tail=self.v_tail.clone(), k=k.to(self.dtype).clone(), v=v.to(self.dtype).clone())
+        self._append(k, v, lengths, counts)
+
+    def _append(self, k: torch.Tensor, v: torch.Tensor, lengths, counts) -> None:
+        B, H, n, D = k.shape
         if self.ring_pages is not None and n > (self.ring_pages - 2) * self.page_size:
             # a sliding-window cache: pieces whose slots never share a pool page (one launch writes a piece's
             # slots in parallel; the logical pages of a longer chunk would wrap around the ring)
             piece = (self.ring_pages - 2) * self.page_size
             for s0 in range(0, n, piece):
                 e0 = min(n, s0 + piece)
-                self.append(k[:, :, s0:e0], v[:, :, s0:e0],
-                            lengths=None if lengths is None else [min(max(c - s0, 0), e0 - s0) for c in counts])
+                part = None if lengths is None else [min(max(c - s0, 0), e0 - s0) for c in counts]
+                self._append(k[:, :, s0:e0], v[:, :, s0:e0], part, _counts(part, B, e0 - s0))
             return
         k = k.to(self.dtype)
         v = v.to(self.dtype)
@@ -447,6 +460,77 @@ class KVCache:
                 kk.page_means(self, done.long())
         else:
             self.k_page_mean[done] = self.k16[done].float().sum(dim=2) / self.page_size
+
+    def crop(self, n: int) -> None:
+        """Remove the last ``n`` tokens of every sequence (speculative decoding: the rejected draft tokens).
+
+        Exact: the cache afterwards holds the bits of a cache that never received those tokens (appending
+        them again gives the storage of the uncropped cache). Removing only tokens of the raw tail just shortens
+        it. Otherwise the 16-token slot that now ends the sequence is reopened: its kept tokens go back to the
+        tail raw, which needs their raw values, from one of
+        * the last :meth:`append`, when ``record_past`` was set before it and the crop removes no more tokens
+          than that append brought (transformers' assisted generation activates it; the transformers
+          integration's cache layer also records multi-token appends of up to 64 tokens by itself);
+        * the 16-bit copy (``keep_16bit=True``).
+        The reopened slots' FP4 storage is cleared (and a reopened page's Thrift mean). With ``window``, at most
+        ``page_size`` tokens (the ring keeps that many beyond the window); what the window reads is exact, while
+        older tokens whose pool page the dropped append reused stay gone. Not under CUDA-graph capture."""
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0 or n > min(self._lens, default=0):
+            raise ValueError(f"n must be an int in [0, {min(self._lens, default=0)}] (the shortest sequence), "
+                             f"got {n!r}")
+        if self.ring_pages is not None and n > self.page_size:
+            raise ValueError(f"n: a sliding-window cache can drop at most page_size={self.page_size} tokens, got {n}")
+        if n == 0:
+            return
+        undo, self._undo = self._undo, None
+        new_lens = [L - n for L in self._lens]
+        for b, (L, L2) in enumerate(zip(self._lens, new_lens)):
+            c, c2 = L - L % SLOT, L2 - L2 % SLOT
+            if c2 == c:  # only tail tokens go
+                self.k_tail[b, :, L2 - c:] = 0
+                self.v_tail[b, :, L2 - c:] = 0
+                continue
+            # the kept tokens c2 .. L2 - 1 of the reopened slot, raw
+            if undo is not None and L2 >= undo["lens"][b] and L == undo["lens"][b] + undo["counts"][b]:
+                L0 = undo["lens"][b]
+                s0 = L0 - L0 % SLOT  # the tail before the append held tokens s0 .. L0 - 1
+                kr = torch.cat([undo["k_tail"][b, :, : L0 - s0], undo["k"][b, :, : L2 - L0]], dim=1)[:, c2 - s0:]
+                vr = torch.cat([undo["v_tail"][b, :, : L0 - s0], undo["v"][b, :, : L2 - L0]], dim=1)[:, c2 - s0:]
+            elif self.keep_16bit:
+                pos = torch.arange(c2, L2, device=self.device)
+                pg = self.page_table[b].long()[pos // self.page_size]
+                kr = self.k16[pg, :, pos % self.page_size].transpose(0, 1)
+                vr = self.v16[pg, :, pos % self.page_size].transpose(0, 1)
+            else:
+                raise RuntimeError(
+                    f"crop({n}) reopens a quantized 16-token slot of sequence {b}, whose raw tokens are gone: set "
+                    "record_past = True before the append to undo (at most the tokens it brought), or keep a 16-bit "
+                    "copy (keep_16bit=True)")
+            self._clear_slots(b, c2, c)
+            self.k_tail[b].zero_()
+            self.v_tail[b].zero_()
+            self.k_tail[b, :, : L2 - c2] = kr
+            self.v_tail[b, :, : L2 - c2] = vr
+        self._lens = new_lens
+        self.seq_lens.copy_(torch.tensor(new_lens, dtype=torch.int32))
+
+    def _clear_slots(self, b: int, start: int, end: int) -> None:
+        """Zero sequence b's FP4 storage (and 16-bit copy, and the Thrift means of the pages it leaves
+        incomplete) of the 16-aligned tokens ``start`` .. ``end`` - 1: what a cache that never held them has."""
+        ps = self.page_size
+        pages = self.page_table[b].long()
+        pos = torch.arange(start, end, device=self.device)
+        pg, off = pages[pos // ps], pos % ps
+        self.k_data[pg, :, off] = 0
+        self.k_scale.view(torch.uint8)[pg, :, off] = 0
+        pos2 = torch.arange(start // 2, end // 2, device=self.device)
+        self.v_data[pages[pos2 // (ps // 2)], :, pos2 % (ps // 2)] = 0
+        pos16 = torch.arange(start // SLOT, end // SLOT, device=self.device)
+        self.v_scale.view(torch.uint8)[pages[pos16 // (ps // SLOT)], :, pos16 % (ps // SLOT)] = 0
+        if self.keep_16bit:
+            self.k16[pg, :, off] = 0
+            self.v16[pg, :, off] = 0
+            self.k_page_mean[pages[start // ps: -(-end // ps)]] = 0  # pages no longer complete
 
     # ------------------------------------------------------------------------------------------
     # queries
@@ -658,6 +742,7 @@ class KVCache:
                               {n: getattr(c, n) for n in ("seq_lens", "k_tail", "v_tail", "k_global_scale",
                                                           "v_global_scale")})
         src = [(old[id(c)], i) for c, i in sources]
+        self._undo = None
         self._num_used, self._capacity = 0, 0
         self._alloc_pool(max(sum(len(set(o[1][i])) for o, i in src), 4))
         self._pages = [[] for _ in range(self.batch_size)]
@@ -680,6 +765,7 @@ class KVCache:
     def reset(self) -> None:
         """Drop every token (keeps the pool allocation and explicit global scales)."""
         self._lens = [0] * self.batch_size
+        self._undo = None
         self.seq_lens.zero_()
         self._pages = [[] for _ in range(self.batch_size)]
         self.page_table.fill_(-1)
