@@ -1055,3 +1055,88 @@ def test_softcap_fallback_runs_eager_attention_with_the_causal_and_sliding_masks
     ours, eager = outs[fh.register("nvfp4")], outs["eager"]
     torch.testing.assert_close(ours[0], eager[0], rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(ours[1][am.bool()], eager[1][am.bool()], rtol=1e-5, atol=1e-5)
+
+
+def test_fp4_cache_crop_rolls_back_a_speculative_step():
+    """FP4Cache.crop (transformers' assisted / prompt-lookup generation drops rejected draft tokens): the layer's
+    KVCache afterwards holds the bits of one that never had them, for transformers' negative counts and earlier
+    versions' absolute lengths; a multi-token append is recorded without being asked, a one-token append that
+    completed a slot only after activate_past_recording."""
+    from fp4attn.kvcache import KVCache
+    from test_kvcache_decode import _assert_same_content
+    g = torch.Generator().manual_seed(91)
+    k = torch.randn(1, 2, 80, 32, generator=g).to(torch.bfloat16)
+    v = torch.randn(1, 2, 80, 32, generator=g).to(torch.bfloat16)
+    cache = fh.fp4_cache()
+    cache.update(k[:, :, :60], v[:, :, :60], 0)
+    cache.update(k[:, :, 60:66], v[:, :, 60:66], 0)  # a verify step: completes slot 48..63
+    cache.crop(-4)  # 2 of 6 accepted
+    kv = cache.layers[0].kv
+    _assert_same_content(kv, KVCache.from_dense(k[:, :, :62], v[:, :, :62]))
+    cache.update(k[:, :, 62:70], v[:, :, 62:70], 0)
+    cache.crop(63)  # an absolute length (earlier transformers)
+    _assert_same_content(kv, KVCache.from_dense(k[:, :, :63], v[:, :, :63]))
+    cache.update(k[:, :, 63:64], v[:, :, 63:64], 0)  # one token completes slot 48..63, not recorded
+    with pytest.raises(RuntimeError, match="record_past"):
+        cache.crop(-1)
+    for layer in cache.layers:
+        layer.activate_past_recording()
+    cache.crop(0)
+    cache.update(k[:, :, 64:65], v[:, :, 64:65], 0)
+    cache.update(k[:, :, 65:80], v[:, :, 65:80], 0)  # completes slot 64..79
+    cache.crop(-3)
+    _assert_same_content(kv, KVCache.from_dense(k[:, :, :77], v[:, :, :77]))
+
+
+def test_bottom_right_causal_mask_decodes_from_the_fp4_pages(monkeypatch):
+    """A speculative step's verification passes several queries with a materialized causal mask: when every row is
+    the bottom-right causal pattern the attention function decodes from the FP4 pages, as without a mask; a
+    padding mask still takes the dense path."""
+    m = _llama()
+    attn = m.model.layers[0].self_attn
+    fn = fh.make_attention_function("nvfp4")
+    g = torch.Generator().manual_seed(92)
+    B, Hq, Hkv, T, S, D = 2, 4, 2, 70, 3, 16
+    k = torch.randn(B, Hkv, T, D, generator=g)
+    v = torch.randn(B, Hkv, T, D, generator=g)
+    q = torch.randn(B, Hq, S, D, generator=g)
+    kv = fp4attn.KVCache.from_dense(k, v)
+    calls = []
+    real = fp4attn.decode
+    monkeypatch.setattr(fp4attn, "decode", lambda *a, **kw: calls.append(a[0].shape[2]) or real(*a, **kw))
+
+    def run(mask):
+        key = kv.dequantize()[0]  # dense values, as the placeholders' fallback would read
+        key._fp4attn_kvcache = kv
+        return fn(attn, q, key, kv.dequantize()[1], mask, scaling=D ** -0.5, is_causal=True)[0]
+
+    allowed = torch.ones(S, T, dtype=torch.bool).tril(T - S)
+    additive = torch.zeros(B, 1, S, T).masked_fill(~allowed, float("-inf"))
+    out_mask, out_none = run(additive), run(None)
+    assert calls == [S, S] and torch.equal(out_mask, out_none)
+    padded = additive.clone()
+    padded[1, :, :, :5] = float("-inf")  # sequence 1 left-padded: not a plain decode step
+    run(padded)
+    assert calls == [S, S]
+
+
+def test_prompt_lookup_generation_with_the_fp4_cache(monkeypatch):
+    """transformers' prompt-lookup (speculative) generation on an FP4Cache: verify steps decode several queries from
+    the pages and rejected drafts are cropped; it gives as many tokens as asked and starts with greedy's first."""
+    m = _llama()
+    name = fh.register("nvfp4")
+    m.set_attn_implementation(name)
+    ids = torch.tensor([[5, 6, 7, 8, 9, 10, 11, 5, 6, 7, 8, 9, 10, 11, 5, 6, 7, 8, 9, 10, 11, 5, 6, 7, 8, 9, 10, 11,
+                         5, 6, 7, 8, 9, 10, 11, 5, 6, 7]])
+    crops, multi = [], []
+    real_crop, real_dec = fp4attn.KVCache.crop, fp4attn.decode
+    monkeypatch.setattr(fp4attn.KVCache, "crop", lambda self, n: crops.append(n) or real_crop(self, n))
+    monkeypatch.setattr(fp4attn, "decode", lambda *a, **kw: multi.append(a[0].shape[2]) or real_dec(*a, **kw))
+    with torch.no_grad():
+        out = m.generate(ids, max_new_tokens=24, do_sample=False, prompt_lookup_num_tokens=4,
+                         past_key_values=fh.fp4_cache())
+        greedy = m.generate(ids, max_new_tokens=1, do_sample=False, past_key_values=fh.fp4_cache())
+    assert out.shape == (1, ids.shape[1] + 24)
+    assert max(multi) > 1  # verify steps decoded several queries from the pages
+    assert any(crops)  # some drafts were rejected and cropped
+    assert out[0, ids.shape[1]] == greedy[0, ids.shape[1]]

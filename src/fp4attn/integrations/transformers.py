@@ -55,11 +55,16 @@ full mask suffices). What runs:
   function dequantizes itself when it cannot decode from the pages). With another attention implementation
   the layer keeps returning dense K and V. Either way the layer keeps no dense copy (``layer.keys`` /
   ``layer.values`` are placeholders; ``layer.kv`` is the :class:`fp4attn.KVCache`).
+* Speculative decoding (``generate(..., assistant_model=...)`` or ``prompt_lookup_num_tokens=``) on an
+  :func:`fp4_cache`: the verification step's queries decode from the pages (also when transformers passes a
+  materialized mask that is bottom-right causal on every row), and the rejected draft tokens are dropped exactly
+  by ``FP4Cache.crop`` (:meth:`fp4attn.KVCache.crop`; the cache layers record multi-token appends for it).
 """
 
 from __future__ import annotations
 
 import math
+import weakref
 
 import torch
 
@@ -215,7 +220,11 @@ def make_attention_function(recipe: str = "nvfp4", mode: str = "auto", prefill: 
                    and bool((allowed == allowed[:1]).all()) else None)
             if win is not None and win[:2] == (0, 0):
                 dec_window = (win[2], 0)
-        if decodable and (allowed is None or dec_window is not None):
+        # a materialized mask that is bottom-right causal on every row (no padding): a decode step like one without
+        # a mask (transformers builds one for a speculative step's verification: several queries over a cache)
+        plain = (decodable and allowed is not None and window is None and len(set(kv.lengths)) == 1
+                 and _bottom_right_causal(attention_mask, allowed))
+        if decodable and (allowed is None or dec_window is not None or plain):
             import fp4attn
             budget = op_kwargs.get("budget", 0.05) if recipe == "thrift" else None
             out = fp4attn.decode(query, kv, scale=scaling, thrift_budget=budget, window_size=dec_window,
@@ -245,6 +254,26 @@ def make_attention_function(recipe: str = "nvfp4", mode: str = "auto", prefill: 
 
 def _capturing() -> bool:
     return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+
+
+_BR_MEMO: list = [None, None, None]  # (weak reference to the last mask, its version and shape, the answer)
+
+
+def _bottom_right_causal(mask: torch.Tensor, allowed: torch.Tensor) -> bool:
+    """Whether every (S, T) plane of the boolean ``allowed`` (derived from ``mask``) is bottom-right causal: query
+    i sees keys 0 .. T - S + i. One host sync per mask (the layers of a forward share it); False under CUDA-graph
+    capture (no sync there; ``_mask_function`` leaves such masks ``None`` while capturing)."""
+    if _capturing():
+        return False
+    key = (mask._version, tuple(allowed.shape))
+    ref, k0, res = _BR_MEMO
+    if ref is not None and ref() is mask and k0 == key:
+        return res
+    S, T = allowed.shape[-2:]
+    want = torch.ones(S, T, dtype=torch.bool, device=allowed.device).tril(T - S)
+    res = bool((allowed == want).all())
+    _BR_MEMO[:] = [weakref.ref(mask), key, res]
+    return res
 
 
 def _mask_function(sdpa_mask):
@@ -344,7 +373,11 @@ def _cache_classes():
         (Dequantizing on every read of ``keys`` instead made decode steps ~2x slower: transformers reads them
         during a step.)"""
 
+        # crop() works (rolling back speculative decoding's rejected drafts), but transformers >= 5.2x also reads
+        # is_croppable to choose a generation loop that crops one-token steps, which a cache that quantizes
+        # completed slots can undo only when it recorded them: kept False, that loop is not chosen
         is_croppable = False
+        record_past = False  # transformers' assisted generation sets it (activate_past_recording)
 
         def _placeholder(self):
             if self.kv is None:
@@ -384,6 +417,9 @@ def _cache_classes():
             if not self.is_initialized:
                 self.lazy_initialization(key_states, value_states)
             first = self.kv.get_seq_length() == 0
+            # keep what a crop of this append needs (see crop): when asked, and for the few-token appends of a
+            # speculative step (whatever transformers' version asks)
+            self.kv.record_past = self.record_past or (not first and 1 < key_states.shape[2] <= 64)
             if not first and self.kv.window is not None and key_states.shape[2] > 16:
                 # a chunk of a sliding-window layer: its first queries read keys that the append may recycle
                 # (the ring keeps window + 16), so the dense K/V are read first: the old ones (zeros where
@@ -422,8 +458,17 @@ def _cache_classes():
             self.kv = None
             super().reset()
 
+        def activate_past_recording(self) -> None:
+            self.record_past = True
+
         def crop(self, tokens_to_remove: int) -> None:
-            raise NotImplementedError("FP4Cache cannot be cropped")
+            """Drop tokens (:meth:`fp4attn.KVCache.crop`): a negative or zero ``tokens_to_remove`` removes that many
+            (transformers >= 5.2x), a positive one is the length to keep (earlier versions' ``max_length``)."""
+            if self.kv is None:
+                return
+            L = self.kv.get_seq_length()
+            n = -tokens_to_remove if tokens_to_remove <= 0 else max(0, L - tokens_to_remove)
+            self.kv.crop(n)
 
         def batch_repeat_interleave(self, repeats: int) -> None:
             if self.kv is not None and repeats != 1:
