@@ -1123,11 +1123,22 @@ def test_bottom_right_causal_mask_decodes_from_the_fp4_pages(monkeypatch):
 def test_prompt_lookup_generation_with_the_fp4_cache(monkeypatch):
     """transformers' prompt-lookup (speculative) generation on an FP4Cache: verify steps decode several queries from
     the pages and rejected drafts are cropped; it gives as many tokens as asked and starts with greedy's first."""
-    m = _llama()
+    _prompt_lookup_case(monkeypatch, _llama(), "cpu")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_prompt_lookup_generation_with_the_fp4_cache_gpu(monkeypatch):
+    """The same on a GPU (the append kernels; D = 64 and 8 query heads per kv head: a 5-token verify step has 40
+    query rows, the split kernel with the rows along M)."""
+    _prompt_lookup_case(monkeypatch, _llama(heads=8, kv_heads=1, hidden=512).to("cuda", torch.bfloat16), "cuda")
+
+
+def _prompt_lookup_case(monkeypatch, m, dev):
     name = fh.register("nvfp4")
     m.set_attn_implementation(name)
     ids = torch.tensor([[5, 6, 7, 8, 9, 10, 11, 5, 6, 7, 8, 9, 10, 11, 5, 6, 7, 8, 9, 10, 11, 5, 6, 7, 8, 9, 10, 11,
-                         5, 6, 7, 8, 9, 10, 11, 5, 6, 7]])
+                         5, 6, 7, 8, 9, 10, 11, 5, 6, 7]], device=dev)
     crops, multi = [], []
     real_crop, real_dec = fp4attn.KVCache.crop, fp4attn.decode
     monkeypatch.setattr(fp4attn.KVCache, "crop", lambda self, n: crops.append(n) or real_crop(self, n))
