@@ -1144,7 +1144,7 @@ def _prompt_lookup_case(monkeypatch, m, dev):
     monkeypatch.setattr(fp4attn.KVCache, "crop", lambda self, n: crops.append(n) or real_crop(self, n))
     monkeypatch.setattr(fp4attn, "decode", lambda *a, **kw: multi.append(a[0].shape[2]) or real_dec(*a, **kw))
     with torch.no_grad():
-        out = m.generate(ids, max_new_tokens=24, do_sample=False, prompt_lookup_num_tokens=4,
+        out = m.generate(ids, max_new_tokens=24, min_new_tokens=24, do_sample=False, prompt_lookup_num_tokens=4,
                          past_key_values=fh.fp4_cache())
         greedy = m.generate(ids, max_new_tokens=1, do_sample=False, past_key_values=fh.fp4_cache())
     assert out.shape == (1, ids.shape[1] + 24)

@@ -475,6 +475,8 @@ class KVCache:
         The reopened slots' FP4 storage is cleared (and a reopened page's Thrift mean). With ``window``, at most
         ``page_size`` tokens (the ring keeps that many beyond the window); what the window reads is exact, while
         older tokens whose pool page the dropped append reused stay gone. Not under CUDA-graph capture."""
+        if isinstance(n, torch.Tensor) and n.numel() == 1 and not n.is_floating_point() and n.dtype != torch.bool:
+            n = int(n)  # (transformers passes a count computed on the device)
         if isinstance(n, bool) or not isinstance(n, int) or n < 0 or n > min(self._lens, default=0):
             raise ValueError(f"n must be an int in [0, {min(self._lens, default=0)}] (the shortest sequence), "
                              f"got {n!r}")

@@ -467,7 +467,8 @@ def _cache_classes():
             if self.kv is None:
                 return
             L = self.kv.get_seq_length()
-            n = -tokens_to_remove if tokens_to_remove <= 0 else max(0, L - tokens_to_remove)
+            t = int(tokens_to_remove)  # (a count computed on the device arrives as a tensor)
+            n = -t if t <= 0 else max(0, L - t)
             self.kv.crop(n)
 
         def batch_repeat_interleave(self, repeats: int) -> None:
