@@ -305,9 +305,11 @@ def test_crop_without_the_raw_tokens_raises_and_checks_its_argument():
     c.append(k[:, :, 64:70], v[:, :, 64:70])
     with pytest.raises(RuntimeError, match="raw tokens are gone"):
         c.crop(7)  # one more than the recorded append brought, into the committed slot 48..63
-    for bad in (-1, 1.5, True, 71):
+    for bad in (-1, 1.5, True, 71, torch.tensor(1.0), torch.tensor([1, 2])):
         with pytest.raises(ValueError, match="n must be"):
             c.crop(bad)
+    c.crop(torch.tensor(2))  # a count computed on the device (transformers passes one): tail tokens 68, 69
+    assert c.lengths == [68]
     w = KVCache.from_dense(k, v, page_size=32, window=40)
     with pytest.raises(ValueError, match="sliding-window"):
         w.crop(33)
