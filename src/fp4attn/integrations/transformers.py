@@ -68,7 +68,7 @@ import weakref
 
 import torch
 
-from ..reference.common import window_keep
+from ..reference.common import causal_keep, window_keep
 from ._common import (
     additive_to_bool,
     bool_to_additive,
@@ -270,8 +270,7 @@ def _bottom_right_causal(mask: torch.Tensor, allowed: torch.Tensor) -> bool:
     if ref is not None and ref() is mask and k0 == key:
         return res
     S, T = allowed.shape[-2:]
-    want = torch.ones(S, T, dtype=torch.bool, device=allowed.device).tril(T - S)
-    res = bool((allowed == want).all())
+    res = bool((allowed == causal_keep(0, S, S, T, allowed.device)).all())
     _BR_MEMO[:] = [weakref.ref(mask), key, res]
     return res
 
