@@ -163,6 +163,10 @@ def fam_decode():
     k64 = fp4attn.KVCache.from_dense(*(torch.randn(2, 2, 300, 64, dtype=torch.bfloat16) for _ in range(2)))
     Dk.decode_fwd(torch.randn(2, 16, 4, 64, dtype=torch.bfloat16), k64, scale=0.1, kernel="triton", window=127,
                   sinks=torch.zeros(16))
+    # a page of 48 tokens: 16-key tiles, transposed and with the rows along M
+    c48 = fp4attn.KVCache.from_dense(k, torch.randn_like(k), page_size=48)
+    for nq in (1, 16):
+        Dk.decode_fwd(torch.randn(2, 8, nq, 128, dtype=torch.bfloat16), c48, scale=0.1, kernel="triton")
     # Thrift: the page selection kernels, then the split kernel reading their int8 selection
     c16 = fp4attn.KVCache.from_dense(k, torch.randn_like(k), lengths=[300, 100], keep_16bit=True)
     q = torch.randn(2, 8, 2, 128, dtype=torch.bfloat16)

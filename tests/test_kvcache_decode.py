@@ -707,6 +707,31 @@ def test_decode_kernel_interpreter_ragged_gqa(G, nq, splits):
 
 
 @needs_interp
+@pytest.mark.parametrize("G,nq", [(2, 3), (4, 16)])
+def test_decode_kernel_interpreter_page_of_48_tokens(G, nq):
+    """A page size that is a multiple of 16 but not of the split kernel's 32- / 64-key tile (48) runs 16-key
+    tiles (it raised before), transposed (6 rows) and with the rows along M (64 rows): the same result as a
+    64-token-page cache of the same tokens run with 16-key tiles (equal splits: the same tiles), and close to
+    the reference by the decode criterion of test_decode_kernel_gpu (P̃ against each tile's running max, here
+    every 16 keys, where the reference rounds against the one-shot row max)."""
+    from fp4attn.kernels.decode import decode_fwd
+
+    B, Hkv, D = 2, 2, 32
+    k, v = _kv(B, Hkv, 200, D, dtype=torch.float32, seed=17)
+    lens = [200, 77]
+    c = KVCache.from_dense(k, v, lengths=lens, dtype=torch.float32, page_size=48)
+    c64 = KVCache.from_dense(k, v, lengths=lens, dtype=torch.float32, page_size=64)
+    q = torch.randn(B, Hkv * G, nq, D, generator=torch.Generator().manual_seed(18))
+    out, lse = decode_fwd(q, c, scale=D ** -0.5, num_splits=2)
+    out64, lse64 = decode_fwd(q, c64, scale=D ** -0.5, num_splits=2, block_n=16)
+    assert _rel(out, out64) <= 1e-6 and torch.allclose(lse, lse64, atol=1e-6, rtol=0)
+    ref, ref_lse = decode_reference(q, c, scale=D ** -0.5)
+    cos = torch.nn.functional.cosine_similarity(out.double().flatten(), ref.double().flatten(), dim=0).item()
+    assert cos >= 0.995 and _rel(out, ref) <= 0.1
+    assert torch.allclose(lse, ref_lse, atol=1e-4)
+
+
+@needs_interp
 @pytest.mark.parametrize("G,nq", [(1, 1), (1, 3), (2, 4), (4, 4)])
 def test_decode_kernel_interpreter_one_tile_equals_reference(G, nq):
     """Sequences of at most one key tile (one split, no raw tail): the running max the kernel quantizes

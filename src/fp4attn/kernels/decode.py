@@ -572,8 +572,9 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
     if rowm and (gluon or thrift):
         raise ValueError("rowm: the Triton split kernel's FP4 tiles only (no Gluon kernel, no Thrift selection)")
     cfg = gcfg if gluon else _WIDE_CONFIG if rowm else _CONFIGS[thrift]
-    # (wide tiles: the largest power of two <= 64 that divides the page)
-    block_n = block_n or (min(cfg["block_n"], cache.page_size & -cache.page_size) if rowm else cfg["block_n"])
+    # FP4 tiles: the config's, or the largest power of two below it that divides the page (pages are multiples of
+    # 16 tokens: 48 gives 16-key tiles); Thrift's tile is its 64-token block
+    block_n = block_n or (cfg["block_n"] if thrift else min(cfg["block_n"], cache.page_size & -cache.page_size))
     if rowm:  # the rows along M: at least the MMA's 16
         BLOCK_M = block_m or max(16, next_pow2(G * NQ))
         num_warps = num_warps or cfg["num_warps"]
