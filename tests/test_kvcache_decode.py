@@ -1000,6 +1000,50 @@ def _tile_probe(KD, KS, O, N: tl.constexpr, D: tl.constexpr):
     tl.store(O + r[:, None] * D + tl.arange(0, D)[None, :], _fp4_rows_f16(kb, ks, 16).to(tl.float32))
 
 
+from fp4attn.kernels._tiles import decode_tile_runs  # noqa: E402
+
+
+@triton.jit
+def _runs_probe(A, O, BLOCK_N: tl.constexpr, WINDOW: tl.constexpr):
+    i = tl.program_id(0)
+    lo_end, full_end = decode_tile_runs(tl.load(A + 5 * i), tl.load(A + 5 * i + 1), tl.load(A + 5 * i + 2),
+                                        tl.load(A + 5 * i + 3), tl.load(A + 5 * i + 4), BLOCK_N, WINDOW)
+    tl.store(O + 2 * i, lo_end)
+    tl.store(O + 2 * i + 1, full_end)
+
+
+@needs_interp
+@pytest.mark.parametrize("window", [False, True])
+@pytest.mark.parametrize("block_n", [16, 32, 64])
+def test_decode_tile_runs_unmask_exactly_the_fully_visible_tiles(window, block_n):
+    """The split kernels skip the masks on the tiles of ``decode_tile_runs``' middle run: it must be exactly the
+    split's tiles whose every key is committed (< C), causally visible to every new query row (<= L - NQ) and, with
+    a window of left extent WL, inside every row's window (>= L - 1 - WL), brute-forced here over random splits of
+    random sequences (the runs partition the split: masked, unmasked, masked)."""
+    g = torch.Generator().manual_seed(77)
+    cases = []
+    for _ in range(300):
+        L = int(torch.randint(1, 700, (1,), generator=g))
+        nq = int(torch.randint(1, min(L, 16) + 1, (1,), generator=g))
+        wl = int(torch.randint(0, 300, (1,), generator=g))
+        C = L - L % 16
+        first = (max(L - nq - wl, 0) // block_n) * block_n if window else 0  # the splits start at the window
+        tps = block_n * int(torch.randint(1, 6, (1,), generator=g))
+        start = first + tps * int(torch.randint(0, 4, (1,), generator=g))
+        cases.append((start, min(start + tps, C), L, nq, wl))
+    a = torch.tensor(cases, dtype=torch.int32)
+    out = torch.empty(len(cases), 2, dtype=torch.int32)
+    _runs_probe[(len(cases),)](a, out, BLOCK_N=block_n, WINDOW=window)
+    for (start, end, L, nq, wl), (lo_end, full_end) in zip(cases, out.tolist()):
+        C = L - L % 16
+        full = [t0 for t0 in range(start, end, block_n)
+                if t0 + block_n <= C and t0 + block_n - 1 <= L - nq and (not window or t0 >= L - 1 - wl)]
+        assert [t0 for t0 in range(start, end, block_n) if lo_end <= t0 < full_end] == full, (start, end, L, nq, wl)
+        # the kernels' three loops cover the split's tiles once, in order (an empty split: none)
+        runs = [*range(start, lo_end, block_n), *range(lo_end, full_end, block_n), *range(full_end, end, block_n)]
+        assert runs == list(range(start, end, block_n)) and (window or lo_end == start), (start, end, L, nq, wl)
+
+
 @needs_interp
 def test_fp16_decode_helpers_are_exact():
     """The kernel's register decode of the cache (nibbles, E4M3 scales) gives dequantize() bit for bit."""
@@ -1044,6 +1088,36 @@ def test_decode_kernel_gpu(nq):
     assert cos >= 0.995, cos
     assert _rel(out, ref) <= 0.1
     assert _rel(out, exact) <= 1.05 * _rel(ref, exact) + 2e-3  # + bf16 output rounding
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("G,nq", [(4, 1), (4, 4), (4, 16)])
+def test_decode_kernel_gpu_page_of_48_tokens(G, nq):
+    """On the GPU, a 48-token page (a multiple of 16, not of the 32- / 64-key tiles) runs the Triton split kernel
+    with 16-key tiles (transposed at 4 and 16 query rows, along M at 64): the same result as a 64-token-page cache
+    of the same tokens run with 16-key tiles and the same splits (the same tiles, other page-table entries), and
+    close to the reference by test_decode_kernel_gpu's criteria."""
+    from fp4attn.kernels.decode import decode_fwd
+
+    B, Hkv, D = 3, 2, 128
+    dev = "cuda"
+    lens = [3000, 777, 2245]
+    k, v = _kv(B, Hkv, max(lens), D, seed=78)
+    c = KVCache.from_dense(k.to(dev), v.to(dev), lengths=lens, page_size=48)
+    c64 = KVCache.from_dense(k.to(dev), v.to(dev), lengths=lens, page_size=64)
+    q = torch.randn(B, Hkv * G, nq, D, generator=torch.Generator().manual_seed(79)).to(dev, torch.bfloat16)
+    out, lse = decode_fwd(q, c, scale=D ** -0.5, num_splits=5)
+    out64, lse64 = decode_fwd(q, c64, scale=D ** -0.5, num_splits=5, block_n=16)
+    assert torch.equal(out, out64) and torch.equal(lse, lse64)
+    assert torch.equal(fp4attn.decode(q, c), decode_fwd(q, c, scale=D ** -0.5)[0])
+    ref, ref_lse = decode_reference(q, c, scale=D ** -0.5)
+    exact = torch.cat([reference.attention(q[b:b + 1], k[b:b + 1, :, :L].to(dev), v[b:b + 1, :, :L].to(dev),
+                                           causal=True, recipe="bf16") for b, L in enumerate(lens)])
+    cos = torch.nn.functional.cosine_similarity(out.double().flatten(), ref.double().flatten(), dim=0).item()
+    assert cos >= 0.995 and _rel(out, ref) <= 0.1  # the relaxation of test_decode_kernel_gpu, for its reason
+    assert _rel(out, exact) <= 1.05 * _rel(ref, exact) + 2e-3
+    assert torch.allclose(lse, ref_lse.float(), atol=1e-3)
 
 
 @pytest.mark.gpu

@@ -13,7 +13,7 @@ with the default GPU configs, down to a cubin with the ptxas bundled with Triton
 the bundled ``cuobjdump -sass`` and reports, for every loop (a backward ``BRA``), the number of
 instructions between the branch target and the branch, by opcode class, plus registers and spills.
 
-    PYTHONPATH=src python tools/sass_count.py [fwd|dkdv|decode|decode_gl|decode_gl_thrift|quest|queste5|sr|
+    PYTHONPATH=src python tools/sass_count.py [fwd|dkdv|decode|decode_rowm|decode_gl|decode_gl_thrift|quest|queste5|sr|
                                                fp8conv|prepq|prepk|prepv ...]
                                               attn|attnmax ...] [--fmt nvfp4|mxfp4] [--smooth] [--dump DIR]
 
@@ -139,6 +139,10 @@ def recorded_cases(which, fmt="nvfp4", smooth=False):
             cache = KVCache.from_dense(k, torch.randn_like(k))
             aot_probe._RECORDED.clear()
             Kd.decode_fwd(torch.randn(8, 32, 1, 128, dtype=torch.bfloat16), cache, scale=0.088)
+        if "decode_rowm" in which:  # 16 new tokens per sequence: 64 query rows per kv head (ROWM)
+            k = torch.randn(8, 8, 1024, 128, dtype=torch.bfloat16)
+            cache = KVCache.from_dense(k, torch.randn_like(k))
+            Kd.decode_fwd(torch.randn(8, 32, 16, 128, dtype=torch.bfloat16), cache, scale=0.088)
         if "decode_gl" in which or "decode_gl_thrift" in which:  # the Gluon kernel at its default configs
             k = torch.randn(8, 8, 1024, 128, dtype=torch.bfloat16)
             cache = KVCache.from_dense(k, torch.randn_like(k))
@@ -180,7 +184,8 @@ def recorded_cases(which, fmt="nvfp4", smooth=False):
         rec = list(aot_probe._RECORDED)
     finally:
         JITFunction.run = run
-    names = {"decode": "_decode_split_kernel", "decode_gl": "_decode_split_kernel_gl",
+    names = {"decode": "_decode_split_kernel", "decode_rowm": "_decode_split_kernel",
+             "decode_gl": "_decode_split_kernel_gl",
              "decode_gl_thrift": "_decode_split_kernel_gl", "quest": "_quest_mxfp4_kernel",
              "queste5": "_quest_mxfp4_kernel", "sr": "_sr_mxfp4_kernel",
              "fp8conv": "_mx_to_fp8_kernel", "prepq": "_prep_qk_kernel", "prepk": "_prep_qk_kernel",
@@ -192,6 +197,8 @@ def recorded_cases(which, fmt="nvfp4", smooth=False):
             hits = [h for h in hits if (h[2]["PMAX"] == 1) == (w == "attnmax") and h[2]["WINDOW"] == (w == "attnwin")]
         if w == "prepk":  # the K launch comes after Q's
             hits = hits[1:]
+        if w in ("decode", "decode_rowm"):  # the transposed tiles / the query rows along M
+            hits = [h for h in hits if h[2].get("ROWM", False) == (w == "decode_rowm")]
         if w.startswith("decode_gl"):  # the FP4 / the Thrift variant
             hits = [h for h in hits if h[2].get("THRIFT") == (w == "decode_gl_thrift")]
         if w in ("quest", "queste5"):  # packed MXFP4 (OUT 0) / E5M2 (OUT 1) output
@@ -220,8 +227,8 @@ def main():
     ap.add_argument("--smooth", action="store_true", help="prep*: the sage3 pre-pass (smooth_q, smooth_k)")
     a = ap.parse_args()
     cases = [(*c, None) for c in kernel_cases(a.fmt, a.which)]
-    ap_rec = ("decode", "decode_gl", "decode_gl_thrift", "quest", "queste5", "sr", "fp8conv", "prepq", "prepk",
-              "prepv", "attn", "attnmax", "attn_gl", "attnwin")
+    ap_rec = ("decode", "decode_rowm", "decode_gl", "decode_gl_thrift", "quest", "queste5", "sr", "fp8conv", "prepq",
+              "prepk", "prepv", "attn", "attnmax", "attn_gl", "attnwin")
     cases += list(recorded_cases([w for w in a.which if w in ap_rec], a.fmt, a.smooth))
     for name, fn, args, meta, per_thread in cases:
         ck = compile_like_launch(fn, args, meta)

@@ -52,6 +52,20 @@ def kv_head_program(LENS, Hkv):
 
 
 @triton.jit
+def decode_tile_runs(start, end, L, NQ, WL, BLOCK_N: tl.constexpr, WINDOW: tl.constexpr):
+    """A decode split's key tiles (from ``start`` in BLOCK_N steps, below ``end`` <= the committed length) in
+    three runs, for a sequence of length L with NQ new query rows: [start, lo_end) masked (with a sliding window of
+    left extent WL: the tiles holding keys below L - 1 - WL, which the last query row's window leaves out; at most
+    two), [lo_end, full_end) committed and visible to every query row (no masks), [full_end, end) masked (the
+    causal diagonal of the new tokens and the last partial tile). Returns (lo_end, full_end)."""
+    lo_end = start
+    if WINDOW:
+        lo_end = tl.minimum(start + tl.cdiv(tl.maximum(L - 1 - WL - start, 0), BLOCK_N) * BLOCK_N, end)
+    n_full = tl.maximum(tl.minimum(end, L - NQ + 1) - lo_end, 0) // BLOCK_N
+    return lo_end, lo_end + n_full * BLOCK_N
+
+
+@triton.jit
 def load_bhsd_rows(X, sx_b, sx_h, sx_n, sx_d, b, h, rows, N, D, DP: tl.constexpr):
     """Rows ``rows`` (token indices) of head (b, h) of a (B, H, N, D) tensor with any strides, as a
     (len(rows), DP) float32 tile zero-padded past N tokens and D channels; also returns the mask."""

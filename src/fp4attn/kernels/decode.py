@@ -83,7 +83,7 @@ from ..formats.triton_helpers import (
 from ..ops._dispatch import interpreting as _interpret
 from . import decode_gluon
 from ._launch import cdiv, fast, head_grid, next_pow2
-from ._tiles import LOG2E, LOG2E_K, kv_head_program, online_softmax_step
+from ._tiles import LOG2E, LOG2E_K, decode_tile_runs, kv_head_program, online_softmax_step
 from .attention import _fp4_tile_f16
 
 LN2 = 0.6931471805599453
@@ -101,11 +101,13 @@ def _fp4_rows_f16(packed, sbytes, QB: tl.constexpr):
 def _decode_tile(t0, accT, l_i, m_i, qT, q16T, s_scale, qk_scale, vg, row_ok, hq_rows, last_key, WL, C,
                  b, h, KD, KS, VD, VS, K16, V16, PT, SEL, Hkv, MAXP,
                  D: tl.constexpr, PS: tl.constexpr, BLOCK_N: tl.constexpr, THRIFT: tl.constexpr,
-                 DOT_F32: tl.constexpr, WINDOW: tl.constexpr, ROWM: tl.constexpr = False):
+                 DOT_F32: tl.constexpr, WINDOW: tl.constexpr, ROWM: tl.constexpr = False,
+                 MASKED: tl.constexpr = True):
     """One BLOCK_N-token tile (inside one page) of the split loop, transposed: FP4 (or Thrift-mixed)
     online softmax over the tile's keys for the program's query rows (the columns). With ``ROWM`` (many
     query rows, FP4 only) the tile is not transposed: ``qT`` holds ϕ(q) as rows (BLOCK_M, D) and ``accT``
-    is O (BLOCK_M, D), the rows along the MMA's M."""
+    is O (BLOCK_M, D), the rows along the MMA's M. ``MASKED``: the keys' committed, causal and window masks
+    (False: a tile of ``decode_tile_runs``' unmasked run; padding rows then score their zero q, unused)."""
     offs_n = tl.arange(0, BLOCK_N)
     offs_n2 = tl.arange(0, BLOCK_N // 2)
     offs_n16 = tl.arange(0, BLOCK_N // 16)
@@ -131,15 +133,17 @@ def _decode_tile(t0, accT, l_i, m_i, qT, q16T, s_scale, qk_scale, vg, row_ok, hq
     if ROWM:
         tl.static_assert(not THRIFT, "ROWM: FP4 tiles only")
         s = tl.dot(qT, tl.trans(k)) * s_scale  # (BLOCK_M, BLOCK_N)
-        ok = (keys < C)[None, :] & (keys[None, :] <= last_key[:, None]) & row_ok[:, None]
-        if WINDOW:  # a sliding window: query row sees keys >= its last key - WL
-            ok = ok & (keys[None, :] >= (last_key - WL)[:, None])
-        s = tl.where(ok, s, float("-inf"))
+        if MASKED:
+            ok = (keys < C)[None, :] & (keys[None, :] <= last_key[:, None]) & row_ok[:, None]
+            if WINDOW:  # a sliding window: query row sees keys >= its last key - WL
+                ok = ok & (keys[None, :] >= (last_key - WL)[:, None])
+            s = tl.where(ok, s, float("-inf"))
     else:
         sT = tl.dot(k, qT) * s_scale  # (BLOCK_N, BLOCK_M)
-        ok = (keys < C)[:, None] & (keys[:, None] <= last_key[None, :]) & row_ok[None, :]
-        if WINDOW:
-            ok = ok & (keys[:, None] >= (last_key - WL)[None, :])
+        if MASKED:
+            ok = (keys < C)[:, None] & (keys[:, None] <= last_key[None, :]) & row_ok[None, :]
+            if WINDOW:
+                ok = ok & (keys[:, None] >= (last_key - WL)[None, :])
     if THRIFT:
         selr = tl.load(SEL + hq_rows.to(tl.int64) * MAXP + pidx, mask=row_ok, other=0) != 0
         any_sel = tl.max(selr.to(tl.int32), axis=0) > 0
@@ -149,10 +153,12 @@ def _decode_tile(t0, accT, l_i, m_i, qT, q16T, s_scale, qk_scale, vg, row_ok, hq
                 k16 = k16.to(tl.float32)
             sT = tl.where(selr[None, :], tl.dot(k16, q16T) * qk_scale, sT)
     if not ROWM:
+        if MASKED:  # (after Thrift's 16-bit scores: the masks hold for both)
+            sT = tl.where(ok, sT, float("-inf"))
         # the softmax and the P̃ rounding run on the (rows, keys) view of the tile (a transposed layout,
         # no data movement)
-        s = tl.trans(tl.where(ok, sT, float("-inf")))
-    p, alpha, m_new, l_i = online_softmax_step(s, m_i, l_i, True)
+        s = tl.trans(sT)
+    p, alpha, m_new, l_i = online_softmax_step(s, m_i, l_i, MASKED or THRIFT)
     accT = accT * (alpha[:, None] if ROWM else alpha[None, :])
     if DOT_F32:
         # V tile: bytes (BLOCK_N/2, D) packed along tokens, read transposed as (D, BLOCK_N/2)
@@ -248,19 +254,42 @@ def _decode_split_kernel(
     if WINDOW:  # the splits cover the window of the sequence: from the tile holding its first visible key
         start += (tl.maximum(L - NQ - WL, 0) // BLOCK_N) * BLOCK_N
     end = tl.minimum(start + TPS, C)
+    # ROWM: masked tiles (the window's first ones, the causal diagonal, the last partial tile) around an unmasked
+    # run, 1.07-1.25x faster at 64-128 rows (H100). The transposed tiles keep one masked loop: with the three loops
+    # they ran 1.04x (4 rows) and 1.44x (16 rows) slower (benchmarks/rowm-s27/).
+    lo_end, full_end = decode_tile_runs(start, end, L, NQ, WL, BLOCK_N, WINDOW)
     if DOT_F32:
         # the interpreter cannot loop over program-id dependent bounds: fixed trip count + guard
         for it in range(0, N_IT):
             t0 = start + it * BLOCK_N
             if t0 < end:
+                if ROWM and (t0 >= lo_end) & (t0 < full_end):
+                    accT, l_i, m_i = _decode_tile(t0, accT, l_i, m_i, qT, q16T, s_scale, qk_scale, vg, row_ok,
+                                                  hq_rows, last_key, WL, C, b, h, KD, KS, VD, VS, K16, V16, PT, SEL,
+                                                  Hkv, MAXP, D, PS, BLOCK_N, THRIFT, DOT_F32, WINDOW, ROWM, False)
+                else:
+                    accT, l_i, m_i = _decode_tile(t0, accT, l_i, m_i, qT, q16T, s_scale, qk_scale, vg, row_ok,
+                                                  hq_rows, last_key, WL, C, b, h, KD, KS, VD, VS, K16, V16, PT, SEL,
+                                                  Hkv, MAXP, D, PS, BLOCK_N, THRIFT, DOT_F32, WINDOW, ROWM, True)
+    elif ROWM:
+        if WINDOW:
+            for t0 in range(start, lo_end, BLOCK_N):
                 accT, l_i, m_i = _decode_tile(t0, accT, l_i, m_i, qT, q16T, s_scale, qk_scale, vg, row_ok, hq_rows,
-                                              last_key, WL, C, b, h, KD, KS, VD, VS, K16, V16, PT, SEL, Hkv,
-                                              MAXP, D, PS, BLOCK_N, THRIFT, DOT_F32, WINDOW, ROWM)
+                                              last_key, WL, C, b, h, KD, KS, VD, VS, K16, V16, PT, SEL, Hkv, MAXP,
+                                              D, PS, BLOCK_N, THRIFT, DOT_F32, WINDOW, ROWM, True)
+        for t0 in range(lo_end, full_end, BLOCK_N):
+            accT, l_i, m_i = _decode_tile(t0, accT, l_i, m_i, qT, q16T, s_scale, qk_scale, vg, row_ok, hq_rows,
+                                          last_key, WL, C, b, h, KD, KS, VD, VS, K16, V16, PT, SEL, Hkv, MAXP,
+                                          D, PS, BLOCK_N, THRIFT, DOT_F32, WINDOW, ROWM, False)
+        for t0 in range(full_end, end, BLOCK_N):
+            accT, l_i, m_i = _decode_tile(t0, accT, l_i, m_i, qT, q16T, s_scale, qk_scale, vg, row_ok, hq_rows,
+                                          last_key, WL, C, b, h, KD, KS, VD, VS, K16, V16, PT, SEL, Hkv, MAXP,
+                                          D, PS, BLOCK_N, THRIFT, DOT_F32, WINDOW, ROWM, True)
     else:
         for t0 in range(start, end, BLOCK_N):
             accT, l_i, m_i = _decode_tile(t0, accT, l_i, m_i, qT, q16T, s_scale, qk_scale, vg, row_ok, hq_rows,
                                           last_key, WL, C, b, h, KD, KS, VD, VS, K16, V16, PT, SEL, Hkv, MAXP,
-                                          D, PS, BLOCK_N, THRIFT, DOT_F32, WINDOW, ROWM)
+                                          D, PS, BLOCK_N, THRIFT, DOT_F32, WINDOW, ROWM, True)
     if not THRIFT:
         accT = accT * vg  # the FP4 products' V global scale (see _decode_tile)
     prow = (pid_bh.to(tl.int64) * NS + pid_s) * BLOCK_M + r
@@ -417,7 +446,11 @@ _CONFIGS = {False: dict(block_n=32, num_warps=1, num_stages=2, per_sm=12, max_ti
 # and 128): 64-key tiles on 4 warps with 2 programs per SM best or within 2% of the best but at one shape (D = 64,
 # 64 rows: 32-key tiles, 4 per SM, 0.82x the time); 8 warps 1.1-1.8x and 32-key tiles 1.2-1.6x slower elsewhere.
 # At D = 64 and 32 rows the transposed tiles stayed 6% faster (two runs): ROWM above 32 rows there (wide_rows).
-_WIDE_CONFIG = dict(block_n=64, num_warps=4, num_stages=2, per_sm=2, max_tiles=None)
+# Up to 64 rows per program a cap of 168 registers (ptxas took 240 at D = 128: 2 programs per SM) lets 3 programs
+# share an SM: 1.05-1.25x faster than 2 uncapped (one spilled value in the loop); at 128 rows the cap spills the
+# loop (2.1-3x slower), so those keep 2 uncapped programs (benchmarks/rowm-s27/, H100). Keyed by BLOCK_M > 64.
+_WIDE_CONFIG = {False: dict(block_n=64, num_warps=4, num_stages=2, per_sm=3, max_tiles=None, maxnreg=168),
+                True: dict(block_n=64, num_warps=4, num_stages=2, per_sm=2, max_tiles=None)}
 _GLUON_CONFIG = {False: dict(block_n=32, num_warps=1, num_stages=1, per_sm=16, max_tiles=None, min_programs=512),
                  # Thrift: 64-key tiles (the two-level P̃ tile), the selected pages in the 16-bit stream; at most
                  # 168 registers (ptxas chose 174 for a variant of the kernel: 11 programs per SM, and splits sized
@@ -538,7 +571,7 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
                num_splits: int | None = None, block_n: int | None = None, num_warps: int | None = None,
                num_stages: int | None = None, kernel: str = "auto", per_sm: int | None = None,
                window: int | None = None, sinks: torch.Tensor | None = None, rowm: bool | None = None,
-               block_m: int | None = None):
+               block_m: int | None = None, maxnreg: int | None = None):
     """q (B, Hq, NQ, D) contiguous -> (out (B, Hq, NQ, D) in q.dtype, lse (B, Hq, NQ) float32).
 
     ``selection``: (B, Hq, max_pages) bool Thrift selection (pages computed in 16 bits) or None; an int8
@@ -551,6 +584,7 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
     key with no value: in the max, l and the LSE); the split kernels start their running max at the sink.
     ``rowm``: the Triton split kernel with the query rows along the MMA's M (default: for more than 16 rows
     per kv head without a Thrift selection, see ``_WIDE_CONFIG``); ``block_m``: its rows per program (padding).
+    ``maxnreg``: a register cap for the Triton split kernel (default: the config's).
     """
     thrift = selection is not None
     B, Hq, NQ, D = q.shape
@@ -571,12 +605,13 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
         rowm = not gluon and not thrift and G * NQ > wide_rows(D)
     if rowm and (gluon or thrift):
         raise ValueError("rowm: the Triton split kernel's FP4 tiles only (no Gluon kernel, no Thrift selection)")
-    cfg = gcfg if gluon else _WIDE_CONFIG if rowm else _CONFIGS[thrift]
+    # ROWM's rows per program: at least the MMA's 16
+    BLOCK_M = (block_m or max(16, next_pow2(G * NQ))) if rowm else None
+    cfg = gcfg if gluon else _WIDE_CONFIG[BLOCK_M > 64] if rowm else _CONFIGS[thrift]
     # FP4 tiles: the config's, or the largest power of two below it that divides the page (pages are multiples of
     # 16 tokens: 48 gives 16-key tiles); Thrift's tile is its 64-token block
     block_n = block_n or (cfg["block_n"] if thrift else min(cfg["block_n"], cache.page_size & -cache.page_size))
-    if rowm:  # the rows along M: at least the MMA's 16
-        BLOCK_M = block_m or max(16, next_pow2(G * NQ))
+    if rowm:
         num_warps = num_warps or cfg["num_warps"]
     else:
         # query rows of a program (the columns of its transposed tiles), padded to a power of two >= 4
@@ -652,7 +687,8 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
             scale * LOG2E, Hkv, NQ, G, max(maxp, 1), TPS, num_splits, window or 0, sink,
             D=D, PS=PS, BLOCK_M=BLOCK_M, BLOCK_N=block_n, THRIFT=thrift, DOT_F32=interp,
             N_IT=TPS // block_n if interp else 0, WINDOW=window is not None, SINKS=sinks is not None, ROWM=rowm,
-            num_warps=num_warps, num_stages=num_stages)
+            num_warps=num_warps, num_stages=num_stages,
+            **({} if interp or not (maxnreg or cfg.get("maxnreg")) else {"maxnreg": maxnreg or cfg["maxnreg"]}))
     out = torch.empty(B, Hq, NQ, D, dtype=q.dtype, device=dev)
     lse = torch.empty(B, Hq, NQ, dtype=torch.float32, device=dev)
     DB = min(D, 32)  # output channels per reduce program

@@ -51,7 +51,7 @@ from ..formats.triton_helpers import (
     fake_quant_rows,
 )
 from ._launch import fast, head_grid
-from ._tiles import LOG2E_K, kv_head_program, online_softmax_step
+from ._tiles import LOG2E_K, decode_tile_runs, kv_head_program, online_softmax_step
 
 try:  # Gluon ships with Triton >= 3.5
     from triton.experimental import gluon
@@ -183,17 +183,14 @@ if HAVE_GLUON:
         if WINDOW:  # the splits cover the window of the sequence: from the tile holding its first visible key
             start += (gl.maximum(L - NQ - WL, 0) // BLOCK_N) * BLOCK_N
         end = gl.minimum(start + TPS, C)
-        lo_end = start
+        lo_end, full_end = decode_tile_runs(start, end, L, NQ, WL, BLOCK_N, WINDOW)
         if WINDOW:  # tiles below L - 1 - WL hold keys the last query row's window leaves out: masked (<= 2 tiles)
-            lo_end = gl.minimum(start + gl.cdiv(gl.maximum(L - 1 - WL - start, 0), BLOCK_N) * BLOCK_N, end)
             for t0 in range(start, lo_end, BLOCK_N):
                 kh, ks, vb, vs = _load_tile(KD16, KS, VD, VS, PT, b, h, t0, Hkv, MAXP, koff, ksoff, voff, vsoff, D,
                                             PS)
                 accT, m_i, l_i = _tile(kh, ks, vb, vs, t0, accT, m_i, l_i, qT, s_scale, last_key, C, WL, keys0,
                                        sel_rows, vg, SEL, MAXP, D, PS, BLOCK_N, BLOCK_M, LH, MMA, True, THRIFT, WINDOW)
         # tiles from there below min(end, L - NQ + 1) are committed and visible to every query row: no masks
-        n_full = gl.maximum(gl.minimum(end, L - NQ + 1) - lo_end, 0) // BLOCK_N
-        full_end = lo_end + n_full * BLOCK_N
         for t0 in range(lo_end, full_end, BLOCK_N):
             kh, ks, vb, vs = _load_tile(KD16, KS, VD, VS, PT, b, h, t0, Hkv, MAXP, koff, ksoff, voff, vsoff, D, PS)
             accT, m_i, l_i = _tile(kh, ks, vb, vs, t0, accT, m_i, l_i, qT, s_scale, last_key, C, WL, keys0, sel_rows,
