@@ -295,6 +295,14 @@ def test_cli_bench_unknown_and_dispatch(capsys, monkeypatch):
     assert seen["argv"] == ["--n", "5", "x"]
 
 
+@pytest.mark.parametrize("nq", ["0", "17"])
+def test_cli_bench_decode_refuses_a_query_count_outside_1_to_16(capsys, nq):
+    """``fp4attn bench decode --nq`` (new query tokens per sequence, what ``fp4attn.decode`` takes) is checked before
+    any GPU work: a usage error naming the option, also on a machine without CUDA."""
+    assert main(["bench", "decode", "--nq", nq]) == 2
+    assert f"--nq: expected 1..16 new query tokens per sequence, got {nq}" in capsys.readouterr().err
+
+
 def test_cli_usage_errors(capsys):
     assert main([]) == 2
     assert main(["--help"]) == 0

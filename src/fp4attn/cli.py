@@ -77,7 +77,10 @@ def run_bench(name: str, rest: list[str]) -> int:
     if not callable(fn):
         print(f"fp4attn bench: {modname} has no main(argv) function", file=sys.stderr)
         return 2
-    rc = fn(list(rest))
+    try:
+        rc = fn(list(rest))
+    except SystemExit as e:  # a benchmark's argparse on --help / usage errors: its status, as main() returns
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
     return int(rc) if rc is not None else 0
 
 

@@ -1,9 +1,13 @@
 """``fp4attn bench decode``: NVFP4 KV-cache decode (``fp4attn.decode``) vs BF16 SDPA decode (issue 5).
 
-For each shape (B, Hq, Hkv, context, D) with one new query token per sequence: times
+For each shape (B, Hq, Hkv, context, D) with ``--nq`` new query tokens per sequence (default 1; more: a
+speculative-decoding verify step, causal among the new tokens): times
 
 * ``cudnn`` / ``flash``: ``scaled_dot_product_attention`` on a dense bf16 cache (GQA via
-  ``enable_gqa=True``; a backend that refuses the shape leaves its row empty),
+  ``enable_gqa=True``, as a transformers model calls it; a backend that refuses the shape leaves its row empty).
+  With ``--nq`` > 1 also ``(folded GQA)``: q viewed as (B, Hkv, G·n_q, D), each bf16 page read once per
+  group, the bound of a bf16 decode kernel. The bf16 rows take no mask among the new tokens (the bottom-right
+  causal mask only changes the last n_q keys' work; it makes them no slower),
 * ``nvfp4``: ``fp4attn.decode`` on a :class:`fp4attn.KVCache` of the same tokens (its split kernel as
   ``kernel="auto"`` picks it: the Gluon kernel on Hopper), and the portable Triton split kernel beside it,
 * ``thrift5``: ``fp4attn.decode(..., thrift_budget=0.05)`` (page selection included) on a cache with
@@ -95,17 +99,23 @@ def bench_shape(shape, args, bw):
     from fp4attn.ops.decode import decode_reference, thrift_select
 
     B, Hq, Hkv, N, D = shape
+    nq = args.nq
     g = torch.Generator(device="cuda").manual_seed(0)
     k = torch.randn(B, Hkv, N, D, device="cuda", dtype=torch.bfloat16, generator=g)
     v = torch.randn(B, Hkv, N, D, device="cuda", dtype=torch.bfloat16, generator=g)
-    q = torch.randn(B, Hq, 1, D, device="cuda", dtype=torch.bfloat16, generator=g)
+    q = torch.randn(B, Hq, nq, D, device="cuda", dtype=torch.bfloat16, generator=g)
     cache = fp4attn.KVCache.from_dense(k, v)
     cache16 = fp4attn.KVCache.from_dense(k, v, keep_16bit=True) if args.thrift else None
     bf16_bytes = 2 * B * Hkv * N * D * 2
     res = {}
     notes = []
-    for name, be in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)):
-        f = sdpa_fn(be, q, k, v)
+    baselines = [("cudnn", SDPBackend.CUDNN_ATTENTION, q), ("flash", SDPBackend.FLASH_ATTENTION, q)]
+    if nq > 1:  # each bf16 page once per GQA group (the new tokens' causal mask left out, see the docstring)
+        qf = q.view(B, Hkv, Hq // Hkv * nq, D)
+        baselines += [("cudnn (folded GQA)", SDPBackend.CUDNN_ATTENTION, qf),
+                      ("flash (folded GQA)", SDPBackend.FLASH_ATTENTION, qf)]
+    for name, be, qq in baselines:
+        f = sdpa_fn(be, qq, k, v)
         try:
             f()
             torch.cuda.synchronize()
@@ -149,13 +159,16 @@ def bench_shape(shape, args, bw):
         ref, _ = decode_reference(q[:bb], sub, scale=D ** -0.5)
         kx = k[:bb].float().repeat_interleave(Hq // Hkv, 1)
         vx = v[:bb].float().repeat_interleave(Hq // Hkv, 1)
-        ex = torch.softmax(q[:bb].float() @ kx.transpose(-1, -2) * D ** -0.5, -1) @ vx
+        # bottom-right causal among the new tokens: query i sees keys <= N - nq + i
+        hide = torch.arange(N, device="cuda")[None, :] > (N - nq + torch.arange(nq, device="cuda"))[:, None]
+        sx = (q[:bb].float() @ kx.transpose(-1, -2) * D ** -0.5).masked_fill(hide, float("-inf"))
+        ex = torch.softmax(sx, -1) @ vx
         rel = lambda a, b: ((a - b).norm() / b.norm()).item()  # noqa: E731
         cos = lambda a, b: torch.nn.functional.cosine_similarity(a.flatten(), b.flatten(), 0).item()  # noqa: E731
         acc = {"kernel vs ref rel L2": rel(o_sub, ref), "kernel vs ref cos": cos(o_sub, ref),
                "kernel vs exact": rel(o_sub, ex), "ref vs exact": rel(ref, ex),
                "full-batch output finite": bool(torch.isfinite(o).all())}
-        del kx, vx, ex, ref, sub
+        del kx, vx, sx, ex, ref, sub
     if cache16 is not None:
         sel = thrift_select(q, cache16, 0.05)
         nsel = sel.sum().item()
@@ -291,6 +304,8 @@ def prefill(args):
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="fp4attn bench decode", description=__doc__.split("\n")[0])
     ap.add_argument("--shapes", default=DEFAULT_SHAPES, help="comma list of BxHqxHkvxCONTEXTxD")
+    ap.add_argument("--nq", type=int, default=1, help="new query tokens per sequence (1..16; > 1: a "
+                    "speculative-decoding verify step, causal among them)")
     ap.add_argument("--rep-ms", type=float, default=200.0)
     ap.add_argument("--sweep", action="store_true", help="time kernel configs and use the best")
     ap.add_argument("--no-thrift", dest="thrift", action="store_false")
@@ -300,12 +315,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prefill-shape", default="4x16x16384x128", type=lambda t: tuple(int(x) for x in t.split("x")))
     ap.add_argument("--only-prefill", action="store_true")
     args = ap.parse_args(argv)
+    if not 1 <= args.nq <= 16:
+        ap.error(f"--nq: expected 1..16 new query tokens per sequence, got {args.nq}")
     if not torch.cuda.is_available():
         print("fp4attn bench decode needs a CUDA GPU", file=sys.stderr)
         return 2
     bw = copy_bandwidth()
     lines = [f"device: {device_name()}, {now_utc()}, torch {torch.__version__}",
-             f"measured copy bandwidth (read+write): {bw / 1e12:.2f} TB/s", ""]
+             f"measured copy bandwidth (read+write): {bw / 1e12:.2f} TB/s",
+             f"new query tokens per sequence: {args.nq}", ""]
     headers = ["shape (B,Hq,Hkv,ctx,D)", "provider", "eager ms", "graph ms", "MB read", "TB/s (graph|eager)",
                "% of copy bw", "x best bf16", "x cudnn"]
     rows = []
@@ -315,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
         res, notes, cfg, acc, mem = bench_shape(shape, args, bw)
         torch.cuda.empty_cache()
         best_t = lambda r: min(x for x in r[:2] if x is not None)  # noqa: E731
-        base = [best_t(res[n]) for n in ("cudnn", "flash") if n in res]
+        base = [best_t(r) for n, r in res.items() if n.startswith(("cudnn", "flash"))]
         bf_best = min(base) if base else None
         cud = best_t(res["cudnn"]) if "cudnn" in res else None
         shape_rows = []
