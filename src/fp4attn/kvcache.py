@@ -485,54 +485,86 @@ class KVCache:
         if n == 0:
             return
         undo, self._undo = self._undo, None
-        new_lens = [L - n for L in self._lens]
-        for b, (L, L2) in enumerate(zip(self._lens, new_lens)):
-            c, c2 = L - L % SLOT, L2 - L2 % SLOT
-            if c2 == c:  # only tail tokens go
-                self.k_tail[b, :, L2 - c:] = 0
-                self.v_tail[b, :, L2 - c:] = 0
-                continue
-            # the kept tokens c2 .. L2 - 1 of the reopened slot, raw
-            if undo is not None and L2 >= undo["lens"][b] and L == undo["lens"][b] + undo["counts"][b]:
-                L0 = undo["lens"][b]
-                s0 = L0 - L0 % SLOT  # the tail before the append held tokens s0 .. L0 - 1
-                kr = torch.cat([undo["k_tail"][b, :, : L0 - s0], undo["k"][b, :, : L2 - L0]], dim=1)[:, c2 - s0:]
-                vr = torch.cat([undo["v_tail"][b, :, : L0 - s0], undo["v"][b, :, : L2 - L0]], dim=1)[:, c2 - s0:]
-            elif self.keep_16bit:
-                pos = torch.arange(c2, L2, device=self.device)
-                pg = self.page_table[b].long()[pos // self.page_size]
-                kr = self.k16[pg, :, pos % self.page_size].transpose(0, 1)
-                vr = self.v16[pg, :, pos % self.page_size].transpose(0, 1)
-            else:
-                raise RuntimeError(
-                    f"crop({n}) reopens a quantized 16-token slot of sequence {b}, whose raw tokens are gone: set "
-                    "record_past = True before the append to undo (at most the tokens it brought), or keep a 16-bit "
-                    "copy (keep_16bit=True)")
-            self._clear_slots(b, c2, c)
-            self.k_tail[b].zero_()
-            self.v_tail[b].zero_()
-            self.k_tail[b, :, : L2 - c2] = kr
-            self.v_tail[b, :, : L2 - c2] = vr
+        lens, new_lens = self._lens, [L - n for L in self._lens]
+        c2 = [L2 - L2 % SLOT for L2 in new_lens]
+        # sequences whose crop reaches below their committed length: the 16-token slot that now ends them reopens
+        reopen = [b for b, L in enumerate(lens) if c2[b] < L - L % SLOT]
+        dev = self.device
+        if reopen:  # (all sequences at once: a per-sequence loop of small ops cost ~25 ms per step at B = 8 with
+            # 16 layers, benchmarks/rowm-s27/)
+            rows = torch.tensor(reopen, device=dev)
+            kr, vr = self._reopened_raw(reopen, rows, lens, new_lens, c2, undo)  # read before the slots clear
+            self._clear_slots(reopen, [c2[b] for b in reopen], [lens[b] - lens[b] % SLOT for b in reopen])
+            self.k_tail[rows] = kr
+            self.v_tail[rows] = vr
+        # every tail keeps its first L2 - c2 tokens (the reopened ones: their raw tokens, zeros beyond)
+        keep = torch.tensor([L2 - s for L2, s in zip(new_lens, c2)], device=dev)
+        gone = (torch.arange(SLOT, device=dev)[None, :] >= keep[:, None])[:, None, :, None]
+        self.k_tail.masked_fill_(gone, 0)
+        self.v_tail.masked_fill_(gone, 0)
         self._lens = new_lens
         self.seq_lens.copy_(torch.tensor(new_lens, dtype=torch.int32))
 
-    def _clear_slots(self, b: int, start: int, end: int) -> None:
-        """Zero sequence b's FP4 storage (and 16-bit copy, and the Thrift means of the pages it leaves
-        incomplete) of the 16-aligned tokens ``start`` .. ``end`` - 1: what a cache that never held them has."""
+    def _reopened_raw(self, reopen: list, rows: torch.Tensor, lens: list, new_lens: list, c2: list, undo):
+        """The raw K, V (R, H, SLOT, D) of the tokens c2 .. L2 - 1 of the reopened sequences ``reopen`` (zeros
+        beyond), from the recorded append ``undo`` (when it covers all of them) or the 16-bit copy."""
+        j = torch.arange(SLOT, device=self.device)[None, :]
+        start = torch.tensor([c2[b] for b in reopen], device=self.device)[:, None]
+        kept = j < torch.tensor([new_lens[b] - c2[b] for b in reopen], device=self.device)[:, None]  # (R, SLOT)
+        t = start + j  # token positions
+        R, H, D = len(reopen), self.num_kv_heads, self.head_dim
+        if undo is not None and all(new_lens[b] >= undo["lens"][b] and lens[b] == undo["lens"][b] + undo["counts"][b]
+                                    for b in reopen):
+            # tokens below the append's first (L0) were in the tail before it (from s0), the others in its input
+            L0 = torch.tensor([undo["lens"][b] for b in reopen], device=self.device)[:, None]
+            s0 = L0 - L0 % SLOT
+            src = torch.where(t < L0, t - s0, SLOT + t - L0)
+            out = []
+            for tail, new in ((undo["k_tail"], undo["k"]), (undo["v_tail"], undo["v"])):
+                both = torch.cat([tail[rows], new[rows].to(tail.dtype)], dim=2)  # (R, H, SLOT + count, D)
+                idx = src.clamp(0, both.shape[2] - 1)[:, None, :, None].expand(R, H, SLOT, D)
+                out.append(torch.where(kept[:, None, :, None], both.gather(2, idx), 0))
+            return out
+        if not self.keep_16bit:
+            b = next(b for b in reopen if undo is None or not (new_lens[b] >= undo["lens"][b]
+                                                                and lens[b] == undo["lens"][b] + undo["counts"][b]))
+            raise RuntimeError(
+                f"crop({lens[b] - new_lens[b]}) reopens a quantized 16-token slot of sequence {b}, whose raw tokens "
+                "are gone: set record_past = True before the append to undo (at most the tokens it brought), or keep "
+                "a 16-bit copy (keep_16bit=True)")
+        t = torch.minimum(t, torch.tensor([lens[b] - lens[b] % SLOT - 1 for b in reopen], device=self.device)[:, None])
+        pg = self.page_table[rows].long().gather(1, t // self.page_size)  # (R, SLOT): tokens that existed
+        off = t % self.page_size
+        return [torch.where(kept[:, None, :, None], x[pg, :, off].permute(0, 2, 1, 3).to(self.k_tail.dtype), 0)
+                for x in (self.k16, self.v16)]
+
+    def _clear_slots(self, rows: list, starts: list, ends: list) -> None:
+        """Zero the FP4 storage (and 16-bit copy, and the Thrift means of the pages it leaves incomplete) of the
+        16-aligned tokens ``starts[i]`` .. ``ends[i]`` - 1 of sequence ``rows[i]``: what a cache that never held
+        them has."""
         ps = self.page_size
-        pages = self.page_table[b].long()
-        pos = torch.arange(start, end, device=self.device)
-        pg, off = pages[pos // ps], pos % ps
+
+        def where(step: int, per_page: int):  # (pages, offsets) of the units start/step .. end/step - 1 of each row
+            r = [b for b, s, e in zip(rows, starts, ends) for _ in range(s // step, e // step)]
+            u = torch.tensor([i for s, e in zip(starts, ends) for i in range(s // step, e // step)],
+                             device=self.device)
+            return self.page_table[torch.tensor(r, device=self.device), u // per_page].long(), u % per_page
+
+        pg, off = where(1, ps)
         self.k_data[pg, :, off] = 0
         self.k_scale.view(torch.uint8)[pg, :, off] = 0
-        pos2 = torch.arange(start // 2, end // 2, device=self.device)
-        self.v_data[pages[pos2 // (ps // 2)], :, pos2 % (ps // 2)] = 0
-        pos16 = torch.arange(start // SLOT, end // SLOT, device=self.device)
-        self.v_scale.view(torch.uint8)[pages[pos16 // (ps // SLOT)], :, pos16 % (ps // SLOT)] = 0
+        pg2, off2 = where(2, ps // 2)
+        self.v_data[pg2, :, off2] = 0
+        pg16, off16 = where(SLOT, ps // SLOT)
+        self.v_scale.view(torch.uint8)[pg16, :, off16] = 0
         if self.keep_16bit:
             self.k16[pg, :, off] = 0
             self.v16[pg, :, off] = 0
-            self.k_page_mean[pages[start // ps: -(-end // ps)]] = 0  # pages no longer complete
+            r = [b for b, s, e in zip(rows, starts, ends) for _ in range(s // ps, -(-e // ps))]
+            p = [i for s, e in zip(starts, ends) for i in range(s // ps, -(-e // ps))]
+            # the pages no longer complete
+            self.k_page_mean[self.page_table[torch.tensor(r, device=self.device),
+                                             torch.tensor(p, device=self.device)].long()] = 0
 
     # ------------------------------------------------------------------------------------------
     # queries
