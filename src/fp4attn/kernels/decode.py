@@ -448,7 +448,7 @@ _CONFIGS = {False: dict(block_n=32, num_warps=1, num_stages=2, per_sm=12, max_ti
 # At D = 64 and 32 rows the transposed tiles stayed 6% faster (two runs): ROWM above 32 rows there (wide_rows).
 # Up to 64 rows per program a cap of 168 registers (ptxas took 240 at D = 128: 2 programs per SM) lets 3 programs
 # share an SM: 1.05-1.25x faster than 2 uncapped (one spilled value in the loop); at 128 rows the cap spills the
-# loop (2.1-3x slower), so those keep 2 uncapped programs (benchmarks/rowm-s27/, H100). Keyed by BLOCK_M > 64.
+# loop (2.1-2.9x slower), so those keep 2 uncapped programs (benchmarks/rowm-s27/, H100). Keyed by BLOCK_M > 64.
 _WIDE_CONFIG = {False: dict(block_n=64, num_warps=4, num_stages=2, per_sm=3, max_tiles=None, maxnreg=168),
                 True: dict(block_n=64, num_warps=4, num_stages=2, per_sm=2, max_tiles=None)}
 _GLUON_CONFIG = {False: dict(block_n=32, num_warps=1, num_stages=1, per_sm=16, max_tiles=None, min_programs=512),
