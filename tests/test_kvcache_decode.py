@@ -257,11 +257,18 @@ def test_crop_gpu_equals_a_cache_that_never_had_the_tokens(prev, new, drop, sour
     _crop_case(prev, new, drop, source, True, "cuda")
 
 
-def _crop_case(prev, new, drop, source, ragged, dev):
-    B, H, D = 2, 2, 32
+@pytest.mark.parametrize("source", ["record", "16bit"])
+def test_crop_of_many_sequences_reopens_only_those_below_their_slot(source):
+    """Four ragged sequences (lengths 72, 59, 67, 43 after the append, 9 dropped): the crop reopens the quantized
+    slot 48..63 of the first and third and only shortens the tails of the others, all in one pass."""
+    _crop_case(60, 12, 9, source, True, "cpu", B=4)
+
+
+def _crop_case(prev, new, drop, source, ragged, dev, B=2):
+    H, D = 2, 32
     k, v = _kv(B, H, prev + new + 20, D, seed=81)
     k, v = k.to(dev), v.to(dev)
-    lens0 = [prev, prev - 13] if ragged else [prev, prev]
+    lens0 = [prev - off for off in (0, 13, 5, 29)[:B]] if ragged else [prev] * B
     kw = dict(page_size=32, keep_16bit=source == "16bit")
     c = KVCache.from_dense(k[:, :, :prev], v[:, :, :prev], lengths=lens0, **kw)
     c.record_past = source == "record"
