@@ -490,8 +490,8 @@ class KVCache:
         # sequences whose crop reaches below their committed length: the 16-token slot that now ends them reopens
         reopen = [b for b, L in enumerate(lens) if c2[b] < L - L % SLOT]
         dev = self.device
-        if reopen:  # (all sequences at once: a per-sequence loop of small ops cost ~25 ms per step at B = 8 with
-            # 16 layers, benchmarks/rowm-s27/)
+        if reopen:  # (all sequences at once: a per-sequence loop of small ops cost ~39 ms per 16-token verify step
+            # at B = 8 with 16 layers, benchmarks/rowm-s27/)
             rows = torch.tensor(reopen, device=dev)
             kr, vr = self._reopened_raw(reopen, rows, lens, new_lens, c2, undo)  # read before the slots clear
             self._clear_slots(reopen, [c2[b] for b in reopen], [lens[b] - lens[b] % SLOT for b in reopen])
@@ -513,8 +513,10 @@ class KVCache:
         kept = j < torch.tensor([new_lens[b] - c2[b] for b in reopen], device=self.device)[:, None]  # (R, SLOT)
         t = start + j  # token positions
         R, H, D = len(reopen), self.num_kv_heads, self.head_dim
-        if undo is not None and all(new_lens[b] >= undo["lens"][b] and lens[b] == undo["lens"][b] + undo["counts"][b]
-                                    for b in reopen):
+        # the recorded append covers a sequence when the crop removes no more tokens than it brought
+        missing = [b for b in reopen if undo is None or not (
+            new_lens[b] >= undo["lens"][b] and lens[b] == undo["lens"][b] + undo["counts"][b])]
+        if not missing:
             # tokens below the append's first (L0) were in the tail before it (from s0), the others in its input
             L0 = torch.tensor([undo["lens"][b] for b in reopen], device=self.device)[:, None]
             s0 = L0 - L0 % SLOT
@@ -526,8 +528,7 @@ class KVCache:
                 out.append(torch.where(kept[:, None, :, None], both.gather(2, idx), 0))
             return out
         if not self.keep_16bit:
-            b = next(b for b in reopen if undo is None or not (new_lens[b] >= undo["lens"][b]
-                                                                and lens[b] == undo["lens"][b] + undo["counts"][b]))
+            b = missing[0]
             raise RuntimeError(
                 f"crop({lens[b] - new_lens[b]}) reopens a quantized 16-token slot of sequence {b}, whose raw tokens "
                 "are gone: set record_past = True before the append to undo (at most the tokens it brought), or keep "

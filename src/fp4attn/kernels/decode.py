@@ -607,9 +607,11 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
         raise ValueError("rowm: the Triton split kernel's FP4 tiles only (no Gluon kernel, no Thrift selection)")
     # ROWM's rows per program: at least the MMA's 16; on Hopper at least 64, the rows of a warp group's wgmma (32
     # rows ran mma.sync tiles: 1406 instead of 1184 SASS per tile, 1.03-1.05x the time of 64 padded rows, H100)
-    hopper = q.is_cuda and not _interpret() and _capability(
-        q.device.index if q.device.index is not None else torch.cuda.current_device())[0] == 9
-    BLOCK_M = (block_m or max(64 if hopper else 16, next_pow2(G * NQ))) if rowm else None
+    BLOCK_M = None
+    if rowm:
+        hopper = q.is_cuda and not _interpret() and _capability(
+            q.device.index if q.device.index is not None else torch.cuda.current_device())[0] == 9
+        BLOCK_M = block_m or max(64 if hopper else 16, next_pow2(G * NQ))
     cfg = gcfg if gluon else _WIDE_CONFIG[BLOCK_M > 64] if rowm else _CONFIGS[thrift]
     # FP4 tiles: the config's, or the largest power of two below it that divides the page (pages are multiples of
     # 16 tokens: 48 gives 16-key tiles); Thrift's tile is its 64-token block
