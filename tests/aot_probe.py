@@ -194,7 +194,7 @@ def fam_decode():
         for win in (False, True):  # the 16-bit stream, and with a sliding window
             Dk._decode_16bit_kernel[(4,)](q, c16.k16, c16.v16, c16.page_table, c16.seq_lens, sel, buf, buf[:, 0],
                                           buf[:, 1], 0.1, 2, 2, 4, c16.page_table.shape[1], 32, 4, 3, 100, D=128,
-                                          PS=64, BLOCK_R=16, BLOCK_M=8, DOT_F32=False, WINDOW=win, num_warps=4)
+                                          DP=128, PS=64, BLOCK_R=16, BLOCK_M=8, DOT_F32=False, WINDOW=win, num_warps=4)
         # sliding windows and sinks in the Gluon kernel, FP4 and Thrift; and at D = 64 (gpt-oss's sliding layers)
         cg = fp4attn.KVCache.from_dense(*(torch.randn(2, 2, 300, 64, dtype=torch.bfloat16) for _ in range(2)))
         Dk.decode_gluon.launch(torch.randn(2, 8, 1, 64, dtype=torch.bfloat16), cg, cg.page_table,
@@ -211,6 +211,19 @@ def fam_decode():
     kn = torch.randn(2, 2, 1, 128, dtype=torch.bfloat16)
     for c in (cache, c16):
         Kk.append_one(c, kn, kn)
+    # a head dim that is not a power of two (96, Phi-3's): padded 128-channel tiles in the Gluon and the Triton split
+    # kernels (transposed and rows along M), the reduce and the appends
+    k96 = torch.randn(2, 2, 300, 96, dtype=torch.bfloat16)
+    c96 = fp4attn.KVCache.from_dense(k96, torch.randn_like(k96))
+    for nq, kern in ((1, "auto"), (1, "triton"), (16, "triton")):
+        Dk.decode_fwd(torch.randn(2, 8, nq, 96, dtype=torch.bfloat16), c96, scale=0.1, kernel=kern)
+    if Dk.decode_gluon.HAVE_GLUON:
+        buf = torch.empty(64, 128)
+        Dk.decode_gluon.launch(torch.randn(2, 8, 1, 96, dtype=torch.bfloat16), c96, c96.page_table,
+                               c96.k_scale.view(torch.uint8), c96.v_scale.view(torch.uint8), buf, buf[:, 0], buf[:, 1],
+                               0.1, 1, 4, c96.page_table.shape[1], 128, 3, 8, 32, maxnreg=Dk.gluon_maxnreg(False))
+    Kk.append_one(c96, k96[:, :, :1], k96[:, :, :1])
+    Kk.append_slots(c96, k96[:, :, :32], k96[:, :, :32], [304, 304], [2, 2])
 
 
 def fam_quartet():

@@ -103,12 +103,13 @@ def _one_token_steps(monkeypatch, kernel: str, *, B, H, D, steps, keep, dev, dty
 
 
 @needs_interp
-@pytest.mark.parametrize("keep", [False, True])
-def test_one_token_append_kernel_interpreter_equals_torch_path(monkeypatch, keep):
+@pytest.mark.parametrize("keep,D", [(False, 32), (True, 32), (True, 48)])
+def test_one_token_append_kernel_interpreter_equals_torch_path(monkeypatch, keep, D):
     """The generation-step append kernel (kernels/kvcache.py) stores exactly what the general PyTorch
     path stores: codes, scale bytes, 16-bit copy, page means, tails and lengths, across slot and page
-    boundaries, ragged lengths and non-finite tokens."""
-    args = dict(B=3, H=2, D=32, steps=70, keep=keep, dev="cpu", dtype=torch.float32, page_size=32, seed=40)
+    boundaries, ragged lengths and non-finite tokens; also at a head dim that is not a power of two (48: tiles
+    of 64 channels, the padding neither stored nor read)."""
+    args = dict(B=3, H=2, D=D, steps=70, keep=keep, dev="cpu", dtype=torch.float32, page_size=32, seed=40)
     ker = _one_token_steps(monkeypatch, "1", **args)
     ref = _one_token_steps(monkeypatch, "0", **args)
     _assert_same_storage(ker, ref)
@@ -133,12 +134,12 @@ def _chunked_appends(monkeypatch, kernel: str, *, keep, dev, dtype, D=32, seed=4
 
 
 @needs_interp
-@pytest.mark.parametrize("keep", [False, True])
-def test_many_token_append_kernel_interpreter_equals_torch_path(monkeypatch, keep):
+@pytest.mark.parametrize("keep,D", [(False, 32), (True, 32), (False, 48)])
+def test_many_token_append_kernel_interpreter_equals_torch_path(monkeypatch, keep, D):
     """The many-token slot kernel (prefills and chunks into empty tails) stores exactly what the PyTorch path
-    stores, with ragged lengths, non-finite and saturating tokens, and page means."""
-    ker = _chunked_appends(monkeypatch, "1", keep=keep, dev="cpu", dtype=torch.float32)
-    ref = _chunked_appends(monkeypatch, "0", keep=keep, dev="cpu", dtype=torch.float32)
+    stores, with ragged lengths, non-finite and saturating tokens, and page means; also at D = 48 (padded tiles)."""
+    ker = _chunked_appends(monkeypatch, "1", keep=keep, dev="cpu", dtype=torch.float32, D=D)
+    ref = _chunked_appends(monkeypatch, "0", keep=keep, dev="cpu", dtype=torch.float32, D=D)
     _assert_same_storage(ker, ref)
     assert torch.equal(ker.seq_lens, ref.seq_lens) and ker.lengths == ref.lengths
 
@@ -780,6 +781,43 @@ def test_decode_kernel_interpreter_rows_along_m_equals_transposed_tiles(G, nq, w
     assert _rel(o_m, ref) <= 0.1 and torch.allclose(l_m, ref_lse.float(), atol=1e-4)
 
 
+def _pad_d(x, dp):
+    """x (..., D) zero-padded to dp channels."""
+    return torch.nn.functional.pad(x, (0, dp - x.shape[-1]))
+
+
+@needs_interp
+@pytest.mark.parametrize("G,nq,rowm,thrift,window,sinks", [(2, 3, False, False, None, False),
+                                                           (1, 1, False, True, None, False),
+                                                           (2, 2, False, False, 40, True),
+                                                           (4, 8, True, False, 30, False)])
+def test_decode_kernel_interpreter_head_dim_48_equals_zero_padded_64(G, nq, rowm, thrift, window, sinks):
+    """A head dim that is not a power of two (48) runs the split, 16-bit stream and reduce kernels on 64-channel
+    tiles whose padding loads as zeros: the same bits as the same tokens zero-padded to D = 64 in a 64-channel
+    cache (zero channels change neither the block codes and scales nor any sum), for the transposed and the
+    rows-along-M tiles, a Thrift selection, a window and sinks; and within SPEC §6 of the reference."""
+    from fp4attn.kernels.decode import decode_fwd
+
+    B, Hkv, D = 2, 2, 48
+    lens = [200, 77]
+    k, v = _kv(B, Hkv, 200, D, dtype=torch.float32, seed=81)
+    c = KVCache.from_dense(k, v, lengths=lens, dtype=torch.float32, keep_16bit=thrift)
+    c64 = KVCache.from_dense(_pad_d(k, 64), _pad_d(v, 64), lengths=lens, dtype=torch.float32, keep_16bit=thrift)
+    q = torch.randn(B, Hkv * G, nq, D, generator=torch.Generator().manual_seed(82))
+    s = torch.randn(Hkv * G, generator=torch.Generator().manual_seed(83)) * 3 if sinks else None
+    sel = thrift_select(q, c, 0.3) if thrift else None
+    kw = dict(scale=D ** -0.5, num_splits=2, rowm=rowm, window=window, sinks=s, selection=sel)
+    out, lse = decode_fwd(q, c, **kw)
+    out64, lse64 = decode_fwd(_pad_d(q, 64), c64, **kw)
+    assert torch.equal(out, out64[..., :D]) and torch.equal(lse, lse64)
+    ref, ref_lse = decode_reference(q, c, scale=D ** -0.5, selection=sel, window=window, sinks=s)
+    if thrift:  # two-level P̃: invariant to the running max up to float rounding
+        assert _rel(out, ref) <= 1e-4
+    else:
+        assert _rel(out, ref) <= 0.1  # P̃ against the splits' running maxima (see test_decode_kernel_gpu)
+    assert torch.allclose(lse, ref_lse.float(), atol=1e-4)
+
+
 @needs_interp
 @pytest.mark.parametrize("nq,window,splits", [(1, 0, 2), (1, 40, 3), (3, 70, 2), (3, 5, 1), (1, 500, 2)])
 def test_decode_kernel_interpreter_window(nq, window, splits):
@@ -893,15 +931,15 @@ def _assert_margin(s64, lens, budget, ps=64, margin=1e-4):
 
 
 @needs_interp
-@pytest.mark.parametrize("G,nq", [(1, 1), (1, 3), (2, 3), (4, 1)])
-def test_select_pages_interpreter_equals_thrift_select(G, nq):
+@pytest.mark.parametrize("G,nq,D", [(1, 1, 32), (1, 3, 32), (2, 3, 32), (4, 1, 32), (2, 3, 48)])
+def test_select_pages_interpreter_equals_thrift_select(G, nq, D):
     """Ragged lengths: a partial last page with committed tokens and a tail (0), the tail only (1, 4), a
     sequence shorter than a page (2), a multiple of the page size (3), a partial page without a tail
     (5); the longest sequence's last page holds only tail tokens, so the page table is narrower than
-    the page count (width 3 < 4 pages)."""
+    the page count (width 3 < 4 pages). D = 48: the kernels' padded 64-channel tiles."""
     from fp4attn.kernels.decode import page_scores, select_pages
 
-    Hkv, D = 1, 32
+    Hkv = 1
     lens = [64 * 3 + 5, 10, 128, 64 * 2 + 16, 70, 64 * 2 + 20]
     B = len(lens)
     k, v = _kv(B, Hkv, max(lens), D, dtype=torch.float32, seed=40 + G + nq)
@@ -1200,6 +1238,61 @@ def test_thrift_decode_kernel_gpu():
 
 @pytest.mark.gpu
 @gpu
+@pytest.mark.parametrize("D,G,nq", [(80, 4, 1), (96, 4, 1), (96, 4, 4), (96, 4, 16), (192, 2, 3)])
+def test_decode_kernel_gpu_head_dims_not_powers_of_two(D, G, nq):
+    """Head dims of 80, 96 (Phi-3's), 192 run the kernels on padded tiles (before, ``fp4attn.decode`` ran the
+    PyTorch reference over a dequantized copy of the cache): the op runs them (equal to ``decode_fwd``), their
+    result is that of the same tokens zero-padded to the power of two in a wider cache through the same kernel
+    (bit for bit: the padding is zeros) -- the Triton split kernel (transposed tiles; rows along M at 64 rows) and,
+    up to D = 128 and 16 rows, the Gluon one -- and within test_decode_kernel_gpu's criteria of the reference."""
+    from fp4attn.kernels.decode import decode_fwd
+
+    B, Hkv = 3, 2
+    dev = "cuda"
+    DP = 1 << (D - 1).bit_length()
+    lens = [3000, 777, 2245]
+    k, v = _kv(B, Hkv, max(lens), D, seed=91)
+    k, v = k.to(dev), v.to(dev)
+    c = KVCache.from_dense(k, v, lengths=lens)
+    cp = KVCache.from_dense(_pad_d(k, DP), _pad_d(v, DP), lengths=lens)
+    q = torch.randn(B, Hkv * G, nq, D, generator=torch.Generator().manual_seed(92)).to(dev, torch.bfloat16)
+    sc = D ** -0.5
+    for kern in ("triton", "gluon") if D <= 128 and G * nq <= 16 else ("triton",):
+        out, lse = decode_fwd(q, c, scale=sc, num_splits=5, kernel=kern)
+        outp, lsep = decode_fwd(_pad_d(q, DP), cp, scale=sc, num_splits=5, kernel=kern)
+        assert torch.equal(out, outp[..., :D]) and torch.equal(lse, lsep), kern
+    assert torch.equal(fp4attn.decode(q, c), decode_fwd(q, c, scale=sc)[0])
+    ref, ref_lse = decode_reference(q, c, scale=sc)
+    exact = torch.cat([reference.attention(q[b:b + 1], k[b:b + 1, :, :L], v[b:b + 1, :, :L], causal=True,
+                                           recipe="bf16") for b, L in enumerate(lens)])
+    cos = torch.nn.functional.cosine_similarity(out.double().flatten(), ref.double().flatten(), dim=0).item()
+    assert cos >= 0.995 and _rel(out, ref) <= 0.1  # the relaxation of test_decode_kernel_gpu, for its reason
+    assert _rel(out, exact) <= 1.05 * _rel(ref, exact) + 2e-3
+    assert torch.allclose(lse, ref_lse.float(), atol=1e-3)
+
+
+@pytest.mark.gpu
+@gpu
+def test_thrift_decode_kernel_gpu_head_dim_96():
+    """Thrift decode at D = 96 (padded tiles in the selection, the FP4 and the 16-bit kernels): the op's selection
+    is thrift_select's, and the output is the reference's by test_thrift_decode_kernel_gpu's criteria."""
+    B, Hkv, G, D = 2, 2, 4, 96
+    lens = [4000, 2500]
+    k, v = _kv(B, Hkv, max(lens), D, seed=93)
+    c = KVCache.from_dense(k.cuda(), v.cuda(), lengths=lens, keep_16bit=True)
+    q = torch.randn(B, Hkv * G, 1, D, generator=torch.Generator().manual_seed(94)).to("cuda", torch.bfloat16)
+    from fp4attn.kernels.decode import select_pages
+
+    sel = thrift_select(q, c, 0.05)
+    assert torch.equal(select_pages(q, c, 0.05).bool(), sel[..., :c.page_table.shape[1]])
+    out = fp4attn.decode(q, c, thrift_budget=0.05)
+    ref, _ = decode_reference(q, c, scale=D ** -0.5, selection=sel)
+    cos = torch.nn.functional.cosine_similarity(out.double().flatten(), ref.double().flatten(), dim=0).item()
+    assert cos >= 0.998 and _rel(out, ref) <= 0.02
+
+
+@pytest.mark.gpu
+@gpu
 def test_thrift_decode_side_stream_equals_serial_eager_and_in_a_cuda_graph(monkeypatch):
     """The Gluon path runs Thrift's 16-bit stream on a side CUDA stream, concurrently with the FP4 kernel:
     the same bits as running both on the current stream, eagerly and replayed from a CUDA graph (the side
@@ -1385,19 +1478,19 @@ def test_thrift_decode_steps_replayed_across_pages_equal_eager_steps():
 
 @pytest.mark.gpu
 @gpu
-@pytest.mark.parametrize("keep", [False, True])
-def test_many_token_append_kernel_gpu_equals_torch_path(monkeypatch, keep):
-    ker = _chunked_appends(monkeypatch, "1", keep=keep, dev="cuda", dtype=torch.bfloat16, D=128)
-    ref = _chunked_appends(monkeypatch, "0", keep=keep, dev="cuda", dtype=torch.bfloat16, D=128)
+@pytest.mark.parametrize("keep,D", [(False, 128), (True, 128), (True, 96)])
+def test_many_token_append_kernel_gpu_equals_torch_path(monkeypatch, keep, D):
+    ker = _chunked_appends(monkeypatch, "1", keep=keep, dev="cuda", dtype=torch.bfloat16, D=D)
+    ref = _chunked_appends(monkeypatch, "0", keep=keep, dev="cuda", dtype=torch.bfloat16, D=D)
     _assert_same_storage(ker, ref)
     assert torch.equal(ker.seq_lens, ref.seq_lens) and ker.lengths == ref.lengths
 
 
 @pytest.mark.gpu
 @gpu
-@pytest.mark.parametrize("keep", [False, True])
-def test_one_token_append_kernel_gpu_equals_torch_path(monkeypatch, keep):
-    args = dict(B=4, H=2, D=128, steps=150, keep=keep, dev="cuda", dtype=torch.bfloat16, page_size=64, seed=50)
+@pytest.mark.parametrize("keep,D", [(False, 128), (True, 128), (True, 80)])
+def test_one_token_append_kernel_gpu_equals_torch_path(monkeypatch, keep, D):
+    args = dict(B=4, H=2, D=D, steps=150, keep=keep, dev="cuda", dtype=torch.bfloat16, page_size=64, seed=50)
     ker = _one_token_steps(monkeypatch, "1", **args)
     ref = _one_token_steps(monkeypatch, "0", **args)
     _assert_same_storage(ker, ref)
@@ -1731,12 +1824,12 @@ def test_thrift_16bit_stream_kernel_interpreter_all_selected_is_exact_attention(
     qk = D ** -0.5 * Dk.LOG2E
     Dk._decode_16bit_kernel[head_grid(n16, B * Hkv)](
         q, c.k16, c.v16, c.page_table, c.seq_lens, sel, OP, MP, LP, qk, Hkv, nq, G, maxp, ppp, n16, 0, window or 0,
-        D=D, PS=c.page_size, BLOCK_R=16, BLOCK_M=BM, DOT_F32=True, WINDOW=window is not None)
+        D=D, DP=D, PS=c.page_size, BLOCK_R=16, BLOCK_M=BM, DOT_F32=True, WINDOW=window is not None)
     out = torch.empty(B, Hkv * G, nq, D)
     lse = torch.empty(B, Hkv * G, nq)
     # two channel blocks of 16 per row (the LSE comes from the first)
     Dk._decode_reduce_kernel[(B * Hkv * G * nq, 2)](OP, MP, LP, q, c.k_tail, c.v_tail, c.seq_lens, out, lse, qk, n16,
-                                                    G * nq, nq, Hkv, BM, window or 0, lse, BLOCK_S=2, D=D, DB=16,
+                                                    G * nq, nq, Hkv, BM, window or 0, lse, BLOCK_S=2, D=D, DP=D, DB=16,
                                                     WINDOW=window is not None)
     wkw = {} if window is None else {"window_size": (window, 0)}
     exact = torch.stack([reference.attention(q[b:b + 1], k[b:b + 1, :, :L], v[b:b + 1, :, :L], causal=True,

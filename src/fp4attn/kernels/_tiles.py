@@ -66,6 +66,17 @@ def decode_tile_runs(start, end, L, NQ, WL, BLOCK_N: tl.constexpr, WINDOW: tl.co
 
 
 @triton.jit
+def dim_mask(offs, N: tl.constexpr, NP: tl.constexpr):
+    """``offs < N`` for the offsets ``offs`` = arange(0, NP) of a tile padded from N to the power of two NP (a head
+    dim of 48, 80, 96 ... in NP = 64, 128 lanes); all true when N == NP, which Triton folds away (an unmasked load,
+    the code of an unpadded tile unchanged)."""
+    if N == NP:
+        return tl.full(offs.shape, 1, tl.int1)
+    else:
+        return offs < N
+
+
+@triton.jit
 def load_bhsd_rows(X, sx_b, sx_h, sx_n, sx_d, b, h, rows, N, D, DP: tl.constexpr):
     """Rows ``rows`` (token indices) of head (b, h) of a (B, H, N, D) tensor with any strides, as a
     (len(rows), DP) float32 tile zero-padded past N tokens and D channels; also returns the mask."""

@@ -83,7 +83,7 @@ from ..formats.triton_helpers import (
 from ..ops._dispatch import interpreting as _interpret
 from . import decode_gluon
 from ._launch import cdiv, fast, head_grid, next_pow2
-from ._tiles import LOG2E, LOG2E_K, decode_tile_runs, kv_head_program, online_softmax_step
+from ._tiles import LOG2E, LOG2E_K, decode_tile_runs, dim_mask, kv_head_program, online_softmax_step
 from .attention import _fp4_tile_f16
 
 LN2 = 0.6931471805599453
@@ -100,34 +100,41 @@ def _fp4_rows_f16(packed, sbytes, QB: tl.constexpr):
 @triton.jit
 def _decode_tile(t0, accT, l_i, m_i, qT, q16T, s_scale, qk_scale, vg, row_ok, hq_rows, last_key, WL, C,
                  b, h, KD, KS, VD, VS, K16, V16, PT, SEL, Hkv, MAXP,
-                 D: tl.constexpr, PS: tl.constexpr, BLOCK_N: tl.constexpr, THRIFT: tl.constexpr,
+                 D: tl.constexpr, DP: tl.constexpr, PS: tl.constexpr, BLOCK_N: tl.constexpr, THRIFT: tl.constexpr,
                  DOT_F32: tl.constexpr, WINDOW: tl.constexpr, ROWM: tl.constexpr = False,
                  MASKED: tl.constexpr = True):
     """One BLOCK_N-token tile (inside one page) of the split loop, transposed: FP4 (or Thrift-mixed)
     online softmax over the tile's keys for the program's query rows (the columns). With ``ROWM`` (many
     query rows, FP4 only) the tile is not transposed: ``qT`` holds ϕ(q) as rows (BLOCK_M, D) and ``accT``
     is O (BLOCK_M, D), the rows along the MMA's M. ``MASKED``: the keys' committed, causal and window masks
-    (False: a tile of ``decode_tile_runs``' unmasked run; padding rows then score their zero q, unused)."""
+    (False: a tile of ``decode_tile_runs``' unmasked run; padding rows then score their zero q, unused).
+    ``DP``: the channels of the tile, D padded to a power of two (the padding channels load as code 0 and
+    scale 0, i.e. zeros, and score and accumulate nothing)."""
     offs_n = tl.arange(0, BLOCK_N)
     offs_n2 = tl.arange(0, BLOCK_N // 2)
     offs_n16 = tl.arange(0, BLOCK_N // 16)
-    offs_d = tl.arange(0, D)
+    offs_d = tl.arange(0, DP)
+    dmask = dim_mask(offs_d, D, DP)
     pidx = t0 // PS
     page = tl.maximum(tl.load(PT + b * MAXP + pidx), 0).to(tl.int64)  # -1 (past a reservation): page 0
     off = t0 % PS
     base = page * Hkv + h  # (page, head) index
     row0 = base * PS + off  # storage row of the tile's first key
-    offs_c16 = tl.arange(0, D // 16)
-    ksb = tl.load(KS + (row0 + offs_n[:, None]) * (D // 16) + offs_c16[None, :])
+    offs_c16 = tl.arange(0, DP // 16)
+    ksb = tl.load(KS + (row0 + offs_n[:, None]) * (D // 16) + offs_c16[None, :],
+                  mask=dim_mask(offs_c16, D // 16, DP // 16)[None, :], other=0)
     if DOT_F32:
-        kb = tl.load(KD + (row0 + offs_n[:, None]) * (D // 2) + tl.arange(0, D // 2)[None, :])
+        offs_c2 = tl.arange(0, DP // 2)
+        kb = tl.load(KD + (row0 + offs_n[:, None]) * (D // 2) + offs_c2[None, :],
+                     mask=dim_mask(offs_c2, D // 2, DP // 2)[None, :], other=0)
         k = _fp4_rows_f16(kb, ksb, 16).to(tl.float32)
     else:
         # half-words of 4 codes, decoded to value·2^-6 (the 2^6 is folded into s_scale)
-        offs_c4 = tl.arange(0, D // 4)
-        kh = tl.load(KD.to(tl.pointer_type(tl.int16)) + (row0 + offs_n[:, None]) * (D // 4) + offs_c4[None, :])
+        offs_c4 = tl.arange(0, DP // 4)
+        kh = tl.load(KD.to(tl.pointer_type(tl.int16)) + (row0 + offs_n[:, None]) * (D // 4) + offs_c4[None, :],
+                     mask=dim_mask(offs_c4, D // 4, DP // 4)[None, :], other=0)
         # the block's scale byte for each of its 4 half-words, twice (codes 0-1 and 2-3)
-        ks4 = tl.reshape(tl.broadcast_to(ksb.to(tl.int16)[:, :, None], (BLOCK_N, D // 16, 4)), (BLOCK_N, D // 4))
+        ks4 = tl.reshape(tl.broadcast_to(ksb.to(tl.int16)[:, :, None], (BLOCK_N, DP // 16, 4)), (BLOCK_N, DP // 4))
         k = unpack_e2m1_f16_scaled(kh, ks4 | (ks4 << 8))
     keys = t0 + offs_n
     if ROWM:
@@ -148,7 +155,7 @@ def _decode_tile(t0, accT, l_i, m_i, qT, q16T, s_scale, qk_scale, vg, row_ok, hq
         selr = tl.load(SEL + hq_rows.to(tl.int64) * MAXP + pidx, mask=row_ok, other=0) != 0
         any_sel = tl.max(selr.to(tl.int32), axis=0) > 0
         if any_sel:
-            k16 = tl.load(K16 + (row0 + offs_n)[:, None] * D + offs_d[None, :])
+            k16 = tl.load(K16 + (row0 + offs_n)[:, None] * D + offs_d[None, :], mask=dmask[None, :], other=0.0)
             if DOT_F32:
                 k16 = k16.to(tl.float32)
             sT = tl.where(selr[None, :], tl.dot(k16, q16T) * qk_scale, sT)
@@ -162,21 +169,24 @@ def _decode_tile(t0, accT, l_i, m_i, qT, q16T, s_scale, qk_scale, vg, row_ok, hq
     accT = accT * (alpha[:, None] if ROWM else alpha[None, :])
     if DOT_F32:
         # V tile: bytes (BLOCK_N/2, D) packed along tokens, read transposed as (D, BLOCK_N/2)
-        vbT = tl.load(VD + (base * (PS // 2) + off // 2 + offs_n2)[None, :] * D + offs_d[:, None])
-        vsT = tl.load(VS + (base * (PS // 16) + off // 16 + offs_n16)[None, :] * D + offs_d[:, None])
-        vT = _fp4_rows_f16(vbT, vsT, 16).to(tl.float32)  # (D, BLOCK_N)
+        vbT = tl.load(VD + (base * (PS // 2) + off // 2 + offs_n2)[None, :] * D + offs_d[:, None],
+                      mask=dmask[:, None], other=0)
+        vsT = tl.load(VS + (base * (PS // 16) + off // 16 + offs_n16)[None, :] * D + offs_d[:, None],
+                      mask=dmask[:, None], other=0)
+        vT = _fp4_rows_f16(vbT, vsT, 16).to(tl.float32)  # (DP, BLOCK_N)
     else:
         # half-word (token pair t2, channels 2c, 2c+1): code k is (token 2·t2 + k%2, channel 2c + k//2)
-        offs_c = tl.arange(0, D // 2)
+        offs_c = tl.arange(0, DP // 2)
+        cmask = dim_mask(offs_c, D // 2, DP // 2)[None, :]
         vh = tl.load(VD.to(tl.pointer_type(tl.int16)) + (base * (PS // 2) + off // 2 + offs_n2)[:, None] * (D // 2)
-                     + offs_c[None, :])
+                     + offs_c[None, :], mask=cmask, other=0)
         # scale bytes of channels 2c, 2c+1 of the half-word's 16-token block, as one int16
         vs2 = tl.load(VS.to(tl.pointer_type(tl.int16)) + (base * (PS // 16) + off // 16 + offs_n16)[:, None] * (D // 2)
-                      + offs_c[None, :])
-        vs2 = tl.reshape(tl.broadcast_to(vs2[:, None, :], (BLOCK_N // 16, 8, D // 2)), (BLOCK_N // 2, D // 2))
+                      + offs_c[None, :], mask=cmask, other=0)
+        vs2 = tl.reshape(tl.broadcast_to(vs2[:, None, :], (BLOCK_N // 16, 8, DP // 2)), (BLOCK_N // 2, DP // 2))
         o0, o1, o2, o3 = e2m1_halfwords_f16(vh, vs2)
         x = tl.join(tl.join(o0, o2), tl.join(o1, o3))  # [t2, c, b, a] = code a + 2b
-        vT = tl.reshape(tl.permute(x, (1, 2, 0, 3)), (D, BLOCK_N))  # [c, b, t2, a]: (channel, token)
+        vT = tl.reshape(tl.permute(x, (1, 2, 0, 3)), (DP, BLOCK_N))  # [c, b, t2, a]: (channel, token)
     if THRIFT:
         # two-level P: P̂ = ϕ(P̃/s1) with s1 = rowmax(P̃ tile) / (448·6), s1 applied after the product
         pq, s1 = fake_quant_p_two_level(tl.where(selr[:, None], 0.0, p), 16)
@@ -193,7 +203,7 @@ def _decode_tile(t0, accT, l_i, m_i, qT, q16T, s_scale, qk_scale, vg, row_ok, hq
         if THRIFT:
             accT += tl.dot(vT, pqT) * (s1 * vg)[None, :]
             if any_sel:
-                v16T = tl.load(V16 + (row0 + offs_n)[None, :] * D + offs_d[:, None])
+                v16T = tl.load(V16 + (row0 + offs_n)[None, :] * D + offs_d[:, None], mask=dmask[:, None], other=0.0)
                 p16T = tl.trans(tl.where(selr[:, None], p, 0.0))
                 if DOT_F32:
                     accT += tl.dot(v16T.to(tl.float32), p16T)
@@ -209,19 +219,22 @@ def _decode_split_kernel(
         Q, KD, KS, VD, VS, K16, V16, PT, LENS, KG, VG, SEL,
         OP, MP, LP,
         qk_scale, Hkv, NQ, G, MAXP, TPS, NS, WL, SINK,
-        D: tl.constexpr, PS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+        D: tl.constexpr, DP: tl.constexpr, PS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
         THRIFT: tl.constexpr, DOT_F32: tl.constexpr, N_IT: tl.constexpr, WINDOW: tl.constexpr = False,
         SINKS: tl.constexpr = False, ROWM: tl.constexpr = False):
+    """See the module docstring (kernel 1). ``DP``: the head dim D padded to a power of two, the channels of the
+    tiles and of the partials' rows in OP."""
     pid_s = tl.program_id(0)
     pid_bh, b, h, L, C = kv_head_program(LENS, Hkv)  # C: committed (quantized) tokens; the rest is the raw tail
     r = tl.arange(0, BLOCK_M)  # query rows (g, i), the columns of the transposed tiles
     row_ok = r < G * NQ
     qi = r % NQ
     last_key = L - NQ + qi  # bottom-right causal: query i sees keys <= L - NQ + i
-    offs_d = tl.arange(0, D)
+    offs_d = tl.arange(0, DP)
     # q rows (b, h*G + g, i) are contiguous in a (B, Hq, NQ, D) tensor
     q_rows = (b * Hkv + h).to(tl.int64) * G * NQ + r
-    q = tl.load(Q + q_rows[:, None] * D + offs_d[None, :], mask=row_ok[:, None], other=0.0).to(tl.float32)
+    q = tl.load(Q + q_rows[:, None] * D + offs_d[None, :], mask=row_ok[:, None] & dim_mask(offs_d, D, DP)[None, :],
+                other=0.0).to(tl.float32)
     qf = fake_quant_rows(q, 16, False, True)  # ϕ(q) along D (exact in fp16)
     if not DOT_F32:
         qf = qf.to(tl.float16)
@@ -247,9 +260,9 @@ def _decode_split_kernel(
         m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     if ROWM:
-        accT = tl.zeros([BLOCK_M, D], tl.float32)
+        accT = tl.zeros([BLOCK_M, DP], tl.float32)
     else:
-        accT = tl.zeros([D, BLOCK_M], tl.float32)
+        accT = tl.zeros([DP, BLOCK_M], tl.float32)
     start = pid_s * TPS
     if WINDOW:  # the splits cover the window of the sequence: from the tile holding its first visible key
         start += (tl.maximum(L - NQ - WL, 0) // BLOCK_N) * BLOCK_N
@@ -266,57 +279,59 @@ def _decode_split_kernel(
                 if ROWM and (t0 >= lo_end) & (t0 < full_end):
                     accT, l_i, m_i = _decode_tile(t0, accT, l_i, m_i, qT, q16T, s_scale, qk_scale, vg, row_ok,
                                                   hq_rows, last_key, WL, C, b, h, KD, KS, VD, VS, K16, V16, PT, SEL,
-                                                  Hkv, MAXP, D, PS, BLOCK_N, THRIFT, DOT_F32, WINDOW, ROWM, False)
+                                                  Hkv, MAXP, D, DP, PS, BLOCK_N, THRIFT, DOT_F32, WINDOW, ROWM, False)
                 else:
                     accT, l_i, m_i = _decode_tile(t0, accT, l_i, m_i, qT, q16T, s_scale, qk_scale, vg, row_ok,
                                                   hq_rows, last_key, WL, C, b, h, KD, KS, VD, VS, K16, V16, PT, SEL,
-                                                  Hkv, MAXP, D, PS, BLOCK_N, THRIFT, DOT_F32, WINDOW, ROWM, True)
+                                                  Hkv, MAXP, D, DP, PS, BLOCK_N, THRIFT, DOT_F32, WINDOW, ROWM, True)
     elif ROWM:
         if WINDOW:
             for t0 in range(start, lo_end, BLOCK_N):
                 accT, l_i, m_i = _decode_tile(t0, accT, l_i, m_i, qT, q16T, s_scale, qk_scale, vg, row_ok, hq_rows,
                                               last_key, WL, C, b, h, KD, KS, VD, VS, K16, V16, PT, SEL, Hkv, MAXP,
-                                              D, PS, BLOCK_N, THRIFT, DOT_F32, WINDOW, ROWM, True)
+                                              D, DP, PS, BLOCK_N, THRIFT, DOT_F32, WINDOW, ROWM, True)
         for t0 in range(lo_end, full_end, BLOCK_N):
             accT, l_i, m_i = _decode_tile(t0, accT, l_i, m_i, qT, q16T, s_scale, qk_scale, vg, row_ok, hq_rows,
                                           last_key, WL, C, b, h, KD, KS, VD, VS, K16, V16, PT, SEL, Hkv, MAXP,
-                                          D, PS, BLOCK_N, THRIFT, DOT_F32, WINDOW, ROWM, False)
+                                          D, DP, PS, BLOCK_N, THRIFT, DOT_F32, WINDOW, ROWM, False)
         for t0 in range(full_end, end, BLOCK_N):
             accT, l_i, m_i = _decode_tile(t0, accT, l_i, m_i, qT, q16T, s_scale, qk_scale, vg, row_ok, hq_rows,
                                           last_key, WL, C, b, h, KD, KS, VD, VS, K16, V16, PT, SEL, Hkv, MAXP,
-                                          D, PS, BLOCK_N, THRIFT, DOT_F32, WINDOW, ROWM, True)
+                                          D, DP, PS, BLOCK_N, THRIFT, DOT_F32, WINDOW, ROWM, True)
     else:
         for t0 in range(start, end, BLOCK_N):
             accT, l_i, m_i = _decode_tile(t0, accT, l_i, m_i, qT, q16T, s_scale, qk_scale, vg, row_ok, hq_rows,
                                           last_key, WL, C, b, h, KD, KS, VD, VS, K16, V16, PT, SEL, Hkv, MAXP,
-                                          D, PS, BLOCK_N, THRIFT, DOT_F32, WINDOW, ROWM, True)
+                                          D, DP, PS, BLOCK_N, THRIFT, DOT_F32, WINDOW, ROWM, True)
     if not THRIFT:
         accT = accT * vg  # the FP4 products' V global scale (see _decode_tile)
     prow = (pid_bh.to(tl.int64) * NS + pid_s) * BLOCK_M + r
     if ROWM:
-        tl.store(OP + prow[:, None] * D + offs_d[None, :], accT, mask=row_ok[:, None])
+        tl.store(OP + prow[:, None] * DP + offs_d[None, :], accT, mask=row_ok[:, None])
     else:
-        tl.store(OP + prow[None, :] * D + offs_d[:, None], accT, mask=row_ok[None, :])
+        tl.store(OP + prow[None, :] * DP + offs_d[:, None], accT, mask=row_ok[None, :])
     tl.store(MP + prow, m_i, mask=row_ok)
     tl.store(LP + prow, l_i, mask=row_ok)
 
 
 @triton.jit
 def _decode_reduce_kernel(OP, MP, LP, Q, KT, VT, LENS, O, LSE, qk_scale, NS, GQ, NQ, Hkv, BLOCK_M, WL, SINK,
-                          BLOCK_S: tl.constexpr, D: tl.constexpr, DB: tl.constexpr, PDL: tl.constexpr = False,
-                          WINDOW: tl.constexpr = False, SINKS: tl.constexpr = False):
+                          BLOCK_S: tl.constexpr, D: tl.constexpr, DP: tl.constexpr, DB: tl.constexpr,
+                          PDL: tl.constexpr = False, WINDOW: tl.constexpr = False, SINKS: tl.constexpr = False):
     """Grid (output rows, D / DB): program (r, j) merges the NS split partials of row r = (b·Hkv + h)·G·NQ +
     row, output channels j·DB .. j·DB + DB - 1, with the raw 16-bit tail (< 16 tokens per sequence, not yet
     quantized): its scores in FP32 from the input values, unquantized P̃ (kept out of the split kernel, where
     its tiles raised the register count of every program). One pass of max-rescaled sums over chunks of
     BLOCK_S splits: a B = 1 decode at long context has hundreds of splits and only B·Hq·NQ rows, so the
-    channel blocks and the large chunks keep the programs many and their dependent loads few."""
+    channel blocks and the large chunks keep the programs many and their dependent loads few. ``DP``: the
+    partials' row length in OP (D padded to a power of two); DB divides D."""
     r = tl.program_id(0)
     c0 = tl.program_id(1) * DB
     bh = r // GQ
     row = r % GQ
     offs_s = tl.arange(0, BLOCK_S)
-    offs_d = tl.arange(0, D)
+    offs_d = tl.arange(0, DP)
+    dmask = dim_mask(offs_d, D, DP)
     offs_c = c0 + tl.arange(0, DB)
     # the tail: keys C .. L-1 (C = committed length), causal among the new queries (bottom-right)
     L = tl.load(LENS + bh // Hkv)
@@ -325,9 +340,10 @@ def _decode_reduce_kernel(OP, MP, LP, Q, KT, VT, LENS, O, LSE, qk_scale, NS, GQ,
     tmask = (offs_t < L - C) & (C + offs_t <= L - NQ + row % NQ)
     if WINDOW:
         tmask = tmask & (C + offs_t >= L - NQ + row % NQ - WL)
-    q = tl.load(Q + r.to(tl.int64) * D + offs_d).to(tl.float32)  # q (B, Hq, NQ, D): row r is (b, hq, i)
+    # q (B, Hq, NQ, D): row r is (b, hq, i)
+    q = tl.load(Q + r.to(tl.int64) * D + offs_d, mask=dmask, other=0.0).to(tl.float32)
     trow = (bh.to(tl.int64) * 16 + offs_t)[:, None] * D
-    kt = tl.load(KT + trow + offs_d[None, :], mask=tmask[:, None], other=0.0).to(tl.float32)
+    kt = tl.load(KT + trow + offs_d[None, :], mask=tmask[:, None] & dmask[None, :], other=0.0).to(tl.float32)
     st = tl.where(tmask, tl.sum(kt * q[None, :], 1) * qk_scale, float("-inf"))
     m_run = tl.max(st, 0)
     if SINKS:  # the query head's attention sink (log2 units): a key with no value, in the max and in l
@@ -348,7 +364,7 @@ def _decode_reduce_kernel(OP, MP, LP, Q, KT, VT, LENS, O, LSE, qk_scale, NS, GQ,
         prow = (bh.to(tl.int64) * NS + s0 + offs_s) * BLOCK_M + row
         m = tl.load(MP + prow, mask=smask, other=float("-inf"))
         l = tl.load(LP + prow, mask=smask, other=0.0)
-        part = tl.load(OP + prow[:, None] * D + offs_c[None, :], mask=smask[:, None], other=0.0)
+        part = tl.load(OP + prow[:, None] * DP + offs_c[None, :], mask=smask[:, None], other=0.0)
         m_new = tl.maximum(m_run, tl.max(m, 0))
         m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
         alpha = tl.math.exp2(m_run - m_use)  # 0 while nothing was seen (m_run = -inf)
@@ -366,8 +382,8 @@ def _decode_reduce_kernel(OP, MP, LP, Q, KT, VT, LENS, O, LSE, qk_scale, NS, GQ,
 
 @triton.jit
 def _decode_16bit_kernel(Q, K16, V16, PT, LENS, SEL, OP, MP, LP, qk_scale, Hkv, NQ, G, MAXP, PPS, NS, S0, WL,
-                         D: tl.constexpr, PS: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_M: tl.constexpr,
-                         DOT_F32: tl.constexpr, WINDOW: tl.constexpr = False):
+                         D: tl.constexpr, DP: tl.constexpr, PS: tl.constexpr, BLOCK_R: tl.constexpr,
+                         BLOCK_M: tl.constexpr, DOT_F32: tl.constexpr, WINDOW: tl.constexpr = False):
     """Thrift's 16-bit stream for the Gluon FP4 kernel (which leaves the selected pages out): grid (NS16,
     B·Hkv), program ``pid`` takes pages [pid·PPS, (pid+1)·PPS) of its sequence; a page that some query
     head of the kv group selected is scored from the 16-bit copy (input-dtype q and K, FP32 accumulation)
@@ -382,10 +398,11 @@ def _decode_16bit_kernel(Q, K16, V16, PT, LENS, SEL, OP, MP, LP, qk_scale, Hkv, 
     r = tl.arange(0, BLOCK_R)
     row_ok = r < G * NQ
     last_key = L - NQ + r % NQ
-    offs_d = tl.arange(0, D)
+    offs_d = tl.arange(0, DP)  # D padded to a power of two (OP's rows)
+    dmask = dim_mask(offs_d, D, DP)
     offs_n = tl.arange(0, PS)
     q_rows = (b * Hkv + h).to(tl.int64) * G * NQ + r
-    q = tl.load(Q + q_rows[:, None] * D + offs_d[None, :], mask=row_ok[:, None], other=0.0)
+    q = tl.load(Q + q_rows[:, None] * D + offs_d[None, :], mask=row_ok[:, None] & dmask[None, :], other=0.0)
     if DOT_F32:
         q = q.to(tl.float32)
     else:
@@ -393,7 +410,7 @@ def _decode_16bit_kernel(Q, K16, V16, PT, LENS, SEL, OP, MP, LP, qk_scale, Hkv, 
     sel_rows = ((b * Hkv + h) * G + r // NQ).to(tl.int64)
     m_i = tl.full([BLOCK_R], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_R], tl.float32)
-    acc = tl.zeros([BLOCK_R, D], tl.float32)
+    acc = tl.zeros([BLOCK_R, DP], tl.float32)
     n_pages = (C + PS - 1) // PS
     p0 = 0
     if WINDOW:
@@ -405,7 +422,7 @@ def _decode_16bit_kernel(Q, K16, V16, PT, LENS, SEL, OP, MP, LP, qk_scale, Hkv, 
             if tl.max(selr.to(tl.int32), 0) > 0:
                 page = tl.maximum(tl.load(PT + b * MAXP + pidx), 0).to(tl.int64)  # -1 (past a reservation): page 0
                 rows = (page * Hkv + h) * PS + offs_n
-                k16 = tl.load(K16 + rows[:, None] * D + offs_d[None, :])
+                k16 = tl.load(K16 + rows[:, None] * D + offs_d[None, :], mask=dmask[None, :], other=0.0)
                 if DOT_F32:
                     k16 = k16.to(tl.float32)
                 keys = pidx * PS + offs_n
@@ -414,13 +431,13 @@ def _decode_16bit_kernel(Q, K16, V16, PT, LENS, SEL, OP, MP, LP, qk_scale, Hkv, 
                     ok = ok & (keys[None, :] >= (last_key - WL)[:, None])
                 s = tl.where(ok, tl.dot(q, tl.trans(k16)) * qk_scale, float("-inf"))
                 p, alpha, m_i, l_i = online_softmax_step(s, m_i, l_i, True)
-                v16 = tl.load(V16 + rows[:, None] * D + offs_d[None, :])
+                v16 = tl.load(V16 + rows[:, None] * D + offs_d[None, :], mask=dmask[None, :], other=0.0)
                 if DOT_F32:
                     acc = acc * alpha[:, None] + tl.dot(p, v16.to(tl.float32))
                 else:
                     acc = acc * alpha[:, None] + tl.dot(p.to(v16.dtype), v16)
     prow = (pid_bh.to(tl.int64) * NS + S0 + pid) * BLOCK_M + r
-    tl.store(OP + prow[:, None] * D + offs_d[None, :], acc, mask=row_ok[:, None])
+    tl.store(OP + prow[:, None] * DP + offs_d[None, :], acc, mask=row_ok[:, None])
     tl.store(MP + prow, m_i, mask=row_ok)
     tl.store(LP + prow, l_i, mask=row_ok)
 
@@ -555,8 +572,9 @@ def _use_gluon(kernel: str, q: torch.Tensor, thrift: bool, rows: int, block_n: i
           and decode_gluon.supported(q.shape[-1], rows, block_n, page_size))
     if kernel == "gluon":
         if not ok:
-            raise ValueError("kernel='gluon': needs a CUDA device, D 64 or 128, at most 16 query rows per kv head "
-                             "(G·n_q) and block_n 32 or 64 dividing the page size (64 with a Thrift selection)")
+            raise ValueError("kernel='gluon': needs a CUDA device, D a multiple of 16 in [48, 128], at most 16 query "
+                             "rows per kv head (G·n_q) and block_n 32 or 64 dividing the page size (64 with a Thrift "
+                             "selection)")
         return True
     return ok and _capability(q.device.index if q.device.index is not None else torch.cuda.current_device()) == (9, 0)
 
@@ -649,7 +667,8 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
     pages16 = max(maxp, 1) if window is None else _window_pages(window, NQ, PS, max(maxp, 1))
     n16 = max(1, -(-pages16 // _PAGES_16BIT)) if (thrift and gluon) else 0
     ns_all = num_splits + n16
-    OP = torch.empty(B * Hkv * ns_all * BLOCK_M, D, dtype=torch.float32, device=dev)
+    DP = next_pow2(D)  # the kernels' channels: a head dim of 48, 80, 96, ... runs padded tiles
+    OP = torch.empty(B * Hkv * ns_all * BLOCK_M, DP, dtype=torch.float32, device=dev)
     MP = torch.empty(B * Hkv * ns_all * BLOCK_M, dtype=torch.float32, device=dev)
     # the (Hq,) sinks in score units, read (and taken to log2 units) by the kernels (an unused pointer without)
     sink = sinks.contiguous() if sinks is not None else MP
@@ -690,16 +709,16 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
             cache.seq_lens, cache.k_global_scale, cache.v_global_scale, sel,
             OP, MP, LP,
             scale * LOG2E, Hkv, NQ, G, max(maxp, 1), TPS, num_splits, window or 0, sink,
-            D=D, PS=PS, BLOCK_M=BLOCK_M, BLOCK_N=block_n, THRIFT=thrift, DOT_F32=interp,
+            D=D, DP=DP, PS=PS, BLOCK_M=BLOCK_M, BLOCK_N=block_n, THRIFT=thrift, DOT_F32=interp,
             N_IT=TPS // block_n if interp else 0, WINDOW=window is not None, SINKS=sinks is not None, ROWM=rowm,
             num_warps=num_warps, num_stages=num_stages,
             **({} if interp or not (maxnreg or cfg.get("maxnreg")) else {"maxnreg": maxnreg or cfg["maxnreg"]}))
     out = torch.empty(B, Hq, NQ, D, dtype=q.dtype, device=dev)
     lse = torch.empty(B, Hq, NQ, dtype=torch.float32, device=dev)
-    DB = min(D, 32)  # output channels per reduce program
+    DB = min(D & -D, 32)  # output channels per reduce program (a power of two dividing D)
     fast(_decode_reduce_kernel)[(B * Hq * NQ, D // DB)](
         OP, MP, LP, q, cache.k_tail, cache.v_tail, cache.seq_lens, out, lse, scale * LOG2E, ns_all, G * NQ, NQ, Hkv,
-        BLOCK_M, window or 0, sink, BLOCK_S=min(256, max(2, next_pow2(ns_all))), D=D, DB=DB,
+        BLOCK_M, window or 0, sink, BLOCK_S=min(256, max(2, next_pow2(ns_all))), D=D, DP=DP, DB=DB,
         WINDOW=window is not None, SINKS=sinks is not None, num_warps=4,
         **({"PDL": True, "launch_pdl": True} if pdl else {}))
     return out, lse
@@ -710,7 +729,8 @@ def _launch_16bit(q, k16, v16, pt, seq_lens, sel, OP, MP, LP, scale, Hkv, NQ, G,
     """Thrift's 16-bit stream: the selected pages' partials into split slots num_splits.. of OP/MP/LP."""
     fast(_decode_16bit_kernel)[head_grid(n16, B * Hkv)](
         q, k16, v16, pt, seq_lens, sel, OP, MP, LP, scale * LOG2E, Hkv, NQ, G, max(maxp, 1),
-        _PAGES_16BIT, ns_all, num_splits, window or 0, D=D, PS=PS, BLOCK_R=max(16, BLOCK_M), BLOCK_M=BLOCK_M,
+        _PAGES_16BIT, ns_all, num_splits, window or 0, D=D, DP=next_pow2(D), PS=PS, BLOCK_R=max(16, BLOCK_M),
+        BLOCK_M=BLOCK_M,
         DOT_F32=interp, WINDOW=window is not None, num_warps=4)
 
 
@@ -723,7 +743,7 @@ MAX_SELECT_PAGES = 16384  # pages per sequence that the top-k kernel holds in on
 @triton.jit
 def _page_scores_kernel(Q, KM, K16, KT, PT, LENS, S, Hkv, MAXP, NPG, WL,
                         NQ: tl.constexpr, NQ_P2: tl.constexpr, G: tl.constexpr, D: tl.constexpr,
-                        PS: tl.constexpr, CHUNK: tl.constexpr, WINDOW: tl.constexpr = False):
+                        DP: tl.constexpr, PS: tl.constexpr, CHUNK: tl.constexpr, WINDOW: tl.constexpr = False):
     """Grid (page chunks, B·Hkv). Ŝ[b, h·G + g, p] = q̄·K̄_p (FP32) for the program's CHUNK pages p that
     are valid (p < ceil(L_b / PS)), for the G query heads of kv head h at once (every page mean is read
     once per GQA group); q̄ = the mean of the NQ new queries. A full page reads its stored FP32 mean; the
@@ -740,23 +760,25 @@ def _page_scores_kernel(Q, KM, K16, KT, PT, LENS, S, Hkv, MAXP, NPG, WL,
         p0 += tl.maximum(L - NQ - WL, 0) // PS
     if p0 < n_b:
         offs_p = p0 + tl.arange(0, CHUNK)
-        offs_d = tl.arange(0, D)
+        offs_d = tl.arange(0, DP)  # D padded to a power of two
+        dmask = dim_mask(offs_d, D, DP)
         full = offs_p < nfull
         page = tl.load(PT + b * MAXP + offs_p, mask=full, other=0).to(tl.int64)
-        km = tl.load(KM + (page * Hkv + h)[:, None] * D + offs_d[None, :], mask=full[:, None], other=0.0)
+        km = tl.load(KM + (page * Hkv + h)[:, None] * D + offs_d[None, :], mask=full[:, None] & dmask[None, :],
+                     other=0.0)
         if (L % PS != 0) & (nfull >= p0) & (nfull < p0 + CHUNK):
             # the partial page nfull: its committed tokens (16-bit copy) + the raw tail, over their count
             C = L - L % 16
             in_page = C - nfull * PS
             ppage = tl.load(PT + b * MAXP + nfull, mask=in_page > 0, other=0).to(tl.int64)
             offs_t = tl.arange(0, 16)
-            acc = tl.zeros([16, D], tl.float32)
+            acc = tl.zeros([16, DP], tl.float32)
             for t0 in range(0, PS, 16):
                 rows = (ppage * Hkv + h) * PS + t0 + offs_t
-                acc += tl.load(K16 + rows[:, None] * D + offs_d[None, :], mask=(t0 + offs_t < in_page)[:, None],
-                               other=0.0).to(tl.float32)
+                acc += tl.load(K16 + rows[:, None] * D + offs_d[None, :],
+                               mask=(t0 + offs_t < in_page)[:, None] & dmask[None, :], other=0.0).to(tl.float32)
             tail = (b * Hkv + h).to(tl.int64) * 16 + offs_t
-            acc += tl.load(KT + tail[:, None] * D + offs_d[None, :], mask=(offs_t < L - C)[:, None],
+            acc += tl.load(KT + tail[:, None] * D + offs_d[None, :], mask=(offs_t < L - C)[:, None] & dmask[None, :],
                            other=0.0).to(tl.float32)
             part = tl.sum(acc, 0) / (L - nfull * PS).to(tl.float32)
             km = tl.where((offs_p == nfull)[:, None], part[None, :], km)
@@ -764,7 +786,8 @@ def _page_scores_kernel(Q, KM, K16, KT, PT, LENS, S, Hkv, MAXP, NPG, WL,
         for g in range(G):
             hq = (b * Hkv + h) * G + g
             qrows = hq.to(tl.int64) * NQ + offs_i
-            qv = tl.load(Q + qrows[:, None] * D + offs_d[None, :], mask=(offs_i < NQ)[:, None], other=0.0)
+            qv = tl.load(Q + qrows[:, None] * D + offs_d[None, :], mask=(offs_i < NQ)[:, None] & dmask[None, :],
+                         other=0.0)
             qbar = tl.sum(qv.to(tl.float32), 0) / NQ
             s = tl.sum(km * qbar[None, :], 1)
             tl.store(S + hq.to(tl.int64) * NPG + offs_p, s, mask=offs_p < n_b)
@@ -857,7 +880,7 @@ def page_scores(q: torch.Tensor, cache, *, chunk: int | None = None, num_warps: 
     npg = _scored_pages(cache)
     # a (chunk, D) FP32 tile of page means, one warp: the best of an H200 sweep (chunk 8-64 x 1-8 warps,
     # 7.5 / 5.5 us at (8,32,8,32k,128) / (1,32,8,128k,128); 4 warps: 23 / 13 us)
-    chunk = chunk or max(1, 4096 // D)
+    chunk = chunk or max(1, 4096 // next_pow2(D))
     maxp = cache.page_table.shape[1]
     pt = cache.page_table if maxp else torch.zeros(B, 1, dtype=torch.int32, device=q.device)
     scores = torch.empty(B, Hq, npg, dtype=torch.float32, device=q.device)
@@ -867,7 +890,8 @@ def page_scores(q: torch.Tensor, cache, *, chunk: int | None = None, num_warps: 
         rows = _window_pages(window, NQ, ps, npg)
     fast(_page_scores_kernel)[head_grid(cdiv(rows, chunk), B * Hkv)](
         q, cache.k_page_mean, cache.k16, cache.k_tail, pt, cache.seq_lens, scores, Hkv, max(maxp, 1), npg,
-        window or 0, NQ=NQ, NQ_P2=next_pow2(NQ), G=Hq // Hkv, D=D, PS=ps, CHUNK=chunk, WINDOW=window is not None,
+        window or 0, NQ=NQ, NQ_P2=next_pow2(NQ), G=Hq // Hkv, D=D, DP=next_pow2(D), PS=ps, CHUNK=chunk,
+        WINDOW=window is not None,
         num_warps=num_warps)
     return scores
 
@@ -902,8 +926,7 @@ def select_pages(q: torch.Tensor, cache, budget: float, window: int | None = Non
     :func:`decode_fwd`'s ``selection`` takes without a copy. Device ops only (no host sync, CUDA-graph
     capturable). ``window``: a sliding window's left extent w (``window_size=(w, 0)``) or None: the top-k
     among the pages holding keys some query row sees (only those are scored). Rows of more than
-    ``MAX_SELECT_PAGES`` pages (candidate pages with a window; or a head dim that is not a power of two) run
-    ``thrift_select`` instead.
+    ``MAX_SELECT_PAGES`` pages (candidate pages with a window) run ``thrift_select`` instead.
 
     The scores equal ``thrift_select``'s up to float32 summation order (the partial page's mean, the
     dot products, q̄ for n_q > 1), so the selections are equal except where two pages' scores are within
@@ -914,7 +937,7 @@ def select_pages(q: torch.Tensor, cache, budget: float, window: int | None = Non
     width = max(maxp, 1)
     npg = _scored_pages(cache)
     rows = npg if window is None else _window_pages(window, NQ, cache.page_size, npg)
-    if max(16, next_pow2(rows)) > MAX_SELECT_PAGES or D & (D - 1):
+    if max(16, next_pow2(rows)) > MAX_SELECT_PAGES:
         from ..ops.decode import thrift_select
 
         return _selection_int8(thrift_select(q, cache, budget, window), B, Hq, maxp)
@@ -939,8 +962,8 @@ def compile_for_target(capability: int = 90, *, thrift: bool = False, d: int = 1
             "KG": "*fp32", "VG": "*fp32", "SEL": "*i8", "OP": "*fp32", "MP": "*fp32", "LP": "*fp32"}
     sig = {**ptrs, "qk_scale": "fp32", **{n: "i32" for n in ("Hkv", "NQ", "G", "MAXP", "TPS", "NS", "WL")},
            "SINK": "*fp32"}
-    consts = dict(D=d, PS=page_size, BLOCK_M=block_m, BLOCK_N=block_n, THRIFT=thrift, DOT_F32=False, N_IT=0,
-                  WINDOW=window, SINKS=sinks)
+    consts = dict(D=d, DP=next_pow2(d), PS=page_size, BLOCK_M=block_m, BLOCK_N=block_n, THRIFT=thrift,
+                  DOT_F32=False, N_IT=0, WINDOW=window, SINKS=sinks)
     sig.update({k: "constexpr" for k in consts})
     # pointers 16-byte aligned, as the JIT specializes them at run time
     attrs = {(i,): [["tt.divisibility", 16]] for i in range(len(ptrs))}

@@ -65,19 +65,31 @@ except ImportError:  # pragma: no cover - older Triton: the Triton kernel serves
 if HAVE_GLUON:
 
     @gluon.jit
-    def _load_tile(KD16, KS, VD, VS, PT, b, h, t0, Hkv, MAXP, koff, ksoff, voff, vsoff,
-                   D: gl.constexpr, PS: gl.constexpr):
+    def _load_tile(KD16, KS, VD, VS, PT, b, h, t0, Hkv, MAXP, koff, ksoff, voff, vsoff, kmask, ksmask, vmask,
+                   DR: gl.constexpr, PS: gl.constexpr, PAD: gl.constexpr):
         """The packed bytes of the BLOCK_N-token tile at t0 (inside one page): K half-words, K scales as
-        fp16, V bytes, V scales as fp16, each in the layout of its offsets."""
+        fp16, V bytes, V scales as fp16, each in the layout of its offsets. ``DR``: the cache's head dim (its row
+        strides); ``PAD``: the tile is wider (DR not a power of two): the masks' padding channels load zeros."""
         page = gl.maximum(gl.load(PT + b * MAXP + t0 // PS), 0).to(gl.int64)  # -1 (past a reservation): page 0
         off = t0 % PS
         base = page * Hkv + h  # (page, head)
         row0 = base * PS + off  # storage row of the tile's first key
-        kh = gl.load(KD16 + row0 * (D // 4) + koff)
-        ks = gl.load(KS + row0 * (D // 16) + ksoff).to(gl.float8e4nv, bitcast=True).to(gl.float16)
-        vb = gl.load(VD + (base * (PS // 2) + off // 2) * D + voff)
-        vs = gl.load(VS + (base * (PS // 16) + off // 16) * D + vsoff).to(gl.float8e4nv, bitcast=True).to(gl.float16)
-        return kh, ks, vb, vs
+        kp = KD16 + row0 * (DR // 4) + koff
+        ksp = KS + row0 * (DR // 16) + ksoff
+        vp = VD + (base * (PS // 2) + off // 2) * DR + voff
+        vsp = VS + (base * (PS // 16) + off // 16) * DR + vsoff
+        if PAD:
+            kh = gl.load(kp, mask=kmask, other=0)
+            ks = gl.load(ksp, mask=ksmask, other=0)
+            vb = gl.load(vp, mask=vmask, other=0)
+            vs = gl.load(vsp, mask=vmask, other=0)
+        else:
+            kh = gl.load(kp)
+            ks = gl.load(ksp)
+            vb = gl.load(vp)
+            vs = gl.load(vsp)
+        return kh, ks.to(gl.float8e4nv, bitcast=True).to(gl.float16), vb, vs.to(gl.float8e4nv,
+                                                                                 bitcast=True).to(gl.float16)
 
     @gluon.jit
     def _tile(kh, ks, vb, vs, t0, accT, m_i, l_i, qT, s_scale, last_key, C, WL, keys0, sel_rows, vg, SEL, MAXP,
@@ -138,7 +150,11 @@ if HAVE_GLUON:
                                 BLOCK_N: gl.constexpr, THRIFT: gl.constexpr,
                                 LQ: gl.constexpr, LH: gl.constexpr, LKS: gl.constexpr, LV: gl.constexpr,
                                 MMA: gl.constexpr, PDL_TRIGGER: gl.constexpr = False, WINDOW: gl.constexpr = False,
-                                SINKS: gl.constexpr = False):
+                                SINKS: gl.constexpr = False, DR: gl.constexpr = 0):
+        # D: the tiles' channels (a power of two); DR: the cache's head dim when it is less (48, 80, 96, 112: the
+        # padding channels load as zeros), 0 when equal
+        PAD: gl.constexpr = DR != 0 and DR != D
+        DS: gl.constexpr = DR if PAD else D  # row strides of q and the cache
         BOP: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=MMA, k_width=2)
         pid_s = gl.program_id(0)
         if PDL_TRIGGER:  # let the reduce kernel (a programmatic dependent launch) be scheduled early
@@ -149,7 +165,8 @@ if HAVE_GLUON:
         rq = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, LQ))
         dq = gl.arange(0, D, layout=gl.SliceLayout(0, LQ))
         q_rows = (b * Hkv + h).to(gl.int64) * G * NQ + rq
-        q = gl.load(Q + q_rows[:, None] * D + dq[None, :], mask=(rq < G * NQ)[:, None], other=0.0)
+        q = gl.load(Q + q_rows[:, None] * DS + dq[None, :], mask=(rq < G * NQ)[:, None] & (dq < DS)[None, :],
+                    other=0.0)
         qf = gl.reshape(fake_quant_rows(q.to(gl.float32), 16, False, True).to(gl.float16),
                         (BLOCK_M, 4, D // 32, 2, 2, 2))  # m, c, jh, kh, e, kl
         qf = gl.reshape(gl.permute(qf, (0, 2, 3, 5, 1, 4)), (BLOCK_M, D))  # m, (jh, kh, kl, c, e)
@@ -170,13 +187,18 @@ if HAVE_GLUON:
         accT = gl.zeros([D, BLOCK_M], gl.float32, layout=MMA)
         # loop-invariant offsets of the tile loads (the loop adds one scalar base per tensor)
         kr = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, LH))
-        koff = kr[:, None] * (D // 4) + gl.arange(0, D // 4, layout=gl.SliceLayout(0, LH))[None, :]
+        kc = gl.arange(0, D // 4, layout=gl.SliceLayout(0, LH))
+        koff = kr[:, None] * (DS // 4) + kc[None, :]
+        kmask = (kr < BLOCK_N)[:, None] & (kc < DS // 4)[None, :]  # (used with PAD only)
         sr = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, LKS))
-        ksoff = sr[:, None] * (D // 16) + gl.arange(0, D // 16, layout=gl.SliceLayout(0, LKS))[None, :]
+        sc = gl.arange(0, D // 16, layout=gl.SliceLayout(0, LKS))
+        ksoff = sr[:, None] * (DS // 16) + sc[None, :]
+        ksmask = (sr < BLOCK_N)[:, None] & (sc < DS // 16)[None, :]
         vr = gl.arange(0, BLOCK_N // 2, layout=gl.SliceLayout(1, LV))
         vc = gl.arange(0, D, layout=gl.SliceLayout(0, LV))
-        voff = vr[:, None] * D + vc[None, :]
-        vsoff = ((2 * vr) // 16)[:, None] * D + vc[None, :]  # tiles start on 16-token blocks
+        voff = vr[:, None] * DS + vc[None, :]
+        vsoff = ((2 * vr) // 16)[:, None] * DS + vc[None, :]  # tiles start on 16-token blocks
+        vmask = (vr < BLOCK_N // 2)[:, None] & (vc < DS)[None, :]
         keys0 = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
         KD16 = KD.cast(gl.pointer_type(gl.int16), bitcast=True)
         start = pid_s * TPS
@@ -186,17 +208,19 @@ if HAVE_GLUON:
         lo_end, full_end = decode_tile_runs(start, end, L, NQ, WL, BLOCK_N, WINDOW)
         if WINDOW:  # tiles below L - 1 - WL hold keys the last query row's window leaves out: masked (<= 2 tiles)
             for t0 in range(start, lo_end, BLOCK_N):
-                kh, ks, vb, vs = _load_tile(KD16, KS, VD, VS, PT, b, h, t0, Hkv, MAXP, koff, ksoff, voff, vsoff, D,
-                                            PS)
+                kh, ks, vb, vs = _load_tile(KD16, KS, VD, VS, PT, b, h, t0, Hkv, MAXP, koff, ksoff, voff, vsoff,
+                                            kmask, ksmask, vmask, DS, PS, PAD)
                 accT, m_i, l_i = _tile(kh, ks, vb, vs, t0, accT, m_i, l_i, qT, s_scale, last_key, C, WL, keys0,
                                        sel_rows, vg, SEL, MAXP, D, PS, BLOCK_N, BLOCK_M, LH, MMA, True, THRIFT, WINDOW)
         # tiles from there below min(end, L - NQ + 1) are committed and visible to every query row: no masks
         for t0 in range(lo_end, full_end, BLOCK_N):
-            kh, ks, vb, vs = _load_tile(KD16, KS, VD, VS, PT, b, h, t0, Hkv, MAXP, koff, ksoff, voff, vsoff, D, PS)
+            kh, ks, vb, vs = _load_tile(KD16, KS, VD, VS, PT, b, h, t0, Hkv, MAXP, koff, ksoff, voff, vsoff, kmask,
+                                        ksmask, vmask, DS, PS, PAD)
             accT, m_i, l_i = _tile(kh, ks, vb, vs, t0, accT, m_i, l_i, qT, s_scale, last_key, C, WL, keys0, sel_rows,
                                    vg, SEL, MAXP, D, PS, BLOCK_N, BLOCK_M, LH, MMA, False, THRIFT, WINDOW)
         for t0 in range(full_end, end, BLOCK_N):  # at most the last committed 16 + BLOCK_N keys
-            kh, ks, vb, vs = _load_tile(KD16, KS, VD, VS, PT, b, h, t0, Hkv, MAXP, koff, ksoff, voff, vsoff, D, PS)
+            kh, ks, vb, vs = _load_tile(KD16, KS, VD, VS, PT, b, h, t0, Hkv, MAXP, koff, ksoff, voff, vsoff, kmask,
+                                        ksmask, vmask, DS, PS, PAD)
             accT, m_i, l_i = _tile(kh, ks, vb, vs, t0, accT, m_i, l_i, qT, s_scale, last_key, C, WL, keys0, sel_rows,
                                    vg, SEL, MAXP, D, PS, BLOCK_N, BLOCK_M, LH, MMA, True, THRIFT, WINDOW)
         if not THRIFT:
@@ -240,9 +264,10 @@ def _layouts(D: int, BLOCK_N: int, BLOCK_M: int) -> dict:
 
 
 def supported(D: int, rows: int, block_n: int, page_size: int) -> bool:
-    """Shapes this kernel handles: D 64 or 128, at most 16 query rows per program (G·n_q), 32- or
-    64-key tiles inside a page."""
-    return HAVE_GLUON and D in (64, 128) and rows <= 16 and block_n in (32, 64) and page_size % block_n == 0
+    """Shapes this kernel handles: D a multiple of 16 from 48 to 128 (tiles of 64 or 128 channels), at most 16
+    query rows per program (G·n_q), 32- or 64-key tiles inside a page."""
+    return (HAVE_GLUON and 48 <= D <= 128 and D % 16 == 0 and rows <= 16 and block_n in (32, 64)
+            and page_size % block_n == 0)
 
 
 def launch(q, cache, pt, ks, vs, OP, MP, LP, qk_scale, NQ, G, maxp, TPS, num_splits, BLOCK_M, block_n,
@@ -251,9 +276,12 @@ def launch(q, cache, pt, ks, vs, OP, MP, LP, qk_scale, NQ, G, maxp, TPS, num_spl
     register cap, so that as many programs share an SM as the splits were sized for). ``window``: a sliding
     window's left extent (the splits start at each sequence's window); ``sink``: the (Hq,) attention sinks in score
     units (a float tensor), the running max's start."""
-    B, _, _, D = q.shape
+    B, _, _, DR = q.shape
+    D = 64 if DR <= 64 else 128  # the tiles' channels
     Hkv = cache.num_kv_heads
     extra = {"PDL_TRIGGER": True} if pdl_trigger else {}
+    if DR != D:
+        extra["DR"] = DR
     if window is not None:
         extra["WINDOW"] = True
     if sink is not None:

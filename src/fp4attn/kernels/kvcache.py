@@ -33,8 +33,8 @@ import torch
 import triton
 import triton.language as tl
 
-from ._launch import fast, head_grid
-from ._tiles import head_program
+from ._launch import fast, head_grid, next_pow2
+from ._tiles import dim_mask, head_program
 from .quantize import _quant_pair
 
 SLOT = 16
@@ -43,12 +43,16 @@ _SLOT = tl.constexpr(SLOT)  # inside kernels (a Python int global is not allowed
 
 @triton.jit
 def _store_slot(k, v, start, b, h, ph_row, H, MAXP, KG, VG, PT, KD, KS, VD, VS, K16, V16,
-                D: tl.constexpr, PS: tl.constexpr, KEEP16: tl.constexpr):
-    """Quantize one full slot -- k, v: (16, D) tiles in the cache dtype, the tokens start .. start + 15 of
-    sequence b, kv head h (``ph_row`` = b·H + h: the row of the global scales) -- exactly as
-    ``KVCache._commit`` does, and store codes, scale bytes (and the 16-bit copy) into its page."""
+                D: tl.constexpr, DP: tl.constexpr, PS: tl.constexpr, KEEP16: tl.constexpr):
+    """Quantize one full slot -- k, v: (16, DP) tiles in the cache dtype (D channels, zero-padded to the power of
+    two DP), the tokens start .. start + 15 of sequence b, kv head h (``ph_row`` = b·H + h: the row of the global
+    scales) -- exactly as ``KVCache._commit`` does, and store codes, scale bytes (and the 16-bit copy) of the D
+    channels into its page (the padding's blocks quantize to zeros and are not stored)."""
     rows = tl.arange(0, _SLOT)
-    offs_d = tl.arange(0, D)
+    offs_d = tl.arange(0, DP)
+    dm = dim_mask(offs_d, D, DP)
+    dm2 = dim_mask(tl.arange(0, DP // 2), D // 2, DP // 2)
+    dm16 = dim_mask(tl.arange(0, DP // _SLOT), D // _SLOT, DP // _SLOT)
     # no page (-1): a CUDA-graph replay past KVCache.reserve's pages (sync_lengths reports it); the
     # slot is dropped instead of written below the pool (its page row clamped to 0, every store masked)
     page_i = tl.load(PT + b * MAXP + start // PS).to(tl.int64)
@@ -57,58 +61,63 @@ def _store_slot(k, v, start, b, h, ph_row, H, MAXP, KG, VG, PT, KD, KS, VD, VS, 
     off = start % PS
     ph = page * H + h
     # K along D: blocks of 16 channels of one token, element pairs (2i, 2i+1) -> one byte
-    klo, khi = tl.split(tl.reshape(k.to(tl.float32), (_SLOT, D // _SLOT, _SLOT // 2, 2)))
+    klo, khi = tl.split(tl.reshape(k.to(tl.float32), (_SLOT, DP // _SLOT, _SLOT // 2, 2)))
     senc_k = tl.math.div_rn(1.0, tl.load(KG + ph_row))
     clo, chi, _s, sb = _quant_pair(klo, khi, senc_k, False, False, True, True)
-    kbytes = tl.reshape(clo | (chi << 4), (_SLOT, D // 2)).to(tl.uint8)
+    kbytes = tl.reshape(clo | (chi << 4), (_SLOT, DP // 2)).to(tl.uint8)
     krow = ph * PS + off + rows  # storage row of each token
-    tl.store(KD + krow[:, None] * (D // 2) + tl.arange(0, D // 2)[None, :], kbytes, mask=ok)
-    tl.store(KS + krow[:, None] * (D // _SLOT) + tl.arange(0, D // _SLOT)[None, :], sb.to(tl.uint8), mask=ok)
+    tl.store(KD + krow[:, None] * (D // 2) + tl.arange(0, DP // 2)[None, :], kbytes, mask=ok & dm2[None, :])
+    tl.store(KS + krow[:, None] * (D // _SLOT) + tl.arange(0, DP // _SLOT)[None, :], sb.to(tl.uint8),
+             mask=ok & dm16[None, :])
     # V along tokens: one block of the 16 tokens per channel, token pairs (2j, 2j+1) -> one byte
-    vlo, vhi = tl.split(tl.reshape(tl.trans(v.to(tl.float32)), (D, 1, _SLOT // 2, 2)))
+    vlo, vhi = tl.split(tl.reshape(tl.trans(v.to(tl.float32)), (DP, 1, _SLOT // 2, 2)))
     senc_v = tl.math.div_rn(1.0, tl.load(VG + ph_row))
     clo, chi, _s, sb = _quant_pair(vlo, vhi, senc_v, False, False, True, True)
-    vbytes = tl.reshape(clo | (chi << 4), (D, _SLOT // 2)).to(tl.uint8)  # [channel, token pair]
+    vbytes = tl.reshape(clo | (chi << 4), (DP, _SLOT // 2)).to(tl.uint8)  # [channel, token pair]
     j = tl.arange(0, _SLOT // 2)
-    tl.store(VD + ((ph * (PS // 2) + off // 2 + j) * D)[None, :] + offs_d[:, None], vbytes, mask=ok)
-    tl.store(VS + (ph * (PS // _SLOT) + off // _SLOT) * D + offs_d, tl.reshape(sb, (D,)).to(tl.uint8), mask=ok)
+    tl.store(VD + ((ph * (PS // 2) + off // 2 + j) * D)[None, :] + offs_d[:, None], vbytes, mask=ok & dm[:, None])
+    tl.store(VS + (ph * (PS // _SLOT) + off // _SLOT) * D + offs_d, tl.reshape(sb, (DP,)).to(tl.uint8),
+             mask=ok & dm)
     if KEEP16:
-        tl.store(K16 + krow[:, None] * D + offs_d[None, :], k, mask=ok)
-        tl.store(V16 + krow[:, None] * D + offs_d[None, :], v, mask=ok)
+        tl.store(K16 + krow[:, None] * D + offs_d[None, :], k, mask=ok & dm[None, :])
+        tl.store(V16 + krow[:, None] * D + offs_d[None, :], v, mask=ok & dm[None, :])
 
 
 @triton.jit
 def _append_one_kernel(KN, skb, skh, skd, VN, svb, svh, svd, LENS, KT, VT, KG, VG, PT, KD, KS, VD, VS, K16, V16,
-                       H, MAXP, D: tl.constexpr, PS: tl.constexpr, KEEP16: tl.constexpr):
+                       H, MAXP, D: tl.constexpr, DP: tl.constexpr, PS: tl.constexpr, KEEP16: tl.constexpr):
     pid = tl.program_id(0)  # b * H + h
     b = pid // H
     h = pid % H
     L = tl.load(LENS + b)
     t = L % _SLOT
-    offs_d = tl.arange(0, D)
-    kn = tl.load(KN + b.to(tl.int64) * skb + h * skh + offs_d * skd)
-    vn = tl.load(VN + b.to(tl.int64) * svb + h * svh + offs_d * svd)
+    offs_d = tl.arange(0, DP)  # D padded to a power of two
+    dm = dim_mask(offs_d, D, DP)
+    kn = tl.load(KN + b.to(tl.int64) * skb + h * skh + offs_d * skd, mask=dm, other=0.0)
+    vn = tl.load(VN + b.to(tl.int64) * svb + h * svh + offs_d * svd, mask=dm, other=0.0)
     tail = pid.to(tl.int64) * _SLOT * D
     if t < _SLOT - 1:
-        tl.store(KT + tail + t * D + offs_d, kn)
-        tl.store(VT + tail + t * D + offs_d, vn)
+        tl.store(KT + tail + t * D + offs_d, kn, mask=dm)
+        tl.store(VT + tail + t * D + offs_d, vn, mask=dm)
     else:
         # the slot is full: its first 15 tokens from the tail, the 16th from registers
         rows = tl.arange(0, _SLOT)
         r2 = tail + rows[:, None] * D + offs_d[None, :]
-        old = rows[:, None] < _SLOT - 1
+        old = (rows[:, None] < _SLOT - 1) & dm[None, :]
         last = rows[:, None] == _SLOT - 1
-        k = tl.where(last, kn[None, :], tl.load(KT + r2, mask=old, other=0.0))  # (16, D), cache dtype
+        k = tl.where(last, kn[None, :], tl.load(KT + r2, mask=old, other=0.0))  # (16, DP), cache dtype
         v = tl.where(last, vn[None, :], tl.load(VT + r2, mask=old, other=0.0))
-        _store_slot(k, v, L - (_SLOT - 1), b, h, pid, H, MAXP, KG, VG, PT, KD, KS, VD, VS, K16, V16, D, PS, KEEP16)
-        zero = tl.zeros([_SLOT, D], KT.dtype.element_ty)
-        tl.store(KT + r2, zero)
-        tl.store(VT + r2, zero)
+        _store_slot(k, v, L - (_SLOT - 1), b, h, pid, H, MAXP, KG, VG, PT, KD, KS, VD, VS, K16, V16, D, DP, PS,
+                    KEEP16)
+        zero = tl.zeros([_SLOT, DP], KT.dtype.element_ty)
+        tl.store(KT + r2, zero, mask=dm[None, :])
+        tl.store(VT + r2, zero, mask=dm[None, :])
 
 
 @triton.jit
 def _append_slots_kernel(KN, skb, skh, skn, skd, VN, svb, svh, svn, svd, L0, NSLOT, KG, VG, PT, KD, KS, VD, VS,
-                         K16, V16, H, MAXP, D: tl.constexpr, PS: tl.constexpr, KEEP16: tl.constexpr):
+                         K16, V16, H, MAXP, D: tl.constexpr, DP: tl.constexpr, PS: tl.constexpr,
+                         KEEP16: tl.constexpr):
     """Many new tokens of sequences whose tails are empty (a prefill): program (s, b·H + h) quantizes slot s
     of sequence b's new tokens (rows 16s .. 16s + 15 of KN / VN), s < NSLOT[b], into the cache from token
     L0[b] + 16s on."""
@@ -117,16 +126,18 @@ def _append_slots_kernel(KN, skb, skh, skn, skd, VN, svb, svh, svn, svd, L0, NSL
     h = pid % H
     if s < tl.load(NSLOT + b):
         rows = 16 * s + tl.arange(0, _SLOT)
-        offs_d = tl.arange(0, D)
+        offs_d = tl.arange(0, DP)  # D padded to a power of two
+        dm = dim_mask(offs_d, D, DP)[None, :]
         src = b.to(tl.int64) * skb + h * skh + rows[:, None].to(tl.int64) * skn + offs_d[None, :] * skd
-        k = tl.load(KN + src)
-        v = tl.load(VN + b.to(tl.int64) * svb + h * svh + rows[:, None].to(tl.int64) * svn + offs_d[None, :] * svd)
-        _store_slot(k, v, tl.load(L0 + b) + 16 * s, b, h, pid, H, MAXP, KG, VG, PT, KD, KS, VD, VS, K16, V16, D, PS,
-                    KEEP16)
+        k = tl.load(KN + src, mask=dm, other=0.0)
+        v = tl.load(VN + b.to(tl.int64) * svb + h * svh + rows[:, None].to(tl.int64) * svn + offs_d[None, :] * svd,
+                    mask=dm, other=0.0)
+        _store_slot(k, v, tl.load(L0 + b) + 16 * s, b, h, pid, H, MAXP, KG, VG, PT, KD, KS, VD, VS, K16, V16, D, DP,
+                    PS, KEEP16)
 
 
 @triton.jit
-def _page_mean_kernel(K16, MEAN, PAGES, PT, LENS, H, MAXP, D: tl.constexpr, PS: tl.constexpr,
+def _page_mean_kernel(K16, MEAN, PAGES, PT, LENS, H, MAXP, D: tl.constexpr, DP: tl.constexpr, PS: tl.constexpr,
                       FROM_LENS: tl.constexpr):
     pid = tl.program_id(0)  # i * H + h
     i = pid // H
@@ -141,9 +152,10 @@ def _page_mean_kernel(K16, MEAN, PAGES, PT, LENS, H, MAXP, D: tl.constexpr, PS: 
     if page >= 0:  # (-1 also for a page past a KVCache.reserve, as in the append kernel)
         ph = page.to(tl.int64) * H + h
         rows = ph * PS + tl.arange(0, PS)
-        offs_d = tl.arange(0, D)
-        k = tl.load(K16 + rows[:, None] * D + offs_d[None, :]).to(tl.float32)
-        tl.store(MEAN + ph * D + offs_d, tl.math.div_rn(tl.sum(k, 0), PS * 1.0))
+        offs_d = tl.arange(0, DP)  # D padded to a power of two
+        dm = dim_mask(offs_d, D, DP)
+        k = tl.load(K16 + rows[:, None] * D + offs_d[None, :], mask=dm[None, :], other=0.0).to(tl.float32)
+        tl.store(MEAN + ph * D + offs_d, tl.math.div_rn(tl.sum(k, 0), PS * 1.0), mask=dm)
 
 
 def page_means(cache, pages: torch.Tensor | None = None) -> None:
@@ -159,7 +171,7 @@ def page_means(cache, pages: torch.Tensor | None = None) -> None:
                                                   device=cache.device)
     fast(_page_mean_kernel)[(n * H,)](
         cache.k16, cache.k_page_mean, cache.seq_lens if pages is None else pages, pt, cache.seq_lens, H,
-        max(maxp, 1), D=D, PS=cache.page_size, FROM_LENS=pages is None, num_warps=4)
+        max(maxp, 1), D=D, DP=next_pow2(D), PS=cache.page_size, FROM_LENS=pages is None, num_warps=4)
 
 
 def append_one(cache, k: torch.Tensor, v: torch.Tensor) -> None:
@@ -175,7 +187,7 @@ def append_one(cache, k: torch.Tensor, v: torch.Tensor) -> None:
         k, k.stride(0), k.stride(1), k.stride(3), v, v.stride(0), v.stride(1), v.stride(3),
         cache.seq_lens, cache.k_tail, cache.v_tail, cache.k_global_scale, cache.v_global_scale, pt,
         cache.k_data, cache.k_scale.view(torch.uint8), cache.v_data, cache.v_scale.view(torch.uint8), k16, v16,
-        H, max(maxp, 1), D=D, PS=cache.page_size, KEEP16=keep, num_warps=4)
+        H, max(maxp, 1), D=D, DP=next_pow2(D), PS=cache.page_size, KEEP16=keep, num_warps=4)
 
 
 def append_slots(cache, k: torch.Tensor, v: torch.Tensor, starts, nslots) -> None:
@@ -192,12 +204,13 @@ def append_slots(cache, k: torch.Tensor, v: torch.Tensor, starts, nslots) -> Non
         k, *k.stride(), v, *v.stride(), L0, ns, cache.k_global_scale, cache.v_global_scale, cache.page_table,
         cache.k_data, cache.k_scale.view(torch.uint8), cache.v_data, cache.v_scale.view(torch.uint8),
         cache.k16 if keep else cache.k_tail, cache.v16 if keep else cache.v_tail,
-        H, max(maxp, 1), D=D, PS=cache.page_size, KEEP16=keep, num_warps=4)
+        H, max(maxp, 1), D=D, DP=next_pow2(D), PS=cache.page_size, KEEP16=keep, num_warps=4)
 
 
 def supported(head_dim: int) -> bool:
-    """Shapes the kernel handles: a power-of-two head dim (its tiles) of at least 16."""
-    return head_dim >= SLOT and head_dim & (head_dim - 1) == 0
+    """Shapes the kernel handles: a head dim that is a multiple of 16 (a KVCache's; the tiles pad it to a power of
+    two)."""
+    return head_dim >= SLOT and head_dim % SLOT == 0
 
 
 __all__ = ["append_one", "append_slots", "page_means", "supported"]

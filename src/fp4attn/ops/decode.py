@@ -217,11 +217,11 @@ def decode(q, cache: KVCache, *, scale=None, recipe: str = "nvfp4", thrift_budge
     """
     qb, scale, thrift_budget, window, sinks = _check(q, cache, scale, recipe, thrift_budget, layout, return_lse,
                                                      window_size, sinks)
-    D = qb.shape[-1]
     with torch.no_grad(), on_device(qb):
         # pages of any multiple of 16 tokens (the split kernels' key tiles divide the page); Thrift's 64-token
-        # blocks need pages of multiples of 64
-        kernel_ok = (use_kernels(qb) and qb.dtype != torch.float64 and D >= 16 and (D & (D - 1)) == 0
+        # blocks need pages of multiples of 64. Any head dim of the cache (a multiple of 16): the kernels pad
+        # their tiles to a power of two
+        kernel_ok = (use_kernels(qb) and qb.dtype != torch.float64
                      and cache.page_size % (16 if thrift_budget is None else 64) == 0)
         if kernel_ok:
             from ..kernels.decode import decode_fwd, select_pages
