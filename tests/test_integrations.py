@@ -786,6 +786,33 @@ def test_greedy_generate_cuda_graph_gives_the_eager_tokens():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_greedy_generate_head_dim_96_runs_the_kernels(monkeypatch):
+    """A Phi-3-like model (head dim 96, no GQA): the FP4 cache's appends and decode steps run the kernels on padded
+    tiles (the decode's PyTorch reference path is made to raise), eagerly and replayed from a CUDA graph, with the
+    same tokens; nvfp4 and Thrift."""
+    from transformers import Phi3Config, Phi3ForCausalLM
+
+    import fp4attn.ops.decode as opd
+
+    def no_reference(*a, **k):
+        raise AssertionError("decode ran the PyTorch reference path")
+
+    monkeypatch.setattr(opd, "decode_reference", no_reference)
+    cfg = Phi3Config(vocab_size=96, hidden_size=384, intermediate_size=768, num_hidden_layers=2, num_attention_heads=4,
+                     num_key_value_heads=4, max_position_embeddings=1024, pad_token_id=0, eos_token_id=1)
+    torch.manual_seed(0)
+    m = Phi3ForCausalLM(cfg).eval().to("cuda", torch.bfloat16)
+    assert m.model.layers[0].self_attn.head_dim == 96
+    ids = torch.randint(2, 96, (2, 200), generator=torch.Generator().manual_seed(18)).to("cuda")
+    for recipe, kw in (("nvfp4", {}), ("thrift", {"budget": 0.25})):
+        m.set_attn_implementation(fh.register(recipe, **kw))
+        eager = fh.greedy_generate(m, ids, 70, cuda_graph=False)
+        graphed = fh.greedy_generate(m, ids, 70)
+        assert graphed.shape == (2, 270) and torch.equal(graphed, eager), recipe
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_greedy_generate_thrift_cuda_graph_gives_the_eager_tokens():
     """Thrift decode steps replayed from a CUDA graph past two page boundaries (tokens 256 and 320): the page
     means and the selection follow the lengths on the device, so the tokens are the eager ones."""

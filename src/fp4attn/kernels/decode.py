@@ -450,6 +450,10 @@ def _decode_16bit_kernel(Q, K16, V16, PT, LENS, SEL, OP, MP, LP, qk_scale, Hkv, 
 # fewer programs per SM.
 _CONFIGS = {False: dict(block_n=32, num_warps=1, num_stages=2, per_sm=12, max_tiles=None),
             True: dict(block_n=64, num_warps=2, num_stages=2, per_sm=2, max_tiles=16)}
+# FP4 tiles of 256 channels (D > 128; where the Gluon kernel does not run: other GPUs): 2 warps, 64-key tiles, 3
+# stages, 4 programs per SM, 1.02 / 1.08x cuDNN at (8,8,4,32k,256) / (1,8,4,128k,256) where the FP4 config above ran
+# 0.83 / 0.82x (H100 sweep of 72 configs, benchmarks/d256-s28/: the best at each shape 1.05 / 1.08x)
+_CONFIGS_WIDE_D = dict(block_n=64, num_warps=2, num_stages=3, per_sm=4, max_tiles=None)
 # The Gluon kernel (decode_gluon, sm_90): one warp per program (at most 128 registers), 32-key tiles, 16
 # programs per SM in one wave (H200 sweeps of 2026-11-22 in benchmarks/decode-s10/: 64-key tiles, 8-28
 # programs per SM, register caps of 88-112, register or L2 prefetch of later tiles were all slower; a cp.async
@@ -474,6 +478,10 @@ _GLUON_CONFIG = {False: dict(block_n=32, num_warps=1, num_stages=1, per_sm=16, m
                  # for 12 per SM ran in two waves: the FP4 kernel 1.55x the time, the Thrift op 1.23-1.27x;
                  # benchmarks/grid-s19/)
                  True: dict(block_n=64, num_warps=1, num_stages=1, per_sm=12, max_tiles=None)}
+# Head dims above 128 (Gemma 2 / 3: 256; 144-240 padded to 256), FP4 only: the 256-channel tile needs ~190 registers
+# uncapped; 12 programs per SM under a 168-register cap (no spill at D = 256; ptxas, sm_90). The Triton split kernel ran
+# these at 0.80-0.83x cuDNN (its best launch configs 1.05-1.08x, H100: benchmarks/d256-s28/).
+_GLUON_WIDE = dict(block_n=32, num_warps=1, num_stages=1, per_sm=12, max_tiles=None, min_programs=512)
 
 # The reduce kernel is launched as a programmatic dependent of the split kernel (sm_90+): its launch and its tail
 # scores overlap the split kernel's last programs, it waits (griddepcontrol.wait) before reading the partials, and
@@ -511,10 +519,11 @@ def _sm_count(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
 
-def gluon_maxnreg(thrift: bool) -> int:
-    """The Gluon split kernel's register cap: ``_GLUON_CONFIG[thrift]["per_sm"]`` one-warp programs share an SM's
-    64K registers (allocated per warp in units of 8 per thread), as many as the splits are sized for."""
-    return min(255, 65536 // (32 * _GLUON_CONFIG[thrift]["per_sm"]) // 8 * 8)
+def gluon_maxnreg(thrift: bool, per_sm: int | None = None) -> int:
+    """The Gluon split kernel's register cap: ``per_sm`` (default ``_GLUON_CONFIG[thrift]["per_sm"]``) one-warp
+    programs share an SM's 64K registers (allocated per warp in units of 8 per thread), as many as the splits are
+    sized for."""
+    return min(255, 65536 // (32 * (per_sm or _GLUON_CONFIG[thrift]["per_sm"])) // 8 * 8)
 
 
 def wide_rows(D: int) -> int:
@@ -568,13 +577,13 @@ def _use_gluon(kernel: str, q: torch.Tensor, thrift: bool, rows: int, block_n: i
             return False
     if kernel == "triton":
         return False
-    ok = (q.is_cuda and not _interpret() and (not thrift or block_n == 64)
+    ok = (q.is_cuda and not _interpret() and (not thrift or (block_n == 64 and q.shape[-1] <= 128))
           and decode_gluon.supported(q.shape[-1], rows, block_n, page_size))
     if kernel == "gluon":
         if not ok:
-            raise ValueError("kernel='gluon': needs a CUDA device, D a multiple of 16 in [48, 128], at most 16 query "
-                             "rows per kv head (G·n_q) and block_n 32 or 64 dividing the page size (64 with a Thrift "
-                             "selection)")
+            raise ValueError("kernel='gluon': needs a CUDA device, D a multiple of 16 in [48, 256] ([48, 128] with a "
+                             "Thrift selection), at most 16 query rows per kv head (G·n_q) and block_n 32 or 64 "
+                             "dividing the page size (64 with a Thrift selection)")
         return True
     return ok and _capability(q.device.index if q.device.index is not None else torch.cuda.current_device()) == (9, 0)
 
@@ -602,7 +611,8 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
     key with no value: in the max, l and the LSE); the split kernels start their running max at the sink.
     ``rowm``: the Triton split kernel with the query rows along the MMA's M (default: for more than 16 rows
     per kv head without a Thrift selection, see ``_WIDE_CONFIG``); ``block_m``: its rows per program (padding).
-    ``maxnreg``: a register cap for the Triton split kernel (default: the config's).
+    ``maxnreg``: a register cap for the split kernel (default: the config's; the Gluon kernel's from its programs per
+    SM, ``gluon_maxnreg``).
     """
     thrift = selection is not None
     B, Hq, NQ, D = q.shape
@@ -615,7 +625,7 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
     if window is not None:  # a window longer than every sequence, reserved length included, is capped there (exact;
         # and int32)
         window = min(window, max(max(cache.lengths, default=0), cache.reserved_len))
-    gcfg = _GLUON_CONFIG[thrift]
+    gcfg = _GLUON_WIDE if D > 128 and not thrift else _GLUON_CONFIG[thrift]
     # Thrift's work (sequences x kv heads x tokens the splits cover; 64: its tile) for the choice of its kernel
     work = B * Hkv * (max_c if window is None else min(max_c, window + NQ + 64)) if thrift else None
     gluon = _use_gluon(kernel, q, thrift, G * NQ, block_n or gcfg["block_n"], cache.page_size, work)
@@ -630,7 +640,8 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
         hopper = q.is_cuda and not _interpret() and _capability(
             q.device.index if q.device.index is not None else torch.cuda.current_device())[0] == 9
         BLOCK_M = block_m or max(64 if hopper else 16, next_pow2(G * NQ))
-    cfg = gcfg if gluon else _WIDE_CONFIG[BLOCK_M > 64] if rowm else _CONFIGS[thrift]
+    cfg = (gcfg if gluon else _WIDE_CONFIG[BLOCK_M > 64] if rowm else _CONFIGS_WIDE_D if D > 128 and not thrift
+           else _CONFIGS[thrift])
     # FP4 tiles: the config's, or the largest power of two below it that divides the page (pages are multiples of
     # 16 tokens: 48 gives 16-key tiles); Thrift's tile is its 64-token block
     block_n = block_n or (cfg["block_n"] if thrift else min(cfg["block_n"], cache.page_size & -cache.page_size))
@@ -696,7 +707,8 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
                 _launch_16bit(q, k16, v16, pt, cache.seq_lens, sel, OP, MP, LP, scale, Hkv, NQ, G, maxp, ns_all,
                               num_splits, n16, B, D, PS, BLOCK_M, interp, window)
         decode_gluon.launch(q, cache, pt, ks, vs, OP, MP, LP, scale * LOG2E, NQ, G, max(maxp, 1), TPS, num_splits,
-                            BLOCK_M, block_n, sel if thrift else None, ns_all, maxnreg=gluon_maxnreg(thrift),
+                            BLOCK_M, block_n, sel if thrift else None, ns_all,
+                            maxnreg=maxnreg or gluon_maxnreg(thrift, per_sm or cfg["per_sm"]),
                             pdl_trigger=pdl, window=window, sink=None if sinks is None else sink)
         if side:
             cur.wait_stream(s16)

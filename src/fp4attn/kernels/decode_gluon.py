@@ -264,9 +264,9 @@ def _layouts(D: int, BLOCK_N: int, BLOCK_M: int) -> dict:
 
 
 def supported(D: int, rows: int, block_n: int, page_size: int) -> bool:
-    """Shapes this kernel handles: D a multiple of 16 from 48 to 128 (tiles of 64 or 128 channels), at most 16
+    """Shapes this kernel handles: D a multiple of 16 from 48 to 256 (tiles of 64, 128 or 256 channels), at most 16
     query rows per program (G·n_q), 32- or 64-key tiles inside a page."""
-    return (HAVE_GLUON and 48 <= D <= 128 and D % 16 == 0 and rows <= 16 and block_n in (32, 64)
+    return (HAVE_GLUON and 48 <= D <= 256 and D % 16 == 0 and rows <= 16 and block_n in (32, 64)
             and page_size % block_n == 0)
 
 
@@ -277,7 +277,7 @@ def launch(q, cache, pt, ks, vs, OP, MP, LP, qk_scale, NQ, G, maxp, TPS, num_spl
     window's left extent (the splits start at each sequence's window); ``sink``: the (Hq,) attention sinks in score
     units (a float tensor), the running max's start."""
     B, _, _, DR = q.shape
-    D = 64 if DR <= 64 else 128  # the tiles' channels
+    D = 1 << (DR - 1).bit_length()  # the tiles' channels: DR padded to a power of two
     Hkv = cache.num_kv_heads
     extra = {"PDL_TRIGGER": True} if pdl_trigger else {}
     if DR != D:
