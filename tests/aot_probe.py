@@ -227,7 +227,7 @@ def fam_decode():
         Dk.decode_gluon.launch(torch.randn(2, 8, 1, 256, dtype=torch.bfloat16), c256, c256.page_table,
                                c256.k_scale.view(torch.uint8), c256.v_scale.view(torch.uint8), torch.empty(64, 256),
                                buf[:, 0], buf[:, 1], 0.1, 1, 4, c256.page_table.shape[1], 128, 3, 8, 32,
-                               maxnreg=Dk.gluon_maxnreg(False, Dk._GLUON_WIDE["per_sm"]))
+                               maxnreg=Dk.gluon_maxnreg(False, Dk._GLUON_WIDE[False]["per_sm"]))
         Dk.decode_fwd(torch.randn(2, 8, 1, 256, dtype=torch.bfloat16), c256, scale=0.1, kernel="triton")
     Kk.append_one(c96, k96[:, :, :1], k96[:, :, :1])
     Kk.append_slots(c96, k96[:, :, :32], k96[:, :, :32], [304, 304], [2, 2])

@@ -13,7 +13,9 @@ from fp4attn.kernels.decode import decode_fwd
 
 shapes = [tuple(int(x) for x in s.split("x"))
           for s in (sys.argv[1:] or ["8x8x4x32768x256", "1x8x4x131072x256", "8x16x8x32768x256", "8x16x8x32768x192"])]
-for B, Hq, Hkv, N, D in shapes:
+
+
+def one_shape(B, Hq, Hkv, N, D):
     g = torch.Generator(device="cuda").manual_seed(0)
     k = torch.randn(B, Hkv, N, D, device="cuda", dtype=torch.bfloat16, generator=g)
     v = torch.randn(B, Hkv, N, D, device="cuda", dtype=torch.bfloat16, generator=g)
@@ -33,3 +35,7 @@ for B, Hq, Hkv, N, D in shapes:
     print(f"\n({B},{Hq},{Hkv},{N},{D}) op vs Triton kernel rel. L2 {((o - ref).norm() / ref.norm()).item():.2e}")
     for name, ms in t.items():
         print(f"  {name:28s} {ms:.4f} ms  {t['cudnn'] / ms:.2f}x cuDNN")
+
+
+for shape in shapes:
+    one_shape(*shape)

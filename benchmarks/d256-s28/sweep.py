@@ -13,7 +13,9 @@ from fp4attn.bench.decode import sdpa_fn
 from fp4attn.kernels.decode import decode_fwd
 
 shapes = [tuple(int(x) for x in s.split("x")) for s in (sys.argv[1:] or ["8x8x4x32768x256", "1x8x4x131072x256"])]
-for B, Hq, Hkv, N, D in shapes:
+
+
+def one_shape(B, Hq, Hkv, N, D):
     g = torch.Generator(device="cuda").manual_seed(0)
     k = torch.randn(B, Hkv, N, D, device="cuda", dtype=torch.bfloat16, generator=g)
     v = torch.randn(B, Hkv, N, D, device="cuda", dtype=torch.bfloat16, generator=g)
@@ -41,3 +43,7 @@ for B, Hq, Hkv, N, D in shapes:
     res.sort(key=lambda r: r[0])
     for t, kw, err in res[:12]:
         print(f"  {t:.4f} ms ({t_cud / t:.2f}x cuDNN) {kw} rel-diff vs default {err:.2e}", flush=True)
+
+
+for shape in shapes:
+    one_shape(*shape)

@@ -478,10 +478,13 @@ _GLUON_CONFIG = {False: dict(block_n=32, num_warps=1, num_stages=1, per_sm=16, m
                  # for 12 per SM ran in two waves: the FP4 kernel 1.55x the time, the Thrift op 1.23-1.27x;
                  # benchmarks/grid-s19/)
                  True: dict(block_n=64, num_warps=1, num_stages=1, per_sm=12, max_tiles=None)}
-# Head dims above 128 (Gemma 2 / 3: 256; 144-240 padded to 256), FP4 only: the 256-channel tile needs ~190 registers
-# uncapped; 12 programs per SM under a 168-register cap (no spill at D = 256; ptxas, sm_90). The Triton split kernel ran
-# these at 0.80-0.83x cuDNN (its best launch configs 1.05-1.08x, H100: benchmarks/d256-s28/).
-_GLUON_WIDE = dict(block_n=32, num_warps=1, num_stages=1, per_sm=12, max_tiles=None, min_programs=512)
+# Head dims above 128 (Gemma 2 / 3: 256; 144-240 padded to 256). FP4: the 256-channel tile needs ~190 registers
+# uncapped; 12 programs per SM under a 168-register cap (no spill at D = 256; ptxas, sm_90), 2.35-2.99x cuDNN at
+# Gemma-like shapes where the Triton split kernel ran 0.80-0.83x (its best launch configs 1.05-1.08x); 8, 16 programs
+# per SM or 64-key tiles were up to 8% slower, 10 or 14 per SM 1.4x (H100, benchmarks/d256-s28/). Thrift's 64-key tile
+# takes 255 registers without spilling (8 per SM; a cap of 168 or 200 spills).
+_GLUON_WIDE = {False: dict(block_n=32, num_warps=1, num_stages=1, per_sm=12, max_tiles=None, min_programs=512),
+               True: dict(block_n=64, num_warps=1, num_stages=1, per_sm=8, max_tiles=None)}
 
 # The reduce kernel is launched as a programmatic dependent of the split kernel (sm_90+): its launch and its tail
 # scores overlap the split kernel's last programs, it waits (griddepcontrol.wait) before reading the partials, and
@@ -577,13 +580,13 @@ def _use_gluon(kernel: str, q: torch.Tensor, thrift: bool, rows: int, block_n: i
             return False
     if kernel == "triton":
         return False
-    ok = (q.is_cuda and not _interpret() and (not thrift or (block_n == 64 and q.shape[-1] <= 128))
+    ok = (q.is_cuda and not _interpret() and (not thrift or block_n == 64)
           and decode_gluon.supported(q.shape[-1], rows, block_n, page_size))
     if kernel == "gluon":
         if not ok:
-            raise ValueError("kernel='gluon': needs a CUDA device, D a multiple of 16 in [48, 256] ([48, 128] with a "
-                             "Thrift selection), at most 16 query rows per kv head (G·n_q) and block_n 32 or 64 "
-                             "dividing the page size (64 with a Thrift selection)")
+            raise ValueError("kernel='gluon': needs a CUDA device, D a multiple of 16 in [48, 256], at most 16 query "
+                             "rows per kv head (G·n_q) and block_n 32 or 64 dividing the page size (64 with a Thrift "
+                             "selection)")
         return True
     return ok and _capability(q.device.index if q.device.index is not None else torch.cuda.current_device()) == (9, 0)
 
@@ -625,7 +628,7 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
     if window is not None:  # a window longer than every sequence, reserved length included, is capped there (exact;
         # and int32)
         window = min(window, max(max(cache.lengths, default=0), cache.reserved_len))
-    gcfg = _GLUON_WIDE if D > 128 and not thrift else _GLUON_CONFIG[thrift]
+    gcfg = (_GLUON_WIDE[thrift] if D > 128 else _GLUON_CONFIG[thrift])
     # Thrift's work (sequences x kv heads x tokens the splits cover; 64: its tile) for the choice of its kernel
     work = B * Hkv * (max_c if window is None else min(max_c, window + NQ + 64)) if thrift else None
     gluon = _use_gluon(kernel, q, thrift, G * NQ, block_n or gcfg["block_n"], cache.page_size, work)
