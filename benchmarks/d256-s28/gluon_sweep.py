@@ -3,12 +3,11 @@ programs per SM; the register cap follows from the latter), beside the Triton sp
 cuDNN and flash. Run: PYTHONPATH=src python benchmarks/d256-s28/gluon_sweep.py [BxHqxHkvxCTXxD ...]"""
 import sys
 
-import torch
 from torch.nn.attention import SDPBackend
 
 import fp4attn
 from fp4attn.bench.common import graph_time_ms
-from fp4attn.bench.decode import sdpa_fn
+from fp4attn.bench.decode import decode_inputs, sdpa_fn
 from fp4attn.kernels.decode import decode_fwd
 
 shapes = [tuple(int(x) for x in s.split("x"))
@@ -16,10 +15,7 @@ shapes = [tuple(int(x) for x in s.split("x"))
 
 
 def one_shape(B, Hq, Hkv, N, D):
-    g = torch.Generator(device="cuda").manual_seed(0)
-    k = torch.randn(B, Hkv, N, D, device="cuda", dtype=torch.bfloat16, generator=g)
-    v = torch.randn(B, Hkv, N, D, device="cuda", dtype=torch.bfloat16, generator=g)
-    q = torch.randn(B, Hq, 1, D, device="cuda", dtype=torch.bfloat16, generator=g)
+    q, k, v = decode_inputs(B, Hq, Hkv, N, D)
     cache = fp4attn.KVCache.from_dense(k, v)
     t = {n: graph_time_ms(sdpa_fn(be, q, k, v), 40) for n, be in (("cudnn", SDPBackend.CUDNN_ATTENTION),
                                                                    ("flash", SDPBackend.FLASH_ATTENTION))}

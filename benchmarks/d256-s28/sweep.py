@@ -4,22 +4,18 @@ Run: PYTHONPATH=src python benchmarks/d256-s28/sweep.py"""
 import itertools
 import sys
 
-import torch
 from torch.nn.attention import SDPBackend
 
 import fp4attn
 from fp4attn.bench.common import graph_time_ms
-from fp4attn.bench.decode import sdpa_fn
+from fp4attn.bench.decode import decode_inputs, sdpa_fn
 from fp4attn.kernels.decode import decode_fwd
 
 shapes = [tuple(int(x) for x in s.split("x")) for s in (sys.argv[1:] or ["8x8x4x32768x256", "1x8x4x131072x256"])]
 
 
 def one_shape(B, Hq, Hkv, N, D):
-    g = torch.Generator(device="cuda").manual_seed(0)
-    k = torch.randn(B, Hkv, N, D, device="cuda", dtype=torch.bfloat16, generator=g)
-    v = torch.randn(B, Hkv, N, D, device="cuda", dtype=torch.bfloat16, generator=g)
-    q = torch.randn(B, Hq, 1, D, device="cuda", dtype=torch.bfloat16, generator=g)
+    q, k, v = decode_inputs(B, Hq, Hkv, N, D)
     cache = fp4attn.KVCache.from_dense(k, v)
     t_cud = graph_time_ms(sdpa_fn(SDPBackend.CUDNN_ATTENTION, q, k, v), 40)
     base = graph_time_ms(lambda: decode_fwd(q, cache, scale=D ** -0.5)[0], 40)

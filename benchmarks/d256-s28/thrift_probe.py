@@ -1,20 +1,16 @@
 """Thrift decode at D = 256 (twenty-eighth session): the Gluon FP4 kernel + the 16-bit stream (8 programs per SM,
 255 registers) against the fused Triton split kernel, CUDA-graph ms with the selection given (and the op, selection
 included), beside cuDNN. Run: PYTHONPATH=src python benchmarks/d256-s28/thrift_probe.py"""
-import torch
 from torch.nn.attention import SDPBackend
 
 import fp4attn
 from fp4attn.bench.common import graph_time_ms
-from fp4attn.bench.decode import sdpa_fn
+from fp4attn.bench.decode import decode_inputs, sdpa_fn
 from fp4attn.kernels.decode import decode_fwd, select_pages
 
 
 def one_shape(B, Hq, Hkv, N, D):
-    g = torch.Generator(device="cuda").manual_seed(0)
-    k = torch.randn(B, Hkv, N, D, device="cuda", dtype=torch.bfloat16, generator=g)
-    v = torch.randn(B, Hkv, N, D, device="cuda", dtype=torch.bfloat16, generator=g)
-    q = torch.randn(B, Hq, 1, D, device="cuda", dtype=torch.bfloat16, generator=g)
+    q, k, v = decode_inputs(B, Hq, Hkv, N, D)
     c = fp4attn.KVCache.from_dense(k, v, keep_16bit=True)
     sel = select_pages(q, c, 0.05)
     t_cud = graph_time_ms(sdpa_fn(SDPBackend.CUDNN_ATTENTION, q, k, v), 40)

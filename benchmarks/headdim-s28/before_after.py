@@ -7,7 +7,7 @@ from torch.nn.attention import SDPBackend
 
 import fp4attn
 from fp4attn.bench.common import graph_time_ms, time_ms
-from fp4attn.bench.decode import sdpa_fn
+from fp4attn.bench.decode import decode_inputs, sdpa_fn
 from fp4attn.ops.decode import decode_reference
 
 print(torch.cuda.get_device_name(), torch.__version__)
@@ -17,10 +17,7 @@ print("|---|---:|---:|---:|---:|---:|---:|")
 
 
 def one_shape(B, Hq, Hkv, N, D):
-    g = torch.Generator(device="cuda").manual_seed(0)
-    k = torch.randn(B, Hkv, N, D, device="cuda", dtype=torch.bfloat16, generator=g)
-    v = torch.randn(B, Hkv, N, D, device="cuda", dtype=torch.bfloat16, generator=g)
-    q = torch.randn(B, Hq, 1, D, device="cuda", dtype=torch.bfloat16, generator=g)
+    q, k, v = decode_inputs(B, Hq, Hkv, N, D)
     cache = fp4attn.KVCache.from_dense(k, v)
     t_ref = time_ms(lambda: decode_reference(q, cache, scale=D ** -0.5), warmup_ms=20, rep_ms=200)
     t_op = time_ms(lambda: fp4attn.decode(q, cache), warmup_ms=20, rep_ms=200)

@@ -62,6 +62,15 @@ def sdpa_fn(backend, q, k, v):
     return f
 
 
+def decode_inputs(B: int, Hq: int, Hkv: int, N: int, D: int, nq: int = 1, seed: int = 0):
+    """The benchmark's inputs: bf16 K, V (B, Hkv, N, D) and q (B, Hq, nq, D), N(0, 1), on the GPU."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    k = torch.randn(B, Hkv, N, D, device="cuda", dtype=torch.bfloat16, generator=g)
+    v = torch.randn(B, Hkv, N, D, device="cuda", dtype=torch.bfloat16, generator=g)
+    q = torch.randn(B, Hq, nq, D, device="cuda", dtype=torch.bfloat16, generator=g)
+    return q, k, v
+
+
 def fp4_bytes(B, Hkv, N, D) -> int:
     return 2 * B * Hkv * N * (D // 2 + D // 16)
 
@@ -100,10 +109,7 @@ def bench_shape(shape, args, bw):
 
     B, Hq, Hkv, N, D = shape
     nq = args.nq
-    g = torch.Generator(device="cuda").manual_seed(0)
-    k = torch.randn(B, Hkv, N, D, device="cuda", dtype=torch.bfloat16, generator=g)
-    v = torch.randn(B, Hkv, N, D, device="cuda", dtype=torch.bfloat16, generator=g)
-    q = torch.randn(B, Hq, nq, D, device="cuda", dtype=torch.bfloat16, generator=g)
+    q, k, v = decode_inputs(B, Hq, Hkv, N, D, nq)
     cache = fp4attn.KVCache.from_dense(k, v)
     cache16 = fp4attn.KVCache.from_dense(k, v, keep_16bit=True) if args.thrift else None
     bf16_bytes = 2 * B * Hkv * N * D * 2

@@ -50,6 +50,10 @@ Two attention kernels (1-2) and, for ``thrift_budget``, two page-selection kerne
 ``DOT_F32`` (the interpreter, which has no fp16/bf16 ``tl.dot``) runs the same decoded values
 (exact in FP32 as well) through FP32 dots.
 
+Head dims: every kernel here takes the cache's D (any multiple of 16) and tiles of DP = the next power of two
+channels (``_tiles.dim_mask``: masked loads whose padding channels are zeros; for D == DP the mask folds away and the
+code is that of the unpadded tile). The split partials (OP) have DP channels; the reduce writes D.
+
 On Hopper the FP4 split loop runs ``decode_gluon._decode_split_kernel_gl`` instead (see
 ``_use_gluon``): the same arithmetic with the packed bytes loaded straight into the MMA operand registers,
 1.6-2.0x faster than kernel 1 on an H200; kernel 1 stays the portable path and the interpreter's. With a

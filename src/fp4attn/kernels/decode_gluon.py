@@ -35,6 +35,10 @@ Numerics are those of the Triton kernel: the same fp16 operands, FP32 accumulati
 rounding (``fake_quant_p``) and online softmax (``online_softmax_step``), imported from the shared
 helpers. Tiles fully inside the committed, causally visible range skip the masks.
 
+Head dims: the tiles have D = 64, 128 or 256 channels (the layouts need powers of two); a cache of another head
+dim DR (a multiple of 16, 48 ... 240: Phi-3's 96) runs the next of them with masked loads (``PAD``), its padding
+channels zeros that score and accumulate nothing. 256-channel tiles (Gemma 2 / 3) take ~190 registers per thread.
+
 GPU only (Gluon has no interpreter): the CPU tests run the Triton kernel, the GPU tests compare the
 two (equal bits on the tested shapes) and CI compiles this kernel for sm_90 without a GPU.
 """
@@ -151,8 +155,8 @@ if HAVE_GLUON:
                                 LQ: gl.constexpr, LH: gl.constexpr, LKS: gl.constexpr, LV: gl.constexpr,
                                 MMA: gl.constexpr, PDL_TRIGGER: gl.constexpr = False, WINDOW: gl.constexpr = False,
                                 SINKS: gl.constexpr = False, DR: gl.constexpr = 0):
-        # D: the tiles' channels (a power of two); DR: the cache's head dim when it is less (48, 80, 96, 112: the
-        # padding channels load as zeros), 0 when equal
+        # D: the tiles' channels (64, 128 or 256); DR: the cache's head dim when it is less (48, 80, 96, 112,
+        # 144 ... 240: the padding channels load as zeros), 0 when equal
         PAD: gl.constexpr = DR != 0 and DR != D
         DS: gl.constexpr = DR if PAD else D  # row strides of q and the cache
         BOP: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=MMA, k_width=2)
