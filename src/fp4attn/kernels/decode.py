@@ -473,7 +473,9 @@ _CONFIGS_WIDE_D = dict(block_n=64, num_warps=2, num_stages=3, per_sm=4, max_tile
 # At D = 64 and 32 rows the transposed tiles stayed 6% faster (two runs): ROWM above 32 rows there (wide_rows).
 # Up to 64 rows per program a cap of 168 registers (ptxas took 240 at D = 128: 2 programs per SM) lets 3 programs
 # share an SM: 1.05-1.25x faster than 2 uncapped (one spilled value in the loop); at 128 rows the cap spills the
-# loop (2.1-2.9x slower), so those keep 2 uncapped programs (benchmarks/rowm-s27/, H100). Keyed by BLOCK_M > 64.
+# loop (2.1-2.9x slower), so those keep 2 uncapped programs (benchmarks/rowm-s27/, H100). Keyed by BLOCK_M > 64, or
+# tiles of more than 128 channels: at D = 256 and 32 rows (padded to 64) the capped config spilled, 1.79 ms against
+# 0.585 ms uncapped with 2 programs per SM, the best of 48 configs (H100, benchmarks/d256-s28/rowm_sweep.py).
 _WIDE_CONFIG = {False: dict(block_n=64, num_warps=4, num_stages=2, per_sm=3, max_tiles=None, maxnreg=168),
                 True: dict(block_n=64, num_warps=4, num_stages=2, per_sm=2, max_tiles=None)}
 _GLUON_CONFIG = {False: dict(block_n=32, num_warps=1, num_stages=1, per_sm=16, max_tiles=None, min_programs=512),
@@ -647,8 +649,8 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
         hopper = q.is_cuda and not _interpret() and _capability(
             q.device.index if q.device.index is not None else torch.cuda.current_device())[0] == 9
         BLOCK_M = block_m or max(64 if hopper else 16, next_pow2(G * NQ))
-    cfg = (gcfg if gluon else _WIDE_CONFIG[BLOCK_M > 64] if rowm else _CONFIGS_WIDE_D if D > 128 and not thrift
-           else _CONFIGS[thrift])
+    cfg = (gcfg if gluon else _WIDE_CONFIG[BLOCK_M > 64 or D > 128] if rowm
+           else _CONFIGS_WIDE_D if D > 128 and not thrift else _CONFIGS[thrift])
     # FP4 tiles: the config's, or the largest power of two below it that divides the page (pages are multiples of
     # 16 tokens: 48 gives 16-key tiles); Thrift's tile is its 64-token block
     block_n = block_n or (cfg["block_n"] if thrift else min(cfg["block_n"], cache.page_size & -cache.page_size))
