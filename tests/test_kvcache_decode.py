@@ -429,6 +429,9 @@ def test_reorder_and_stack():
 def test_cache_errors():
     with pytest.raises(ValueError, match="head_dim"):
         KVCache(1, 1, 20)
+    with pytest.raises(ValueError, match="head_dim must be at most 256"):
+        KVCache(1, 1, 272)
+    KVCache(1, 1, 256)  # the largest
     with pytest.raises(ValueError, match="page_size"):
         KVCache(1, 1, 16, page_size=24)
     c = KVCache(2, 1, 16)

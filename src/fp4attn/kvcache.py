@@ -82,7 +82,7 @@ class KVCache:
     """Paged NVFP4 KV cache for one attention layer (see the module docstring for the layout).
 
     Args:
-        batch_size, num_kv_heads, head_dim: B, Hkv, D (D a multiple of 16).
+        batch_size, num_kv_heads, head_dim: B, Hkv, D (D a multiple of 16, at most 256).
         dtype: the 16-bit (or fp32) dtype of incoming K/V; inputs are cast to it first. The raw tail
             and the optional 16-bit copy are stored in it.
         device: where the pool lives.
@@ -107,6 +107,8 @@ class KVCache:
                 raise ValueError(f"{name} must be a positive int, got {val!r}")
         if head_dim % SLOT:
             raise ValueError(f"head_dim must be a multiple of {SLOT} (NVFP4 blocks along D), got {head_dim}")
+        if head_dim > 256:  # SPEC §5, as the attention ops (the decode kernels' tiles hold at most 256 channels)
+            raise ValueError(f"head_dim must be at most 256, got {head_dim}")
         if page_size % SLOT:
             raise ValueError(f"page_size must be a multiple of {SLOT}, got {page_size}")
         if dtype not in _DTYPES:
