@@ -4,14 +4,15 @@ For each shape (B, H, N, D, causal) it times, on the current GPU, with bf16 inpu
 
 * ``sdpa-cudnn`` / ``sdpa-flash``: ``torch.nn.functional.scaled_dot_product_attention`` pinned to
   one backend (BF16 tensor cores);
-* each FP4 recipe end to end (quantization pre-pass + attention; what ``fp4attn.attention`` runs),
-  plus its two parts apart: ``quant`` (the pre-pass alone) and ``attn`` (the attention kernel(s)
-  on the packed operands). The single-level recipes (nvfp4, mxfp4) use the exact one-shot row max as
-  the reference defines P̃ (a row-max pass, then the attention pass); ``*-online`` rows are the same
-  kernels in one pass with the running max (faster; not bit-compatible with the reference's ϕ(P̃),
-  same error against exact attention, see ``fp4attn.kernels.attention``). ``*-staged`` rows stage K̂
-  and V̂ once per tensor in the tensor-core dtype (fp16 / FP8) as part of the pre-pass instead of
-  dequantizing the packed codes in registers in every query tile (``FP4ATTN_ATTN_OPERANDS=staged``).
+* each FP4 recipe end to end (quantization pre-pass + attention), plus its two parts apart: ``quant`` (the
+  pre-pass alone) and ``attn`` (the attention kernel(s) on the packed operands). The single-level recipes
+  (nvfp4, mxfp4) use the exact one-shot row max as the reference defines P̃ (a row-max pass, then the
+  attention pass); ``*-online`` rows are the same kernels in one pass with the running max (faster; not
+  bit-compatible with the reference's ϕ(P̃), same error against exact attention, see
+  ``fp4attn.kernels.attention``). **``*-staged`` rows are what ``fp4attn.attention`` runs by default**: K̂ and
+  V̂ staged once per tensor in the tensor-core dtype (fp16 / FP8) by the pre-pass (and on Hopper at D <= 128 the
+  Gluon attention pass for nvfp4). The plain rows dequantize the packed codes in registers in every query tile
+  (``FP4ATTN_ATTN_OPERANDS=packed``), several times slower on Hopper.
 
 TF/s use the FlashAttention convention (4·B·H·N²·D, halved for causal) with the *total* time unless
 the column says otherwise. Each FP4 row's tile config is the fastest of a small sweep (reported).
