@@ -1278,8 +1278,9 @@ def test_decode_kernel_gpu_head_dims_not_powers_of_two(D, G, nq):
 @pytest.mark.gpu
 @gpu
 def test_thrift_decode_kernel_gpu_head_dim_96():
-    """Thrift decode at D = 96 (padded tiles in the selection, the FP4 and the 16-bit kernels): the op's selection
-    is thrift_select's, and the output is the reference's by test_thrift_decode_kernel_gpu's criteria."""
+    """Thrift decode at D = 96 (padded tiles in the selection kernels and, at this size, the fused Triton split
+    kernel): the op's selection is thrift_select's, and the output is the reference's by
+    test_thrift_decode_kernel_gpu's criteria."""
     B, Hkv, G, D = 2, 2, 4, 96
     lens = [4000, 2500]
     k, v = _kv(B, Hkv, max(lens), D, seed=93)
