@@ -1809,15 +1809,18 @@ def test_default_splits_short_loops_take_more_splits_up_to_min_programs():
 
 
 @needs_interp
-@pytest.mark.parametrize("window", [None, 0, 70, 130])
-def test_thrift_16bit_stream_kernel_interpreter_all_selected_is_exact_attention(window):
+@pytest.mark.parametrize("window,D", [(None, 32), (0, 32), (70, 32), (130, 32), (None, 48), (70, 48)])
+def test_thrift_16bit_stream_kernel_interpreter_all_selected_is_exact_attention(window, D):
     """Thrift's 16-bit stream kernel (the Gluon path's selected pages) with every page selected, merged by
     the reduce kernel with the raw tail and no FP4 partials: plain attention over the 16-bit copy; with a
-    sliding window (pages counted from the window's first, keys masked) the window's attention."""
+    sliding window (pages counted from the window's first, keys masked) the window's attention. D = 48: both
+    kernels on 64-channel tiles (partial rows of 64 channels; what the padding channels of K and V load cannot
+    change the result, q's being zero and the output's never read: their masks keep the loads inside the buffers)."""
     from fp4attn.kernels import decode as Dk
-    from fp4attn.kernels._launch import head_grid
+    from fp4attn.kernels._launch import head_grid, next_pow2
 
-    B, Hkv, G, nq, D = 2, 2, 2, 2, 32
+    B, Hkv, G, nq = 2, 2, 2, 2
+    DP = next_pow2(D)
     lens = [200, 77]
     k, v = _kv(B, Hkv, max(lens), D, dtype=torch.float32, seed=72)
     c = KVCache.from_dense(k, v, lengths=lens, dtype=torch.float32, keep_16bit=True)
@@ -1827,18 +1830,18 @@ def test_thrift_16bit_stream_kernel_interpreter_all_selected_is_exact_attention(
     # 2 programs of 2 pages cover the 4 pages of the longest sequence (with a window: from its first page; 1 page
     # per program then, so that a pages count from page 0 would miss the last one)
     BM, n16, ppp = 8, 2, 2 if window is None else 1
-    OP, MP = torch.empty(B * Hkv * n16 * BM, D), torch.empty(B * Hkv * n16 * BM)
+    OP, MP = torch.empty(B * Hkv * n16 * BM, DP), torch.empty(B * Hkv * n16 * BM)
     LP = torch.empty_like(MP)
     qk = D ** -0.5 * Dk.LOG2E
     Dk._decode_16bit_kernel[head_grid(n16, B * Hkv)](
         q, c.k16, c.v16, c.page_table, c.seq_lens, sel, OP, MP, LP, qk, Hkv, nq, G, maxp, ppp, n16, 0, window or 0,
-        D=D, DP=D, PS=c.page_size, BLOCK_R=16, BLOCK_M=BM, DOT_F32=True, WINDOW=window is not None)
+        D=D, DP=DP, PS=c.page_size, BLOCK_R=16, BLOCK_M=BM, DOT_F32=True, WINDOW=window is not None)
     out = torch.empty(B, Hkv * G, nq, D)
     lse = torch.empty(B, Hkv * G, nq)
-    # two channel blocks of 16 per row (the LSE comes from the first)
-    Dk._decode_reduce_kernel[(B * Hkv * G * nq, 2)](OP, MP, LP, q, c.k_tail, c.v_tail, c.seq_lens, out, lse, qk, n16,
-                                                    G * nq, nq, Hkv, BM, window or 0, lse, BLOCK_S=2, D=D, DP=D, DB=16,
-                                                    WINDOW=window is not None)
+    # channel blocks of 16 per row (the LSE comes from the first)
+    Dk._decode_reduce_kernel[(B * Hkv * G * nq, D // 16)](OP, MP, LP, q, c.k_tail, c.v_tail, c.seq_lens, out, lse, qk,
+                                                          n16, G * nq, nq, Hkv, BM, window or 0, lse, BLOCK_S=2, D=D,
+                                                          DP=DP, DB=16, WINDOW=window is not None)
     wkw = {} if window is None else {"window_size": (window, 0)}
     exact = torch.stack([reference.attention(q[b:b + 1], k[b:b + 1, :, :L], v[b:b + 1, :, :L], causal=True,
                                              recipe="bf16", **wkw)[0] for b, L in enumerate(lens)])
