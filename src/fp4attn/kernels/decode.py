@@ -634,7 +634,7 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
     if window is not None:  # a window longer than every sequence, reserved length included, is capped there (exact;
         # and int32)
         window = min(window, max(max(cache.lengths, default=0), cache.reserved_len))
-    gcfg = (_GLUON_WIDE[thrift] if D > 128 else _GLUON_CONFIG[thrift])
+    gcfg = (_GLUON_WIDE if D > 128 else _GLUON_CONFIG)[thrift]
     # Thrift's work (sequences x kv heads x tokens the splits cover; 64: its tile) for the choice of its kernel
     work = B * Hkv * (max_c if window is None else min(max_c, window + NQ + 64)) if thrift else None
     gluon = _use_gluon(kernel, q, thrift, G * NQ, block_n or gcfg["block_n"], cache.page_size, work)
@@ -649,8 +649,12 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
         hopper = q.is_cuda and not _interpret() and _capability(
             q.device.index if q.device.index is not None else torch.cuda.current_device())[0] == 9
         BLOCK_M = block_m or max(64 if hopper else 16, next_pow2(G * NQ))
-    cfg = (gcfg if gluon else _WIDE_CONFIG[BLOCK_M > 64 or D > 128] if rowm
-           else _CONFIGS_WIDE_D if D > 128 and not thrift else _CONFIGS[thrift])
+    if gluon:
+        cfg = gcfg
+    elif rowm:
+        cfg = _WIDE_CONFIG[BLOCK_M > 64 or D > 128]
+    else:
+        cfg = _CONFIGS_WIDE_D if D > 128 and not thrift else _CONFIGS[thrift]
     # FP4 tiles: the config's, or the largest power of two below it that divides the page (pages are multiples of
     # 16 tokens: 48 gives 16-key tiles); Thrift's tile is its 64-token block
     block_n = block_n or (cfg["block_n"] if thrift else min(cfg["block_n"], cache.page_size & -cache.page_size))

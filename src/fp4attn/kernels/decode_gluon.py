@@ -54,7 +54,7 @@ from ..formats.triton_helpers import (
     fake_quant_p_two_level,
     fake_quant_rows,
 )
-from ._launch import fast, head_grid
+from ._launch import fast, head_grid, next_pow2
 from ._tiles import LOG2E_K, decode_tile_runs, kv_head_program, online_softmax_step
 
 try:  # Gluon ships with Triton >= 3.5
@@ -156,8 +156,8 @@ if HAVE_GLUON:
                                 MMA: gl.constexpr, PDL_TRIGGER: gl.constexpr = False, WINDOW: gl.constexpr = False,
                                 SINKS: gl.constexpr = False, DR: gl.constexpr = 0):
         # D: the tiles' channels (64, 128 or 256); DR: the cache's head dim when it is less (48, 80, 96, 112,
-        # 144 ... 240: the padding channels load as zeros), 0 when equal
-        PAD: gl.constexpr = DR != 0 and DR != D
+        # 144 ... 240: the padding channels load as zeros), 0 when equal (see launch)
+        PAD: gl.constexpr = DR != 0
         DS: gl.constexpr = DR if PAD else D  # row strides of q and the cache
         BOP: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=MMA, k_width=2)
         pid_s = gl.program_id(0)
@@ -281,7 +281,7 @@ def launch(q, cache, pt, ks, vs, OP, MP, LP, qk_scale, NQ, G, maxp, TPS, num_spl
     window's left extent (the splits start at each sequence's window); ``sink``: the (Hq,) attention sinks in score
     units (a float tensor), the running max's start."""
     B, _, _, DR = q.shape
-    D = 1 << (DR - 1).bit_length()  # the tiles' channels: DR padded to a power of two
+    D = next_pow2(DR)  # the tiles' channels: DR padded to a power of two
     Hkv = cache.num_kv_heads
     extra = {"PDL_TRIGGER": True} if pdl_trigger else {}
     if DR != D:
