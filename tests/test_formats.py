@@ -324,3 +324,145 @@ def test_property_shapes_dims(shape, dim, fmt, gs):
     # error bound: at most half the largest E2M1 step (1.0 of 6) relative to the block scale
     err = (y - x).abs()
     assert torch.all(err <= x.abs().amax() * 0.5)
+
+
+# ----------------------------------------------------------------------------------------------
+# The Gluon decode kernel's E2M1 -> fp16 PTX (fp16 high bytes), run on the CPU by a small evaluator of the
+# instructions it uses: every code in every nibble position, E4M3 scales from subnormal to 448.
+# ----------------------------------------------------------------------------------------------
+def _run_ptx(src: str, args: dict) -> dict:
+    """Evaluate the straight-line PTX ``src`` (the subset the decode strings use: mov, shl, shr, and, lop3, prmt,
+    mul.rn.f16x2) on int64 numpy arrays of 32-bit values (.b16 registers hold 16-bit values); ``args``: {"$4": ...}.
+    Returns the registers."""
+    import re
+
+    import numpy as np
+
+    r = dict(args)
+    M = 0xFFFFFFFF
+
+    def val(x):
+        x = x.strip()
+        if x in r:
+            return r[x]
+        return np.int64(int(x, 16) if x.lower().startswith("0x") else int(x))
+
+    def f16x2_mul(a, b):
+        h = lambda x: np.stack([(x & 0xFFFF), (x >> 16) & 0xFFFF]).astype(np.uint16).view(np.float16)  # noqa: E731
+        p = (h(a).astype(np.float64) * h(b).astype(np.float64)).astype(np.float16)  # exact products round once
+        u = p.view(np.uint16).astype(np.int64)
+        return u[0] | (u[1] << 16)
+
+    for line in (x.strip() for ln in src.split("\n") for x in ln.split(";")):
+        if line in ("", "{", "}") or line.startswith(".reg"):
+            continue
+        op, _, rest = line.partition(" ")
+        ops = [o.strip() for o in re.split(r",(?![^{]*})", rest)]
+        d = ops[0]
+        if op == "mov.b32" and d.startswith("{"):  # split a 32-bit register into two halves
+            lo, hi = (x.strip() for x in d.strip("{}").split(","))
+            v = val(ops[1])
+            r[lo], r[hi] = v & 0xFFFF, (v >> 16) & 0xFFFF
+        elif op == "mov.b32" and ops[1].startswith("{"):  # pack two halves
+            lo, hi = (val(x) for x in ops[1].strip("{}").split(","))
+            r[d] = (lo & 0xFFFF) | ((hi & 0xFFFF) << 16)
+        elif op == "mov.b32":
+            r[d] = val(ops[1]) & M
+        elif op == "shl.b32":
+            r[d] = (val(ops[1]) << val(ops[2])) & M
+        elif op == "shr.b32":
+            r[d] = (val(ops[1]) & M) >> val(ops[2])
+        elif op == "and.b32":
+            r[d] = val(ops[1]) & val(ops[2])
+        elif op == "lop3.b32":
+            a, b, c, lut = (val(x) for x in ops[1:5])
+            out = np.zeros_like(a + b + c)
+            for bit in range(8):  # bit (a_i, b_i, c_i) of the table: index 4a + 2b + c
+                if (int(lut) >> bit) & 1:
+                    ta = a if bit & 4 else ~a
+                    tb = b if bit & 2 else ~b
+                    tc = c if bit & 1 else ~c
+                    out = out | (ta & tb & tc)
+            r[d] = out & M
+        elif op == "prmt.b32":
+            a, b, sel = val(ops[1]), val(ops[2]), int(val(ops[3]))
+            src8 = [(a >> (8 * i)) & 0xFF for i in range(4)] + [(b >> (8 * i)) & 0xFF for i in range(4)]
+            out = 0
+            for i in range(4):
+                s_ = (sel >> (4 * i)) & 0xF
+                assert s_ < 8, "sign-replicate selectors are not used by these strings"
+                out = out | (src8[s_] << (8 * i))
+            r[d] = out & M
+        elif op == "mul.rn.f16x2":
+            r[d] = f16x2_mul(val(ops[1]), val(ops[2]))
+        else:
+            raise AssertionError(f"unexpected PTX instruction {op!r}")
+    return r
+
+
+def _e2m1_value(c):
+    """The reference decode (``formats.core.e2m1_decode``) of int64 numpy codes, as float64."""
+    return core.e2m1_decode(torch.from_numpy(c).to(torch.uint8)).double().numpy()
+
+
+def _e4m3_scales():
+    import numpy as np
+
+    b = np.arange(0, 0x7F, dtype=np.uint8)  # every finite non-negative E4M3 byte (0x7F is NaN)
+    return torch.from_numpy(b).view(torch.float8_e4m3fn).float().numpy()
+
+
+def _f16_bits(x):
+    import numpy as np
+
+    return np.asarray(x, dtype=np.float16).view(np.uint16).astype(np.int64)
+
+
+def test_e2m1_halfwords_f16hi_ptx_exact():
+    """E2M1_HALFWORDS_F16HI_PTX: output k = codes (k%2, k%2 + 2) of half-word k//2, times the scale pair, times
+    2^-14, exact, for every 32-bit pattern of nibbles (16-bit halves from all 65536 values) and every E4M3 scale."""
+    import numpy as np
+
+    from fp4attn.formats.triton_helpers import _e2m1_halfwords_f16hi_ptx
+
+    lo = np.arange(65536, dtype=np.int64)
+    w = lo | ((lo * 40503 + 12345) % 65536) << 16  # every half-word in both halves
+    code = lambda j: (w >> (4 * j)) & 0xF  # noqa: E731
+    val = _e2m1_value
+    for s in _e4m3_scales()[::3]:
+        sp = _f16_bits(s) | (_f16_bits(s) << 16)
+        r = _run_ptx(_e2m1_halfwords_f16hi_ptx(), {"$4": w, "$5": np.full_like(w, sp)})
+        for k in range(4):
+            h = k // 2
+            lo_c, hi_c = code(4 * h + k % 2), code(4 * h + k % 2 + 2)
+            exp_lo = val(lo_c) * float(s) * 2.0 ** -14  # exact in fp16 (module comment): the bits below must agree
+            exp_hi = val(hi_c) * float(s) * 2.0 ** -14
+            assert np.all(np.asarray(exp_lo, np.float16).astype(np.float64) == exp_lo)
+            got = r[f"${k}"]
+            assert np.array_equal(got & 0xFFFF, _f16_bits(exp_lo)), (k, s)
+            assert np.array_equal((got >> 16) & 0xFFFF, _f16_bits(exp_hi)), (k, s)
+
+
+def test_e2m1_byte_pairs_f16hi_ptx_exact():
+    """E2M1_BYTE_PAIRS_F16HI_PTX: output i = (low code, high code) of byte i times scale s_i times 2^-14, exact,
+    for every byte value in every position and every E4M3 scale."""
+    import numpy as np
+
+    from fp4attn.formats.triton_helpers import _e2m1_byte_pairs_f16hi_ptx
+
+    b = np.arange(65536, dtype=np.int64)
+    w = b | ((b * 40503 + 12345) % 65536) << 16
+    val = _e2m1_value
+    sc = _e4m3_scales()
+    for j in range(0, len(sc), 4):
+        s = [sc[(j + i) % len(sc)] for i in range(4)]
+        s01 = _f16_bits(s[0]) | (_f16_bits(s[1]) << 16)
+        s23 = _f16_bits(s[2]) | (_f16_bits(s[3]) << 16)
+        r = _run_ptx(_e2m1_byte_pairs_f16hi_ptx(), {"$4": w, "$5": np.full_like(w, s01), "$6": np.full_like(w, s23)})
+        for i in range(4):
+            byte = (w >> (8 * i)) & 0xFF
+            exp_lo = val(byte & 0xF) * float(s[i]) * 2.0 ** -14
+            exp_hi = val(byte >> 4) * float(s[i]) * 2.0 ** -14
+            got = r[f"${i}"]
+            assert np.array_equal(got & 0xFFFF, _f16_bits(exp_lo)), (i, s[i])
+            assert np.array_equal((got >> 16) & 0xFFFF, _f16_bits(exp_hi)), (i, s[i])

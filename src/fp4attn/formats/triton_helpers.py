@@ -382,51 +382,79 @@ def _nibbles_e4m3_lines(w: str) -> list:
         "lop3.b32 od, t, 0x1C1C1C1C, u, 0xEA;"]
 
 
-def _e2m1_halfwords_ptx(f16_scales: bool = False) -> str:
+def _e2m1_halfwords_ptx() -> str:
     """Output register k (0..3) = (code k of half-word j, code k of half-word j + 1) as fp16 values
-    code·scale·2^-6. Scales: E4M3 bytes in $5, pair (byte 0, byte 2) for k < 2, (1, 3) else.
-
-    With ``f16_scales`` $5 is already the fp16x2 pair (one scale for all four outputs) and the half-words'
-    bytes are not permuted first (one instruction less): output register k then holds codes k%2 and
-    k%2 + 2 of half-word j + k//2 (for a kernel that sums its channels in an order of its choice)."""
-    if f16_scales:
-        head, sa, sb, word = [], "$5", "$5", "mov.b32 w, $4;"
-    else:
-        head, sa, sb = ["prmt.b32 t, $5, 0, 0x3120;", "mov.b32 {ta, tb}, t;",
-                        "cvt.rn.f16x2.e4m3x2 sa, ta;", "cvt.rn.f16x2.e4m3x2 sb, tb;"], "sa", "sb"
-        word = "prmt.b32 w, $4, 0, 0x3120;"  # bytes [n0n1, n4n5, n2n3, n6n7]
+    code·scale·2^-6. Scales: E4M3 bytes in $5, pair (byte 0, byte 2) for k < 2, (1, 3) else."""
     return "\n".join([
-        "{", ".reg .b32 w, t, u, ev, od, sa, sb;", ".reg .b16 ta, tb, e0, e1, o0, o1;", *head, word,
+        "{", ".reg .b32 w, t, u, ev, od, sa, sb;", ".reg .b16 ta, tb, e0, e1, o0, o1;",
+        "prmt.b32 t, $5, 0, 0x3120;", "mov.b32 {ta, tb}, t;",
+        "cvt.rn.f16x2.e4m3x2 sa, ta;", "cvt.rn.f16x2.e4m3x2 sb, tb;",
+        "prmt.b32 w, $4, 0, 0x3120;",  # bytes [n0n1, n4n5, n2n3, n6n7]
         *_nibbles_e4m3_lines("w"),
         "mov.b32 {e0, e1}, ev;", "mov.b32 {o0, o1}, od;",
         "cvt.rn.f16x2.e4m3x2 $0, e0;", "cvt.rn.f16x2.e4m3x2 $1, o0;",
         "cvt.rn.f16x2.e4m3x2 $2, e1;", "cvt.rn.f16x2.e4m3x2 $3, o1;",
-        f"mul.rn.f16x2 $0, $0, {sa};", f"mul.rn.f16x2 $1, $1, {sa};",
-        f"mul.rn.f16x2 $2, $2, {sb};", f"mul.rn.f16x2 $3, $3, {sb};",
+        "mul.rn.f16x2 $0, $0, sa;", "mul.rn.f16x2 $1, $1, sa;",
+        "mul.rn.f16x2 $2, $2, sb;", "mul.rn.f16x2 $3, $3, sb;",
         "}"])
 
 
-def _e2m1_byte_pairs_ptx() -> str:
-    """Four packed bytes in $4 (two codes each) and their four fp16 scales in $5 = (s0, s1), $6 = (s2, s3)
-    -> output register i (0..3) = (low code, high code) of byte i as fp16 values code·s_i·2^-6."""
+# Two decodes without the E4M3→fp16 conversions (F2FP), for the Gluon decode kernel. The bits of an E2M1
+# code c = (s, e1, e0, m) placed as an fp16 high byte s<<7 | (e1 e0 m)<<1 (low byte zero) are exactly the E2M1
+# value times 2^-14: exponent field e1e0 = the E2M1 exponent, mantissa m<<9; e = 0 lands on the fp16 subnormals
+# with the same 2^-14 factor (0.5 -> 2^-15). Its product with an E4M3 scale s (as fp16) is exact in fp16: the
+# lowest set bit of value·s is >= 2^-1 · 2^-9 (E4M3's subnormal step), i.e. >= 2^-24 (fp16's subnormal step)
+# after the 2^-14, and the magnitude is <= 6·448·2^-14 = 0.16. The high bytes are built four at a time as the
+# E4M3 bytes above (other shift and mask constants, same instruction count), then a byte permute with a zero
+# register puts two of them into the high bytes of an fp16 pair: ``prmt`` on the integer pipe where the former
+# form spent an ``F2FP.F16.E4M3.UNPACK_B``.
+def _nibbles_f16hi_lines(w: str) -> list:
+    """PTX lines turning the 8 nibbles of the 32-bit register ``w`` into fp16 high bytes (value·2^-14 with a zero
+    low byte): ``ev`` = those of the low nibbles of its four bytes, ``od`` = of the high nibbles (byte i of ev / od
+    from byte i of w). Needs the scratch registers t, u, ev, od (.b32)."""
+    return [
+        # low nibbles: magnitude bits 0-2 -> 1-3, sign bit 3 -> 7
+        f"shl.b32 t, {w}, 1;", f"shl.b32 u, {w}, 4;", "and.b32 u, u, 0x80808080;",
+        "lop3.b32 ev, t, 0x0E0E0E0E, u, 0xEA;",
+        # high nibbles: magnitude bits 4-6 -> 1-3, sign bit 7 stays
+        f"shr.b32 t, {w}, 3;", f"and.b32 u, {w}, 0x80808080;",
+        "lop3.b32 od, t, 0x0E0E0E0E, u, 0xEA;"]
+
+
+def _e2m1_halfwords_f16hi_ptx() -> str:
+    """Two half-words of packed FP4 in $4 (8 codes) -> output register k holds codes k%2 and k%2 + 2 of half-word
+    k//2 (an order for a kernel that sums its channels in an order of its choice), times the fp16x2 scale pair $5
+    (one scale for all four outputs), times 2^-14."""
     return "\n".join([
-        "{", ".reg .b32 t, u, ev, od, p01, p23, f0, f1, f2, f3;", ".reg .b16 a0, a1, a2, a3, h0, h1, h2, h3;",
-        *_nibbles_e4m3_lines("$4"),
+        "{", ".reg .b32 t, u, ev, od, z;", "mov.b32 z, 0;",
+        *_nibbles_f16hi_lines("$4"),
+        # [0, byte 0, 0, byte 1] and [0, byte 2, 0, byte 3] of ev / od
+        "prmt.b32 $0, ev, z, 0x1404;", "prmt.b32 $1, od, z, 0x1404;",
+        "prmt.b32 $2, ev, z, 0x3424;", "prmt.b32 $3, od, z, 0x3424;",
+        "mul.rn.f16x2 $0, $0, $5;", "mul.rn.f16x2 $1, $1, $5;",
+        "mul.rn.f16x2 $2, $2, $5;", "mul.rn.f16x2 $3, $3, $5;",
+        "}"])
+
+
+def _e2m1_byte_pairs_f16hi_ptx() -> str:
+    """Four packed bytes in $4 (two codes each) and their four fp16 scales in $5 = (s0, s1), $6 = (s2, s3) -> output
+    register i (0..3) = (low code, high code) of byte i as fp16 values code·s_i·2^-14."""
+    return "\n".join([
+        "{", ".reg .b32 t, u, ev, od, z, p01, p23, f0, f1, f2, f3;", ".reg .b16 h0, h1, h2, h3;", "mov.b32 z, 0;",
+        *_nibbles_f16hi_lines("$4"),
         "prmt.b32 p01, ev, od, 0x5140;", "prmt.b32 p23, ev, od, 0x7362;",  # [lo0, hi0, lo1, hi1], [lo2, ...]
-        "mov.b32 {a0, a1}, p01;", "mov.b32 {a2, a3}, p23;",
+        "prmt.b32 $0, p01, z, 0x1404;", "prmt.b32 $1, p01, z, 0x3424;",  # [0, lo_i, 0, hi_i]
+        "prmt.b32 $2, p23, z, 0x1404;", "prmt.b32 $3, p23, z, 0x3424;",
         "mov.b32 {h0, h1}, $5;", "mov.b32 {h2, h3}, $6;",
         "mov.b32 f0, {h0, h0};", "mov.b32 f1, {h1, h1};", "mov.b32 f2, {h2, h2};", "mov.b32 f3, {h3, h3};",
-        "cvt.rn.f16x2.e4m3x2 $0, a0;", "cvt.rn.f16x2.e4m3x2 $1, a1;",
-        "cvt.rn.f16x2.e4m3x2 $2, a2;", "cvt.rn.f16x2.e4m3x2 $3, a3;",
         "mul.rn.f16x2 $0, $0, f0;", "mul.rn.f16x2 $1, $1, f1;",
         "mul.rn.f16x2 $2, $2, f2;", "mul.rn.f16x2 $3, $3, f3;",
         "}"])
 
 
 _E2M1_HALFWORDS_F16_PTX = tl.constexpr(_e2m1_halfwords_ptx())
-# the same with the scales given as fp16x2 (the Gluon decode kernel converts each scale once)
-E2M1_HALFWORDS_F16S_PTX = tl.constexpr(_e2m1_halfwords_ptx(f16_scales=True))
-E2M1_BYTE_PAIRS_F16_PTX = tl.constexpr(_e2m1_byte_pairs_ptx())
+E2M1_HALFWORDS_F16HI_PTX = tl.constexpr(_e2m1_halfwords_f16hi_ptx())
+E2M1_BYTE_PAIRS_F16HI_PTX = tl.constexpr(_e2m1_byte_pairs_f16hi_ptx())
 
 
 @triton.jit
