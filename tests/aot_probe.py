@@ -201,6 +201,13 @@ def fam_decode():
                                cg.k_scale.view(torch.uint8), cg.v_scale.view(torch.uint8), buf[:, :64], buf[:, 0],
                                buf[:, 1], 0.1, 1, 4, cg.page_table.shape[1], 128, 3, 8, 32,
                                maxnreg=Dk.gluon_maxnreg(False), window=127, sink=buf[:, 2])
+        # D = 64 and 48 (padded to 64) with the unmasked tiles' L2 prefetch (cp.async.bulk.prefetch, sm_90)
+        c48d = fp4attn.KVCache.from_dense(*(torch.randn(2, 2, 300, 48, dtype=torch.bfloat16) for _ in range(2)))
+        for cd, D in ((cg, 64), (c48d, 48)):
+            Dk.decode_gluon.launch(torch.randn(2, 8, 1, D, dtype=torch.bfloat16), cd, cd.page_table,
+                                   cd.k_scale.view(torch.uint8), cd.v_scale.view(torch.uint8), buf[:, :64], buf[:, 0],
+                                   buf[:, 1], 0.1, 1, 4, cd.page_table.shape[1], 128, 3, 8, 32,
+                                   maxnreg=Dk.gluon_maxnreg(False), l2_prefetch=True)
         for s_ in (None, sel):
             Dk.decode_gluon.launch(q, c16, c16.page_table, c16.k_scale.view(torch.uint8),
                                    c16.v_scale.view(torch.uint8), buf, buf[:, 0], buf[:, 1], 0.1, 2, 4,

@@ -154,7 +154,7 @@ def recorded_cases(which, fmt="nvfp4", smooth=False):
                 Kd.decode_gluon.launch(q, cache, cache.page_table, cache.k_scale.view(torch.uint8),
                                        cache.v_scale.view(torch.uint8), buf, buf[:, 0], buf[:, 1], 0.088, 1, 4, mp,
                                        1024, 1, 8, Kd._GLUON_CONFIG[thrift]["block_n"], sel,
-                                       maxnreg=Kd.gluon_maxnreg(thrift))
+                                       maxnreg=Kd.gluon_maxnreg(thrift, int(os.environ.get("SASS_PER_SM", 0)) or None))
         x = torch.randn(8192, 1024, dtype=torch.bfloat16)
         if "quest" in which or "fp8conv" in which:
             Kq.quest_fp8(x)

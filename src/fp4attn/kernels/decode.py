@@ -491,6 +491,12 @@ _GLUON_CONFIG = {False: dict(block_n=32, num_warps=1, num_stages=1, per_sm=16, m
 # takes 255 registers without spilling (8 per SM; a cap of 168 or 200 spills).
 _GLUON_WIDE = {False: dict(block_n=32, num_warps=1, num_stages=1, per_sm=12, max_tiles=None, min_programs=512),
                True: dict(block_n=64, num_warps=1, num_stages=1, per_sm=8, max_tiles=None)}
+# FP4 programs of 16 query rows (G·n_q 9..16) at D <= 128: the 128-register cap of 16 programs per SM spills (ptxas,
+# sm_90: 176 bytes of stack), 168 registers do not: 12 per SM ran 1.07x / 1.07x faster than 16 at (8,32,8,32k,128)
+# with 4 new tokens (H100 / H200, benchmarks/f2fp-s29/). At D <= 64 the unmasked tiles' next tile is prefetched
+# into L2 (`decode_gluon`'s L2_PREFETCH): 1.04x at (8,32,8,32k,64) on both; 0.81-0.98x at D = 128 and 256.
+_GLUON_ROWS16 = dict(_GLUON_CONFIG[False], per_sm=12)
+_GLUON_L2_PREFETCH_MAX_D = 64
 
 # The reduce kernel is launched as a programmatic dependent of the split kernel (sm_90+): its launch and its tail
 # scores overlap the split kernel's last programs, it waits (griddepcontrol.wait) before reading the partials, and
@@ -650,7 +656,7 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
             q.device.index if q.device.index is not None else torch.cuda.current_device())[0] == 9
         BLOCK_M = block_m or max(64 if hopper else 16, next_pow2(G * NQ))
     if gluon:
-        cfg = gcfg
+        cfg = _GLUON_ROWS16 if not thrift and D <= 128 and G * NQ > 8 else gcfg
     elif rowm:
         cfg = _WIDE_CONFIG[BLOCK_M > 64 or D > 128]
     else:
@@ -722,7 +728,8 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
         decode_gluon.launch(q, cache, pt, ks, vs, OP, MP, LP, scale * LOG2E, NQ, G, max(maxp, 1), TPS, num_splits,
                             BLOCK_M, block_n, sel if thrift else None, ns_all,
                             maxnreg=maxnreg or gluon_maxnreg(thrift, per_sm or cfg["per_sm"]),
-                            pdl_trigger=pdl, window=window, sink=None if sinks is None else sink)
+                            pdl_trigger=pdl, window=window, sink=None if sinks is None else sink,
+                            l2_prefetch=not thrift and D <= _GLUON_L2_PREFETCH_MAX_D)
         if side:
             cur.wait_stream(s16)
         elif n16:

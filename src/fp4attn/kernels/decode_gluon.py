@@ -15,10 +15,10 @@ through shared memory; the profile showed those round trips bound the loop. Here
   are summed, so the kernel sums them in a *logical* order chosen such that thread c's channels of a
   key are the D/4 consecutive physical channels c·D/4 .. c·D/4 + D/4 - 1: one 16-byte load (D = 128)
   per key row, decoded by the shared E2M1 routine (two codes per fp16 register:
-  ``E2M1_HALFWORDS_F16S_PTX``). Logical k = 16(2jh + kh) + 8kl + 2c + e maps to physical channel
+  ``E2M1_HALFWORDS_F16HI_PTX``). Logical k = 16(2jh + kh) + 8kl + 2c + e maps to physical channel
   c·D/4 + 8jh + 4kh + 2e + kl; ϕ(q) is permuted the same way once per program.
 * V̂ᵀ (A of the P·V product, rows = channels, k = keys). V is stored with token pairs in one byte
-  (SPEC §5), so a byte decodes into exactly one fragment register (two keys): ``E2M1_BYTE_PAIRS_F16_PTX``.
+  (SPEC §5), so a byte decodes into exactly one fragment register (two keys): ``E2M1_BYTE_PAIRS_F16HI_PTX``.
   The output's channels run in a logical order too (thread r holds the D/8 consecutive physical
   channels r·D/8 ..: one 16-byte load per token pair); the partial outputs are stored back in
   physical order: logical m = r + 8a + 16(2w + z) is channel (D/8)·r + 4w + 2z + a.
@@ -30,10 +30,14 @@ Every reordering is written as reshape/permute of register tensors whose layouts
 (``_layouts``), so the conversions into the MMA operand layouts are checked to move no data
 (``assert_trivial``). The E4M3 scale bytes are converted to fp16 once per scale (K: per key and
 16-channel block; V: per channel and 16-token block) and applied in the decode, which yields
-value·2^-6 (the 2^6 is folded into the score scale and V's global scale, as the Triton kernel does).
+value·2^-14 (the 2^14 is folded into the score scale and V's global scale). The codes become fp16 through integer
+ops and byte permutes (fp16 high bytes, ``formats.triton_helpers``), not through the E4M3→fp16 conversion the
+Triton kernel uses: ``F2FP`` runs on a narrower pipe of its own (~2.8x an FFMA's issue time, H100,
+benchmarks/f2fp-s29/pipes.py). Same products, same bits; 0.5-1.4% less time on the H200.
 Numerics are those of the Triton kernel: the same fp16 operands, FP32 accumulation, the same P̃
 rounding (``fake_quant_p``) and online softmax (``online_softmax_step``), imported from the shared
-helpers. Tiles fully inside the committed, causally visible range skip the masks.
+helpers. Tiles fully inside the committed, causally visible range skip the masks; their page-table entries are
+loaded two tiles ahead, and at small head dims their next tile is prefetched into L2 (``L2_PREFETCH``).
 
 Head dims: the tiles have D = 64, 128 or 256 channels (the layouts need powers of two); a cache of another head
 dim DR (a multiple of 16, 48 ... 240: Phi-3's 96) runs the next of them with masked loads (``PAD``), its padding
@@ -48,8 +52,8 @@ from __future__ import annotations
 import functools
 
 from ..formats.triton_helpers import (
-    E2M1_BYTE_PAIRS_F16_PTX,
-    E2M1_HALFWORDS_F16S_PTX,
+    E2M1_BYTE_PAIRS_F16HI_PTX,
+    E2M1_HALFWORDS_F16HI_PTX,
     fake_quant_p,
     fake_quant_p_two_level,
     fake_quant_rows,
@@ -69,12 +73,33 @@ except ImportError:  # pragma: no cover - older Triton: the Triton kernel serves
 if HAVE_GLUON:
 
     @gluon.jit
-    def _load_tile(KD16, KS, VD, VS, PT, b, h, t0, Hkv, MAXP, koff, ksoff, voff, vsoff, kmask, ksmask, vmask,
-                   DR: gl.constexpr, PS: gl.constexpr, PAD: gl.constexpr):
-        """The packed bytes of the BLOCK_N-token tile at t0 (inside one page): K half-words, K scales as
-        fp16, V bytes, V scales as fp16, each in the layout of its offsets. ``DR``: the cache's head dim (its row
-        strides); ``PAD``: the tile is wider (DR not a power of two): the masks' padding channels load zeros."""
-        page = gl.maximum(gl.load(PT + b * MAXP + t0 // PS), 0).to(gl.int64)  # -1 (past a reservation): page 0
+    def _page(PT, b, t0, MAXP, PS: gl.constexpr):
+        """The pool page holding token t0 of sequence b (-1, past a reservation: page 0)."""
+        return gl.maximum(gl.load(PT + b * MAXP + t0 // PS), 0).to(gl.int64)
+
+    @gluon.jit
+    def _prefetch_l2(KD16, KS, VD, VS, page, h, t0, Hkv, DR: gl.constexpr, PS: gl.constexpr, BLOCK_N: gl.constexpr):
+        """Bulk prefetches into L2 (sm_90 ``cp.async.bulk.prefetch``, issued by lane 0) of the tile at t0 of pool page
+        ``page``: its K bytes, K scales, V bytes and V scales, each contiguous in the cache's storage."""
+        off = t0 % PS
+        base = page * Hkv + h
+        row0 = base * PS + off
+        kp = (KD16 + row0 * (DR // 4)).to(gl.pointer_type(gl.uint8), bitcast=True)
+        ksp = KS + row0 * (DR // 16)
+        vp = VD + (base * (PS // 2) + off // 2) * DR
+        vsp = VS + (base * (PS // 16) + off // 16) * DR
+        gl.inline_asm_elementwise(
+            "{ .reg .pred p; .reg .b32 l; mov.u32 l, %laneid; setp.eq.u32 p, l, 0; "
+            f"@p cp.async.bulk.prefetch.L2.global [$1], {BLOCK_N * DR // 2}; "
+            f"@p cp.async.bulk.prefetch.L2.global [$2], {BLOCK_N * DR // 16}; "
+            f"@p cp.async.bulk.prefetch.L2.global [$3], {BLOCK_N * DR // 2}; "
+            f"@p cp.async.bulk.prefetch.L2.global [$4], {BLOCK_N // 16 * DR}; mov.u32 $0, 0; }}",
+            "=r,l,l,l,l", [kp, ksp, vp, vsp], dtype=gl.int32, is_pure=False, pack=1)
+
+    @gluon.jit
+    def _load_page_tile(KD16, KS, VD, VS, page, h, t0, Hkv, koff, ksoff, voff, vsoff, kmask, ksmask, vmask,
+                        DR: gl.constexpr, PS: gl.constexpr, PAD: gl.constexpr):
+        """``_load_tile`` of the tile at t0 of pool page ``page``."""
         off = t0 % PS
         base = page * Hkv + h  # (page, head)
         row0 = base * PS + off  # storage row of the tile's first key
@@ -96,6 +121,15 @@ if HAVE_GLUON:
                                                                                  bitcast=True).to(gl.float16)
 
     @gluon.jit
+    def _load_tile(KD16, KS, VD, VS, PT, b, h, t0, Hkv, MAXP, koff, ksoff, voff, vsoff, kmask, ksmask, vmask,
+                   DR: gl.constexpr, PS: gl.constexpr, PAD: gl.constexpr):
+        """The packed bytes of the BLOCK_N-token tile at t0 (inside one page) of sequence b: K half-words, K scales as
+        fp16, V bytes, V scales as fp16, each in the layout of its offsets. ``DR``: the cache's head dim (its row
+        strides); ``PAD``: the tile is wider (DR not a power of two): the masks' padding channels load zeros."""
+        return _load_page_tile(KD16, KS, VD, VS, _page(PT, b, t0, MAXP, PS), h, t0, Hkv, koff, ksoff, voff, vsoff,
+                               kmask, ksmask, vmask, DR, PS, PAD)
+
+    @gluon.jit
     def _tile(kh, ks, vb, vs, t0, accT, m_i, l_i, qT, s_scale, last_key, C, WL, keys0, sel_rows, vg, SEL, MAXP,
               D: gl.constexpr, PS: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
               LH: gl.constexpr, MMA: gl.constexpr, MASKED: gl.constexpr, THRIFT: gl.constexpr,
@@ -108,7 +142,7 @@ if HAVE_GLUON:
         # K scales (BLOCK_N, D/16) -> one per half-word (4 per block), as register copies
         ks4 = gl.convert_layout(gl.reshape(gl.join(gl.join(ks, ks), gl.join(ks, ks)), (BLOCK_N, D // 4)), LH,
                                 assert_trivial=True)
-        o0, o1, o2, o3 = gl.inline_asm_elementwise(E2M1_HALFWORDS_F16S_PTX, "=r,=r,=r,=r,r,r", [kh, ks4],
+        o0, o1, o2, o3 = gl.inline_asm_elementwise(E2M1_HALFWORDS_F16HI_PTX, "=r,=r,=r,=r,r,r", [kh, ks4],
                                                    dtype=(gl.float16, gl.float16, gl.float16, gl.float16),
                                                    is_pure=True, pack=2)
         # element hw = c·D/16 + 2jh + e of o_{kl + 2kh} is code kl + 2e of half-word c·D/16 + 2jh + kh: physical
@@ -134,7 +168,7 @@ if HAVE_GLUON:
             pq = fake_quant_p(p, 16, False)
         pT = gl.convert_layout(gl.permute(pq.to(gl.float16), (1, 0)), BOP)
         # V: a word is 4 channels of one token pair; X holds (even, odd token) of channels +0, +1, Y of +2, +3
-        X, Y = gl.inline_asm_elementwise(E2M1_BYTE_PAIRS_F16_PTX, "=r,=r,=r,=r,r,r,r", [vb, vs],
+        X, Y = gl.inline_asm_elementwise(E2M1_BYTE_PAIRS_F16HI_PTX, "=r,=r,=r,=r,r,r,r", [vb, vs],
                                          dtype=(gl.float16, gl.float16), is_pure=True, pack=4)
         J = gl.reshape(gl.join(X, Y), (BLOCK_N // 2, 8, D // 32, 2, 2, 2))  # t2, r, w, a, e, z
         vA = gl.convert_layout(gl.reshape(gl.permute(J, (2, 5, 3, 1, 0, 4)), (D, BLOCK_N)), AOP,
@@ -154,7 +188,7 @@ if HAVE_GLUON:
                                 BLOCK_N: gl.constexpr, THRIFT: gl.constexpr,
                                 LQ: gl.constexpr, LH: gl.constexpr, LKS: gl.constexpr, LV: gl.constexpr,
                                 MMA: gl.constexpr, PDL_TRIGGER: gl.constexpr = False, WINDOW: gl.constexpr = False,
-                                SINKS: gl.constexpr = False, DR: gl.constexpr = 0):
+                                SINKS: gl.constexpr = False, DR: gl.constexpr = 0, L2_PREFETCH: gl.constexpr = False):
         # D: the tiles' channels (64, 128 or 256); DR: the cache's head dim when it is less (48, 80, 96, 112,
         # 144 ... 240: the padding channels load as zeros), 0 when equal (see launch)
         PAD: gl.constexpr = DR != 0
@@ -177,8 +211,8 @@ if HAVE_GLUON:
         qT = gl.convert_layout(gl.permute(qf, (1, 0)), BOP)
         cols = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
         last_key = L - NQ + cols % NQ  # bottom-right causal: query i sees keys <= L - NQ + i
-        s_scale = qk_scale * gl.load(KG + pid_bh) * 64.0  # the decode yields K values times 2^-6
-        vg = gl.load(VG + pid_bh) * 64.0  # ... and V values times 2^-6
+        s_scale = qk_scale * gl.load(KG + pid_bh) * 16384.0  # the decode yields K values times 2^-14
+        vg = gl.load(VG + pid_bh) * 16384.0  # ... and V values times 2^-14
         # query head of each row (Thrift's SEL rows; padding columns read the group's last head)
         sel_rows = ((b * Hkv + h) * G + gl.minimum(cols // NQ, G - 1)).to(gl.int64)
         z = gl.permute(gl.zeros([BLOCK_N, BLOCK_M], gl.float32, layout=MMA), (1, 0))
@@ -216,12 +250,23 @@ if HAVE_GLUON:
                                             kmask, ksmask, vmask, DS, PS, PAD)
                 accT, m_i, l_i = _tile(kh, ks, vb, vs, t0, accT, m_i, l_i, qT, s_scale, last_key, C, WL, keys0,
                                        sel_rows, vg, SEL, MAXP, D, PS, BLOCK_N, BLOCK_M, LH, MMA, True, THRIFT, WINDOW)
-        # tiles from there below min(end, L - NQ + 1) are committed and visible to every query row: no masks
-        for t0 in range(lo_end, full_end, BLOCK_N):
-            kh, ks, vb, vs = _load_tile(KD16, KS, VD, VS, PT, b, h, t0, Hkv, MAXP, koff, ksoff, voff, vsoff, kmask,
-                                        ksmask, vmask, DS, PS, PAD)
-            accT, m_i, l_i = _tile(kh, ks, vb, vs, t0, accT, m_i, l_i, qT, s_scale, last_key, C, WL, keys0, sel_rows,
-                                   vg, SEL, MAXP, D, PS, BLOCK_N, BLOCK_M, LH, MMA, False, THRIFT, WINDOW)
+        # tiles from there below min(end, L - NQ + 1) are committed and visible to every query row: no masks. The
+        # page-table entries are loaded two tiles ahead (a tile's bytes are addressed through its entry: two dependent
+        # global loads otherwise); with L2_PREFETCH the next tile's bytes are also prefetched into L2
+        if full_end > lo_end:
+            last_t0 = full_end - BLOCK_N  # the run's last tile (the prefetches past it repeat it)
+            page = _page(PT, b, lo_end, MAXP, PS)
+            page1 = _page(PT, b, gl.minimum(lo_end + BLOCK_N, last_t0), MAXP, PS)
+            for t0 in range(lo_end, full_end, BLOCK_N):
+                page2 = _page(PT, b, gl.minimum(t0 + 2 * BLOCK_N, last_t0), MAXP, PS)
+                if L2_PREFETCH:
+                    _prefetch_l2(KD16, KS, VD, VS, page1, h, gl.minimum(t0 + BLOCK_N, last_t0), Hkv, DS, PS, BLOCK_N)
+                kh, ks, vb, vs = _load_page_tile(KD16, KS, VD, VS, page, h, t0, Hkv, koff, ksoff, voff, vsoff, kmask,
+                                                 ksmask, vmask, DS, PS, PAD)
+                accT, m_i, l_i = _tile(kh, ks, vb, vs, t0, accT, m_i, l_i, qT, s_scale, last_key, C, WL, keys0,
+                                       sel_rows, vg, SEL, MAXP, D, PS, BLOCK_N, BLOCK_M, LH, MMA, False, THRIFT, WINDOW)
+                page = page1
+                page1 = page2
         for t0 in range(full_end, end, BLOCK_N):  # at most the last committed 16 + BLOCK_N keys
             kh, ks, vb, vs = _load_tile(KD16, KS, VD, VS, PT, b, h, t0, Hkv, MAXP, koff, ksoff, voff, vsoff, kmask,
                                         ksmask, vmask, DS, PS, PAD)
@@ -275,11 +320,12 @@ def supported(D: int, rows: int, block_n: int, page_size: int) -> bool:
 
 
 def launch(q, cache, pt, ks, vs, OP, MP, LP, qk_scale, NQ, G, maxp, TPS, num_splits, BLOCK_M, block_n,
-           sel=None, ns_stride=None, maxnreg=None, pdl_trigger=False, window=None, sink=None):
+           sel=None, ns_stride=None, maxnreg=None, pdl_trigger=False, window=None, sink=None, l2_prefetch=False):
     """Run the split kernel on the decode_fwd buffers (grid (splits, B·Hkv), one warp per program; ``maxnreg``: a
     register cap, so that as many programs share an SM as the splits were sized for). ``window``: a sliding
     window's left extent (the splits start at each sequence's window); ``sink``: the (Hq,) attention sinks in score
-    units (a float tensor), the running max's start."""
+    units (a float tensor), the running max's start. ``l2_prefetch``: the unmasked tiles' next tile prefetched into
+    L2 (``cp.async.bulk.prefetch``)."""
     B, _, _, DR = q.shape
     D = next_pow2(DR)  # the tiles' channels: DR padded to a power of two
     Hkv = cache.num_kv_heads
@@ -290,6 +336,8 @@ def launch(q, cache, pt, ks, vs, OP, MP, LP, qk_scale, NQ, G, maxp, TPS, num_spl
         extra["WINDOW"] = True
     if sink is not None:
         extra["SINKS"] = True
+    if l2_prefetch:
+        extra["L2_PREFETCH"] = True
     fast(_decode_split_kernel_gl)[head_grid(num_splits, B * Hkv)](
         q, cache.k_data, ks, cache.v_data, vs, pt, cache.seq_lens, cache.k_global_scale, cache.v_global_scale,
         MP if sel is None else sel, OP, MP, LP, qk_scale, Hkv, NQ, G, maxp, TPS, ns_stride or num_splits,
