@@ -369,17 +369,20 @@ def unpack_nibbles_words(w):
 # register pair (code k of half-word j, code k of half-word j + 1). Per 8 codes: 8 integer ops, 4
 # conversions, 4 fp16x2 multiplies by the block scales (two hardware conversions of the E4M3 scale
 # bytes, inside the same asm), 19 instructions instead of 23 for the former shift-into-fp16 form.
-def _nibbles_e4m3_lines(w: str) -> list:
-    """PTX lines turning the 8 nibbles of the 32-bit register ``w`` into E4M3 bytes (value·2^-6, exact):
-    ``ev`` = the low nibbles of its four bytes, ``od`` = the high nibbles (byte i of ev / od from byte i
-    of w). Needs the scratch registers t, u, ev, od (.b32)."""
+def _nibble_byte_lines(w: str, fp16_high: bool = False) -> list:
+    """PTX lines turning the 8 nibbles of the 32-bit register ``w`` into bytes, four per register: ``ev`` = those
+    of the low nibbles of its four bytes, ``od`` = of the high nibbles (byte i of ev / od from byte i of w). E4M3
+    bytes (value·2^-6, exact: magnitude bits at 2-4) or, with ``fp16_high``, fp16 high bytes (value·2^-14 with a zero
+    low byte: magnitude bits at 1-3); the sign goes to bit 7 either way. Needs the scratch registers t, u, ev, od
+    (.b32)."""
+    lo, hi, mag = (1, 3, "0x0E0E0E0E") if fp16_high else (2, 2, "0x1C1C1C1C")
     return [
-        # low nibbles: magnitude bits 0-2 -> 2-4, sign bit 3 -> 7
-        f"shl.b32 t, {w}, 2;", f"shl.b32 u, {w}, 4;", "and.b32 u, u, 0x80808080;",
-        "lop3.b32 ev, t, 0x1C1C1C1C, u, 0xEA;",
-        # high nibbles: magnitude bits 4-6 -> 2-4, sign bit 7 stays
-        f"shr.b32 t, {w}, 2;", f"and.b32 u, {w}, 0x80808080;",
-        "lop3.b32 od, t, 0x1C1C1C1C, u, 0xEA;"]
+        # low nibbles: magnitude bits 0-2 -> lo.., sign bit 3 -> 7
+        f"shl.b32 t, {w}, {lo};", f"shl.b32 u, {w}, 4;", "and.b32 u, u, 0x80808080;",
+        f"lop3.b32 ev, t, {mag}, u, 0xEA;",
+        # high nibbles: magnitude bits 4-6 -> (4 - hi).., sign bit 7 stays
+        f"shr.b32 t, {w}, {hi};", f"and.b32 u, {w}, 0x80808080;",
+        f"lop3.b32 od, t, {mag}, u, 0xEA;"]
 
 
 def _e2m1_halfwords_ptx() -> str:
@@ -390,7 +393,7 @@ def _e2m1_halfwords_ptx() -> str:
         "prmt.b32 t, $5, 0, 0x3120;", "mov.b32 {ta, tb}, t;",
         "cvt.rn.f16x2.e4m3x2 sa, ta;", "cvt.rn.f16x2.e4m3x2 sb, tb;",
         "prmt.b32 w, $4, 0, 0x3120;",  # bytes [n0n1, n4n5, n2n3, n6n7]
-        *_nibbles_e4m3_lines("w"),
+        *_nibble_byte_lines("w"),
         "mov.b32 {e0, e1}, ev;", "mov.b32 {o0, o1}, od;",
         "cvt.rn.f16x2.e4m3x2 $0, e0;", "cvt.rn.f16x2.e4m3x2 $1, o0;",
         "cvt.rn.f16x2.e4m3x2 $2, e1;", "cvt.rn.f16x2.e4m3x2 $3, o1;",
@@ -408,26 +411,13 @@ def _e2m1_halfwords_ptx() -> str:
 # E4M3 bytes above (other shift and mask constants, same instruction count), then a byte permute with a zero
 # register puts two of them into the high bytes of an fp16 pair: ``prmt`` on the integer pipe where the former
 # form spent an ``F2FP.F16.E4M3.UNPACK_B``.
-def _nibbles_f16hi_lines(w: str) -> list:
-    """PTX lines turning the 8 nibbles of the 32-bit register ``w`` into fp16 high bytes (value·2^-14 with a zero
-    low byte): ``ev`` = those of the low nibbles of its four bytes, ``od`` = of the high nibbles (byte i of ev / od
-    from byte i of w). Needs the scratch registers t, u, ev, od (.b32)."""
-    return [
-        # low nibbles: magnitude bits 0-2 -> 1-3, sign bit 3 -> 7
-        f"shl.b32 t, {w}, 1;", f"shl.b32 u, {w}, 4;", "and.b32 u, u, 0x80808080;",
-        "lop3.b32 ev, t, 0x0E0E0E0E, u, 0xEA;",
-        # high nibbles: magnitude bits 4-6 -> 1-3, sign bit 7 stays
-        f"shr.b32 t, {w}, 3;", f"and.b32 u, {w}, 0x80808080;",
-        "lop3.b32 od, t, 0x0E0E0E0E, u, 0xEA;"]
-
-
 def _e2m1_halfwords_f16hi_ptx() -> str:
     """Two half-words of packed FP4 in $4 (8 codes) -> output register k holds codes k%2 and k%2 + 2 of half-word
     k//2 (an order for a kernel that sums its channels in an order of its choice), times the fp16x2 scale pair $5
     (one scale for all four outputs), times 2^-14."""
     return "\n".join([
         "{", ".reg .b32 t, u, ev, od, z;", "mov.b32 z, 0;",
-        *_nibbles_f16hi_lines("$4"),
+        *_nibble_byte_lines("$4", fp16_high=True),
         # [0, byte 0, 0, byte 1] and [0, byte 2, 0, byte 3] of ev / od
         "prmt.b32 $0, ev, z, 0x1404;", "prmt.b32 $1, od, z, 0x1404;",
         "prmt.b32 $2, ev, z, 0x3424;", "prmt.b32 $3, od, z, 0x3424;",
@@ -441,7 +431,7 @@ def _e2m1_byte_pairs_f16hi_ptx() -> str:
     register i (0..3) = (low code, high code) of byte i as fp16 values code·s_i·2^-14."""
     return "\n".join([
         "{", ".reg .b32 t, u, ev, od, z, p01, p23, f0, f1, f2, f3;", ".reg .b16 h0, h1, h2, h3;", "mov.b32 z, 0;",
-        *_nibbles_f16hi_lines("$4"),
+        *_nibble_byte_lines("$4", fp16_high=True),
         "prmt.b32 p01, ev, od, 0x5140;", "prmt.b32 p23, ev, od, 0x7362;",  # [lo0, hi0, lo1, hi1], [lo2, ...]
         "prmt.b32 $0, p01, z, 0x1404;", "prmt.b32 $1, p01, z, 0x3424;",  # [0, lo_i, 0, hi_i]
         "prmt.b32 $2, p23, z, 0x1404;", "prmt.b32 $3, p23, z, 0x3424;",
