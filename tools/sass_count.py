@@ -21,7 +21,8 @@ The first loop with the most HGMMA/HMMA instructions is the main (unmasked) key-
 forward (the MXFP4 forward's row-max pre-pass loop has fewer) / the query-tile loop of dK/dV; it is the
 number quoted in commit messages ("SASS per tile"). ``decode`` and the Quartet kernels are recorded from
 their public launchers at benchmark-like shapes (B=8, Hq=32, Hkv=8, D=128 decode with the default config;
-(8192, 1024) bf16 quantizer operands) through ``tests/aot_probe.py``'s launch recorder.
+(8192, 1024) bf16 quantizer operands) through ``tests/aot_probe.py``'s launch recorder. ``SASS_PER_SM=n`` compiles
+the Gluon decode kernels under the register cap of n programs per SM instead of their config's.
 """
 
 import argparse

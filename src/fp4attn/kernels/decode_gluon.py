@@ -78,35 +78,39 @@ if HAVE_GLUON:
         return gl.maximum(gl.load(PT + b * MAXP + t0 // PS), 0).to(gl.int64)
 
     @gluon.jit
+    def _tile_base(KD16, KS, VD, VS, page, h, t0, Hkv, DR: gl.constexpr, PS: gl.constexpr):
+        """Where the tile at t0 of pool page ``page`` starts in the cache's storage (kv head h): its first K half-word,
+        K scale byte, V byte and V scale byte. Each of the four is contiguous over the tile."""
+        off = t0 % PS
+        base = page * Hkv + h  # (page, head)
+        row0 = base * PS + off  # storage row of the tile's first key
+        return (KD16 + row0 * (DR // 4), KS + row0 * (DR // 16), VD + (base * (PS // 2) + off // 2) * DR,
+                VS + (base * (PS // 16) + off // 16) * DR)
+
+    @gluon.jit
     def _prefetch_l2(KD16, KS, VD, VS, page, h, t0, Hkv, DR: gl.constexpr, PS: gl.constexpr, BLOCK_N: gl.constexpr):
         """Bulk prefetches into L2 (sm_90 ``cp.async.bulk.prefetch``, issued by lane 0) of the tile at t0 of pool page
-        ``page``: its K bytes, K scales, V bytes and V scales, each contiguous in the cache's storage."""
-        off = t0 % PS
-        base = page * Hkv + h
-        row0 = base * PS + off
-        kp = (KD16 + row0 * (DR // 4)).to(gl.pointer_type(gl.uint8), bitcast=True)
-        ksp = KS + row0 * (DR // 16)
-        vp = VD + (base * (PS // 2) + off // 2) * DR
-        vsp = VS + (base * (PS // 16) + off // 16) * DR
+        ``page``: its K bytes, K scales, V bytes and V scales. Sizes and addresses are multiples of 16 bytes, as the
+        instruction needs, for DR a multiple of 16 and tiles of >= 16 keys starting on 16-key boundaries."""
+        kp, ksp, vp, vsp = _tile_base(KD16, KS, VD, VS, page, h, t0, Hkv, DR, PS)
         gl.inline_asm_elementwise(
             "{ .reg .pred p; .reg .b32 l; mov.u32 l, %laneid; setp.eq.u32 p, l, 0; "
             f"@p cp.async.bulk.prefetch.L2.global [$1], {BLOCK_N * DR // 2}; "
             f"@p cp.async.bulk.prefetch.L2.global [$2], {BLOCK_N * DR // 16}; "
             f"@p cp.async.bulk.prefetch.L2.global [$3], {BLOCK_N * DR // 2}; "
             f"@p cp.async.bulk.prefetch.L2.global [$4], {BLOCK_N // 16 * DR}; mov.u32 $0, 0; }}",
-            "=r,l,l,l,l", [kp, ksp, vp, vsp], dtype=gl.int32, is_pure=False, pack=1)
+            "=r,l,l,l,l", [kp.to(gl.pointer_type(gl.uint8), bitcast=True), ksp, vp, vsp], dtype=gl.int32,
+            is_pure=False, pack=1)
 
     @gluon.jit
     def _load_page_tile(KD16, KS, VD, VS, page, h, t0, Hkv, koff, ksoff, voff, vsoff, kmask, ksmask, vmask,
                         DR: gl.constexpr, PS: gl.constexpr, PAD: gl.constexpr):
         """``_load_tile`` of the tile at t0 of pool page ``page``."""
-        off = t0 % PS
-        base = page * Hkv + h  # (page, head)
-        row0 = base * PS + off  # storage row of the tile's first key
-        kp = KD16 + row0 * (DR // 4) + koff
-        ksp = KS + row0 * (DR // 16) + ksoff
-        vp = VD + (base * (PS // 2) + off // 2) * DR + voff
-        vsp = VS + (base * (PS // 16) + off // 16) * DR + vsoff
+        kp, ksp, vp, vsp = _tile_base(KD16, KS, VD, VS, page, h, t0, Hkv, DR, PS)
+        kp = kp + koff
+        ksp = ksp + ksoff
+        vp = vp + voff
+        vsp = vsp + vsoff
         if PAD:
             kh = gl.load(kp, mask=kmask, other=0)
             ks = gl.load(ksp, mask=ksmask, other=0)
