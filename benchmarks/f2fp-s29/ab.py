@@ -8,35 +8,19 @@ factors: the same bits are expected).
 """
 # ruff: noqa: B023
 import os
-import sys
 
 import torch
-import triton
-from torch.nn.attention import SDPBackend
+from _ab import fp4attn_old, logger, rounds, shapes
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "multiq-s26"))
-from _common import cases, log, t  # noqa: E402
+import fp4attn
 
-import fp4attn  # noqa: E402
-from fp4attn.bench.decode import sdpa_fn  # noqa: E402
-
-sys.path.insert(0, os.environ.get("OLD_SRC", ".ab_old/src"))
-import fp4attn_old  # noqa: E402
-
-P = log(os.path.join(os.environ.get("OUT", "."), "ab.txt"))
-REP = float(os.environ.get("REP_MS", 30))
-ROUNDS = int(os.environ.get("ROUNDS", 3))
+P = logger("ab.txt")
 CASES = os.environ.get("CASES", "8,32,8,32768,128,1;1,32,8,131072,128,1;8,64,8,32768,128,1;8,32,8,32768,64,1;"
                                 "8,16,8,32768,256,1;4,32,32,16384,96,1;8,32,8,32768,128,4")
 THRIFT = float(os.environ.get("THRIFT", 0.05))
 
-P(torch.cuda.get_device_name(), torch.__version__, triton.__version__)
 last = None
-for B, Hq, Hkv, N, D, nq, k, v, cache, q in cases(CASES):
-    rows = Hq // Hkv * nq
-    qf = q.view(B, Hkv, rows, D)
-    cud = t(sdpa_fn(SDPBackend.CUDNN_ATTENTION, qf, k, v), REP)
-    P(f"\n(B,Hq,Hkv,N,D,nq)=({B},{Hq},{Hkv},{N},{D},{nq}): bf16 folded cuDNN {cud:.1f} us")
+for D, nq, k, v, cache, q, cud in shapes(CASES, P):
     if cache is not last:
         cache_old, last = fp4attn_old.KVCache.from_dense(k, v), cache
         c16 = fp4attn.KVCache.from_dense(k, v, keep_16bit=True) if D == 128 and nq == 1 else None
@@ -48,11 +32,7 @@ for B, Hq, Hkv, N, D, nq, k, v, cache, q in cases(CASES):
                            fp4attn_old.decode(q, c16_old, thrift_budget=THRIFT))
         fns["thrift old"] = lambda: fp4attn_old.decode(q, c16_old, thrift_budget=THRIFT)
         fns["thrift new"] = lambda: fp4attn.decode(q, c16, thrift_budget=THRIFT)
-    res = {n: [] for n in fns}
-    for _ in range(ROUNDS):
-        for n, f in fns.items():
-            res[n].append(t(f, REP))
-    best = {n: min(v) for n, v in res.items()}
+    best, res = rounds(fns)
     P(f"  bits equal: nvfp4 {eq}" + (f", thrift {eq16}" if c16 is not None else ""))
     for pre in ("op", "thrift"):
         if f"{pre} old" in best:

@@ -6,25 +6,14 @@
 """
 # ruff: noqa: B023
 import os
-import sys
 
 import torch
-import triton
-from torch.nn.attention import SDPBackend
+from _ab import fp4attn_old, logger, rounds, shapes
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "multiq-s26"))
-from _common import cases, log, t  # noqa: E402
+from fp4attn.kernels import decode as Dk
 
-from fp4attn.bench.decode import sdpa_fn  # noqa: E402
-from fp4attn.kernels import decode as Dk  # noqa: E402
-
-sys.path.insert(0, os.environ.get("OLD_SRC", ".ab_old/src"))
-import fp4attn_old  # noqa: E402
-from fp4attn_old.kernels import decode as Dk_old  # noqa: E402
-
-P = log(os.path.join(os.environ.get("OUT", "."), "ab2.txt"))
-REP = float(os.environ.get("REP_MS", 30))
-ROUNDS = int(os.environ.get("ROUNDS", 3))
+Dk_old = fp4attn_old.kernels.decode
+P = logger("ab2.txt")
 CASES = os.environ.get("CASES", "8,32,8,32768,128,1;1,32,8,131072,128,1;8,32,8,32768,64,1;8,16,8,32768,256,1;"
                                 "4,32,32,16384,96,1;8,32,8,32768,128,4")
 VARIANTS = [v for v in os.environ.get("VARIANTS", "pf0,pf1,pf2@12,pf1@12").split(",") if v]
@@ -48,14 +37,9 @@ def new_fn(q, cache, sc, var):
     return f
 
 
-P(torch.cuda.get_device_name(), torch.__version__, triton.__version__)
 last = None
-for B, Hq, Hkv, N, D, nq, k, v, cache, q in cases(CASES):
-    rows = Hq // Hkv * nq
-    qf = q.view(B, Hkv, rows, D)
+for D, _nq, k, v, cache, q, cud in shapes(CASES, P):
     sc = D ** -0.5
-    cud = t(sdpa_fn(SDPBackend.CUDNN_ATTENTION, qf, k, v), REP)
-    P(f"\n(B,Hq,Hkv,N,D,nq)=({B},{Hq},{Hkv},{N},{D},{nq}): bf16 folded cuDNN {cud:.1f} us")
     if cache is not last:
         cache_old, last = fp4attn_old.KVCache.from_dense(k, v), cache
     ref = Dk_old.decode_fwd(q, cache_old, scale=sc)
@@ -67,11 +51,7 @@ for B, Hq, Hkv, N, D, nq, k, v, cache, q in cases(CASES):
         eq = torch.equal(o[0], ref[0]) and torch.equal(o[1], ref[1])
         P(f"  {var}: bits equal to old: {eq}" + ("" if same_splits else " (other splits: not expected)")
           + f"; max |diff| {(o[0].float() - ref[0].float()).abs().max().item():.3g}")
-    res = {n: [] for n in fns}
-    for _ in range(ROUNDS):
-        for n, f in fns.items():
-            res[n].append(t(f, REP))
-    best = {n: min(v) for n, v in res.items()}
+    best, res = rounds(fns)
     for n in fns:
         P(f"  {n:8s} {best[n]:8.1f} us  {cud / best[n]:5.2f}x cuDNN  old/this {best['old'] / best[n]:5.3f}  "
           f"rounds {['%.1f' % x for x in res[n]]}")
