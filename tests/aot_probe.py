@@ -193,8 +193,9 @@ def fam_decode():
                                maxnreg=Dk.gluon_maxnreg(True))
         for win in (False, True):  # the 16-bit stream, and with a sliding window
             Dk._decode_16bit_kernel[(4,)](q, c16.k16, c16.v16, c16.page_table, c16.seq_lens, sel, buf, buf[:, 0],
-                                          buf[:, 1], 0.1, 2, 2, 4, c16.page_table.shape[1], 32, 4, 3, 100, D=128,
-                                          DP=128, PS=64, BLOCK_R=16, BLOCK_M=8, DOT_F32=False, WINDOW=win, num_warps=4)
+                                          buf[:, 1], 0.1, 2, 2, 4, c16.page_table.shape[1], 4, 3, 100, D=128, DP=128,
+                                          PS=64, PPS=Dk._PAGES_16BIT, BLOCK_R=16, BLOCK_M=8, DOT_F32=False, WINDOW=win,
+                                          STAGES=Dk._STAGES_16BIT, num_warps=4)
         # sliding windows and sinks in the Gluon kernel, FP4 and Thrift; and at D = 64 (gpt-oss's sliding layers)
         cg = fp4attn.KVCache.from_dense(*(torch.randn(2, 2, 300, 64, dtype=torch.bfloat16) for _ in range(2)))
         Dk.decode_gluon.launch(torch.randn(2, 8, 1, 64, dtype=torch.bfloat16), cg, cg.page_table,

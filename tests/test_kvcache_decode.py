@@ -1834,8 +1834,9 @@ def test_thrift_16bit_stream_kernel_interpreter_all_selected_is_exact_attention(
     LP = torch.empty_like(MP)
     qk = D ** -0.5 * Dk.LOG2E
     Dk._decode_16bit_kernel[head_grid(n16, B * Hkv)](
-        q, c.k16, c.v16, c.page_table, c.seq_lens, sel, OP, MP, LP, qk, Hkv, nq, G, maxp, ppp, n16, 0, window or 0,
-        D=D, DP=DP, PS=c.page_size, BLOCK_R=16, BLOCK_M=BM, DOT_F32=True, WINDOW=window is not None)
+        q, c.k16, c.v16, c.page_table, c.seq_lens, sel, OP, MP,
+        LP, qk, Hkv, nq, G, maxp, n16, 0, window or 0, D=D, DP=DP, PS=c.page_size, PPS=ppp, BLOCK_R=16, BLOCK_M=BM,
+        DOT_F32=True, WINDOW=window is not None)
     out = torch.empty(B, Hkv * G, nq, D)
     lse = torch.empty(B, Hkv * G, nq)
     # channel blocks of 16 per row (the LSE comes from the first)
@@ -1846,6 +1847,49 @@ def test_thrift_16bit_stream_kernel_interpreter_all_selected_is_exact_attention(
     exact = torch.stack([reference.attention(q[b:b + 1], k[b:b + 1, :, :L], v[b:b + 1, :, :L], causal=True,
                                              recipe="bf16", **wkw)[0] for b, L in enumerate(lens)])
     assert _rel(out, exact) <= 1e-5, _rel(out, exact)
+
+
+@needs_interp
+@pytest.mark.parametrize("ppp", [1, 2, 4])
+def test_thrift_16bit_stream_kernel_interpreter_partial_selection(ppp):
+    """The 16-bit stream kernel lists the pages that some row of its kv group selected and loops over that list:
+    with a different random selection per query head (pages selected by no head, by some, by all; a program with
+    none), merged by the reduce with the raw tail, each query row attends exactly to the committed keys of its
+    head's selected pages and to the tail (float64 masked attention over the 16-bit copy)."""
+    from fp4attn.kernels import decode as Dk
+    from fp4attn.kernels._launch import head_grid
+
+    B, Hkv, G, nq, D = 2, 2, 3, 2, 32
+    lens = [300, 77]
+    k, v = _kv(B, Hkv, max(lens), D, dtype=torch.float32, seed=74)
+    c = KVCache.from_dense(k, v, lengths=lens, dtype=torch.float32, keep_16bit=True)
+    q = torch.randn(B, Hkv * G, nq, D, generator=torch.Generator().manual_seed(75))
+    maxp, ps = c.page_table.shape[1], c.page_size
+    sel = (torch.rand(B, Hkv * G, maxp, generator=torch.Generator().manual_seed(76)) < 0.4).to(torch.int8)
+    sel[0, :G, 1] = 0  # kv head 0 of sequence 0: page 1 selected by no row, page 2 by every row
+    sel[0, :G, 2] = 1
+    BM = 8
+    n16 = -(-maxp // ppp)
+    OP, MP = torch.empty(B * Hkv * n16 * BM, D), torch.empty(B * Hkv * n16 * BM)
+    LP = torch.empty_like(MP)
+    qk = D ** -0.5 * Dk.LOG2E
+    Dk._decode_16bit_kernel[head_grid(n16, B * Hkv)](
+        q, c.k16, c.v16, c.page_table, c.seq_lens, sel, OP, MP,
+        LP, qk, Hkv, nq, G, maxp, n16, 0, 0, D=D, DP=D, PS=ps, PPS=ppp, BLOCK_R=16, BLOCK_M=BM, DOT_F32=True)
+    out = torch.empty(B, Hkv * G, nq, D)
+    lse = torch.empty(B, Hkv * G, nq)
+    Dk._decode_reduce_kernel[(B * Hkv * G * nq, D // 16)](OP, MP, LP, q, c.k_tail, c.v_tail, c.seq_lens, out, lse, qk,
+                                                          n16, G * nq, nq, Hkv, BM, 0, lse, BLOCK_S=2, D=D, DP=D, DB=16)
+    for b, L in enumerate(lens):
+        C = L - L % 16  # committed tokens; the rest is the raw tail
+        j = torch.arange(L)
+        for hq in range(Hkv * G):
+            picked = sel[b, hq, (j // ps).clamp(max=maxp - 1)] != 0
+            for i in range(nq):
+                vis = (j <= L - nq + i) & ((picked & (j < C)) | (j >= C))
+                kk, vv = k[b, hq // G, :L][vis].double(), v[b, hq // G, :L][vis].double()
+                w = torch.softmax(kk @ q[b, hq, i].double() * D ** -0.5, 0)
+                assert _rel(out[b, hq, i].double(), w @ vv) <= 1e-5, (b, hq, i)
 
 
 @pytest.mark.gpu

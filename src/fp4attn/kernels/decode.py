@@ -385,9 +385,35 @@ def _decode_reduce_kernel(OP, MP, LP, Q, KT, VT, LENS, O, LSE, qk_scale, NS, GQ,
 
 
 @triton.jit
-def _decode_16bit_kernel(Q, K16, V16, PT, LENS, SEL, OP, MP, LP, qk_scale, Hkv, NQ, G, MAXP, PPS, NS, S0, WL,
-                         D: tl.constexpr, DP: tl.constexpr, PS: tl.constexpr, BLOCK_R: tl.constexpr,
-                         BLOCK_M: tl.constexpr, DOT_F32: tl.constexpr, WINDOW: tl.constexpr = False):
+def _page16(pidx, page, acc, m_i, l_i, q, qk_scale, sel_rows, row_ok, last_key, WL, C, h, K16, V16, SEL, Hkv, MAXP,
+            offs_n, offs_d, dmask, D: tl.constexpr, PS: tl.constexpr, DOT_F32: tl.constexpr, WINDOW: tl.constexpr):
+    """One selected page (index ``pidx`` of the sequence, pool page ``page``) of Thrift's 16-bit stream: scored for
+    the query rows that selected it, online softmax, unquantized P̃ (rounded to V's dtype for the MMA) times 16-bit
+    V."""
+    selr = tl.load(SEL + sel_rows * MAXP + pidx, mask=row_ok, other=0) != 0
+    rows = (page * Hkv + h) * PS + offs_n
+    k16 = tl.load(K16 + rows[:, None] * D + offs_d[None, :], mask=dmask[None, :], other=0.0)
+    v16 = tl.load(V16 + rows[:, None] * D + offs_d[None, :], mask=dmask[None, :], other=0.0)
+    if DOT_F32:
+        k16 = k16.to(tl.float32)
+    keys = pidx * PS + offs_n
+    ok = selr[:, None] & (keys < C)[None, :] & (keys[None, :] <= last_key[:, None])
+    if WINDOW:
+        ok = ok & (keys[None, :] >= (last_key - WL)[:, None])
+    s = tl.where(ok, tl.dot(q, tl.trans(k16)) * qk_scale, float("-inf"))
+    p, alpha, m_i, l_i = online_softmax_step(s, m_i, l_i, True)
+    if DOT_F32:
+        acc = acc * alpha[:, None] + tl.dot(p, v16.to(tl.float32))
+    else:
+        acc = acc * alpha[:, None] + tl.dot(p.to(v16.dtype), v16)
+    return acc, m_i, l_i
+
+
+@triton.jit
+def _decode_16bit_kernel(Q, K16, V16, PT, LENS, SEL, OP, MP, LP, qk_scale, Hkv, NQ, G, MAXP, NS, S0, WL,
+                         D: tl.constexpr, DP: tl.constexpr, PS: tl.constexpr, PPS: tl.constexpr,
+                         BLOCK_R: tl.constexpr, BLOCK_M: tl.constexpr, DOT_F32: tl.constexpr,
+                         WINDOW: tl.constexpr = False, STAGES: tl.constexpr = 2):
     """Thrift's 16-bit stream for the Gluon FP4 kernel (which leaves the selected pages out): grid (NS16,
     B·Hkv), program ``pid`` takes pages [pid·PPS, (pid+1)·PPS) of its sequence; a page that some query
     head of the kv group selected is scored from the 16-bit copy (input-dtype q and K, FP32 accumulation)
@@ -396,7 +422,14 @@ def _decode_16bit_kernel(Q, K16, V16, PT, LENS, SEL, OP, MP, LP, qk_scale, Hkv, 
     merges them with the FP4 stream's by their maxima, which equals one online softmax over both. With ``WINDOW``
     (left extent WL) the pages are counted from the sequence's first candidate page (that of key
     max(L − NQ − WL, 0): a windowed selection holds no earlier one) and the window masks the keys. Sinks need
-    nothing here: the reduce merges them (this stream's P̃ is not quantized)."""
+    nothing here: the reduce merges them (this stream's P̃ is not quantized).
+
+    The program first reads the selection bits and page-table entries of its PPS pages as one tile each and numbers
+    the pages that some row selected (in order); the loop then runs over those only, picking the it-th one's index
+    and pool page out of the registers, without a branch or a dependent load, so that the compiler pipelines it
+    (``STAGES``: the next pages' K and V are copied into shared memory while one is computed). Before, the loop
+    visited every page behind two branches: each page's loads waited on its selection bits, its page-table entry and
+    the previous page's arithmetic. Same pages in the same order: the same partials (bit-equal, H200)."""
     pid = tl.program_id(0)
     pid_bh, b, h, L, C = kv_head_program(LENS, Hkv)
     r = tl.arange(0, BLOCK_R)
@@ -419,27 +452,27 @@ def _decode_16bit_kernel(Q, K16, V16, PT, LENS, SEL, OP, MP, LP, qk_scale, Hkv, 
     p0 = 0
     if WINDOW:
         p0 = tl.maximum(L - NQ - WL, 0) // PS
-    for it in range(0, PPS):  # a fixed trip count (the interpreter cannot loop to program-id bounds)
-        pidx = p0 + pid * PPS + it
-        if pidx < n_pages:
-            selr = tl.load(SEL + sel_rows * MAXP + pidx, mask=row_ok, other=0) != 0
-            if tl.max(selr.to(tl.int32), 0) > 0:
-                page = tl.maximum(tl.load(PT + b * MAXP + pidx), 0).to(tl.int64)  # -1 (past a reservation): page 0
-                rows = (page * Hkv + h) * PS + offs_n
-                k16 = tl.load(K16 + rows[:, None] * D + offs_d[None, :], mask=dmask[None, :], other=0.0)
-                if DOT_F32:
-                    k16 = k16.to(tl.float32)
-                keys = pidx * PS + offs_n
-                ok = selr[:, None] & (keys < C)[None, :] & (keys[None, :] <= last_key[:, None])
-                if WINDOW:
-                    ok = ok & (keys[None, :] >= (last_key - WL)[:, None])
-                s = tl.where(ok, tl.dot(q, tl.trans(k16)) * qk_scale, float("-inf"))
-                p, alpha, m_i, l_i = online_softmax_step(s, m_i, l_i, True)
-                v16 = tl.load(V16 + rows[:, None] * D + offs_d[None, :], mask=dmask[None, :], other=0.0)
-                if DOT_F32:
-                    acc = acc * alpha[:, None] + tl.dot(p, v16.to(tl.float32))
-                else:
-                    acc = acc * alpha[:, None] + tl.dot(p.to(v16.dtype), v16)
+    # the program's pages that some row selected: their positions in the list (in order) and pool pages
+    pidx = p0 + pid * PPS + tl.arange(0, PPS)
+    inb = pidx < n_pages
+    selt = tl.load(SEL + sel_rows[:, None] * MAXP + pidx[None, :], mask=row_ok[:, None] & inb[None, :], other=0)
+    hit = tl.max((selt != 0).to(tl.int32), 0)
+    pos = tl.where(hit != 0, tl.cumsum(hit, 0) - 1, -1)
+    pages = tl.maximum(tl.load(PT + b * MAXP + pidx, mask=inb, other=0), 0)  # -1 (past a reservation): page 0
+    n_sel = tl.sum(hit, 0)
+    if DOT_F32:  # the interpreter cannot loop to a computed bound: the same pages in a fixed trip count
+        for it in range(0, PPS):
+            if it < n_sel:
+                acc, m_i, l_i = _page16(tl.sum(tl.where(pos == it, pidx, 0), 0),
+                                        tl.sum(tl.where(pos == it, pages, 0), 0).to(tl.int64), acc, m_i, l_i, q,
+                                        qk_scale, sel_rows, row_ok, last_key, WL, C, h, K16, V16, SEL, Hkv, MAXP,
+                                        offs_n, offs_d, dmask, D, PS, DOT_F32, WINDOW)
+    else:
+        for it in tl.range(0, n_sel, num_stages=STAGES):
+            acc, m_i, l_i = _page16(tl.sum(tl.where(pos == it, pidx, 0), 0),
+                                    tl.sum(tl.where(pos == it, pages, 0), 0).to(tl.int64), acc, m_i, l_i, q, qk_scale,
+                                    sel_rows, row_ok, last_key, WL, C, h, K16, V16, SEL, Hkv, MAXP, offs_n, offs_d,
+                                    dmask, D, PS, DOT_F32, WINDOW)
     prow = (pid_bh.to(tl.int64) * NS + S0 + pid) * BLOCK_M + r
     tl.store(OP + prow[:, None] * DP + offs_d[None, :], acc, mask=row_ok[:, None])
     tl.store(MP + prow, m_i, mask=row_ok)
@@ -504,7 +537,13 @@ _GLUON_L2_PREFETCH_MAX_D = 64
 # the H200 (benchmarks/decode-s21/). Not after Thrift's side stream (the reduce's predecessor there is the join).
 # FP4ATTN_DECODE_PDL=0 launches them plainly.
 _PDL = os.environ.get("FP4ATTN_DECODE_PDL", "1") != "0"
-_PAGES_16BIT = 32  # pages one program of Thrift's 16-bit stream scans
+# Thrift's 16-bit stream (_decode_16bit_kernel): pages one program scans, its loop's pipeline stages (3: two slots of
+# K and V pages in shared memory, 72 KB), warps. H200 (benchmarks/thrift16-s30/): 72.4 / 49.4 us at (8,32,8,32k,128) /
+# (1,32,8,128k,128), where the loop with branches ran 87.8 / 55.0; 16 pages 69.8 / 45.8 alone but the Thrift op
+# 214.1 / 132.1 against 214.2 / 130.1; 8 warps, 2 or 4 stages 1-16% slower.
+_PAGES_16BIT = 32
+_STAGES_16BIT = 3
+_WARPS_16BIT = 4
 # Thrift on Hopper: the Gluon FP4 kernel + the 16-bit stream (two kernels on two CUDA streams) pays a fixed cost
 # that the fused Triton split kernel does not: below B·Hkv·(tokens covered) = 2^17 the Triton kernel is faster
 # (H100 CUDA graphs, benchmarks/gluon-window-s25/: Triton/Gluon time 0.71-0.88 at 2^15-2^16, 0.94-1.13 at
@@ -761,9 +800,8 @@ def _launch_16bit(q, k16, v16, pt, seq_lens, sel, OP, MP, LP, scale, Hkv, NQ, G,
     """Thrift's 16-bit stream: the selected pages' partials into split slots num_splits.. of OP/MP/LP."""
     fast(_decode_16bit_kernel)[head_grid(n16, B * Hkv)](
         q, k16, v16, pt, seq_lens, sel, OP, MP, LP, scale * LOG2E, Hkv, NQ, G, max(maxp, 1),
-        _PAGES_16BIT, ns_all, num_splits, window or 0, D=D, DP=next_pow2(D), PS=PS, BLOCK_R=max(16, BLOCK_M),
-        BLOCK_M=BLOCK_M,
-        DOT_F32=interp, WINDOW=window is not None, num_warps=4)
+        ns_all, num_splits, window or 0, D=D, DP=next_pow2(D), PS=PS, PPS=_PAGES_16BIT, BLOCK_R=max(16, BLOCK_M),
+        BLOCK_M=BLOCK_M, DOT_F32=interp, WINDOW=window is not None, STAGES=_STAGES_16BIT, num_warps=_WARPS_16BIT)
 
 
 # =================================================================================================
