@@ -3,6 +3,7 @@
 
     OUT=out PYTHONPATH=src:benchmarks/f2fp-s29 python benchmarks/thrift16-s30/probe_sel.py      # $OUT/probe_sel.txt
 """
+# ruff: noqa: B023
 import os
 
 from _ab import REP, logger, shapes
