@@ -554,7 +554,8 @@ _THRIFT_GLUON_MIN_WORK = 1 << 17
 # reads: 5-9% less time at `bench decode`'s shapes on the H200, benchmarks/decode-s13/; with the pipelined 16-bit
 # stream 1-4% less (the op at (8,32,8,32k,128) 214.5 against 221.1 us; with a given selection 202.2 / 116.2 against
 # 203.7 / 121.5 at 32k / 128k; benchmarks/thrift16-s30/): the FP4 grid fills the SMs' registers, so the 16-bit
-# programs mostly run as its programs finish; giving them a fixed share of every SM was slower), "serial" one after the other on the current stream. Same bits either way (each writes its own split slots).
+# programs mostly run as its programs finish; giving them a fixed share of every SM was slower), "serial" one after
+# the other on the current stream. Same bits either way (each writes its own split slots).
 # (_THRIFT_GLUON_MIN_WORK above was measured with the 16-bit stream before it was pipelined.)
 _THRIFT_STREAMS = os.environ.get("FP4ATTN_THRIFT_STREAMS", "side")
 if _THRIFT_STREAMS not in ("side", "serial"):
