@@ -385,6 +385,13 @@ def _decode_reduce_kernel(OP, MP, LP, Q, KT, VT, LENS, O, LSE, qk_scale, NS, GQ,
 
 
 @triton.jit
+def _nth(pos, it, x):
+    """The entry of the 1-D tile ``x`` at the position numbered ``it`` in ``pos`` (positions are distinct; -1 for
+    none): a scalar picked out of registers."""
+    return tl.sum(tl.where(pos == it, x, 0), 0)
+
+
+@triton.jit
 def _page16(pidx, page, acc, m_i, l_i, q, qk_scale, sel_rows, row_ok, last_key, WL, C, h, K16, V16, SEL, Hkv, MAXP,
             offs_n, offs_d, dmask, D: tl.constexpr, PS: tl.constexpr, DOT_F32: tl.constexpr, WINDOW: tl.constexpr):
     """One selected page (index ``pidx`` of the sequence, pool page ``page``) of Thrift's 16-bit stream: scored for
@@ -463,16 +470,14 @@ def _decode_16bit_kernel(Q, K16, V16, PT, LENS, SEL, OP, MP, LP, qk_scale, Hkv, 
     if DOT_F32:  # the interpreter cannot loop to a computed bound: the same pages in a fixed trip count
         for it in range(0, PPS):
             if it < n_sel:
-                acc, m_i, l_i = _page16(tl.sum(tl.where(pos == it, pidx, 0), 0),
-                                        tl.sum(tl.where(pos == it, pages, 0), 0).to(tl.int64), acc, m_i, l_i, q,
+                acc, m_i, l_i = _page16(_nth(pos, it, pidx), _nth(pos, it, pages).to(tl.int64), acc, m_i, l_i, q,
                                         qk_scale, sel_rows, row_ok, last_key, WL, C, h, K16, V16, SEL, Hkv, MAXP,
                                         offs_n, offs_d, dmask, D, PS, DOT_F32, WINDOW)
     else:
         for it in tl.range(0, n_sel, num_stages=STAGES):
-            acc, m_i, l_i = _page16(tl.sum(tl.where(pos == it, pidx, 0), 0),
-                                    tl.sum(tl.where(pos == it, pages, 0), 0).to(tl.int64), acc, m_i, l_i, q, qk_scale,
-                                    sel_rows, row_ok, last_key, WL, C, h, K16, V16, SEL, Hkv, MAXP, offs_n, offs_d,
-                                    dmask, D, PS, DOT_F32, WINDOW)
+            acc, m_i, l_i = _page16(_nth(pos, it, pidx), _nth(pos, it, pages).to(tl.int64), acc, m_i, l_i, q,
+                                    qk_scale, sel_rows, row_ok, last_key, WL, C, h, K16, V16, SEL, Hkv, MAXP, offs_n,
+                                    offs_d, dmask, D, PS, DOT_F32, WINDOW)
     prow = (pid_bh.to(tl.int64) * NS + S0 + pid) * BLOCK_M + r
     tl.store(OP + prow[:, None] * DP + offs_d[None, :], acc, mask=row_ok[:, None])
     tl.store(MP + prow, m_i, mask=row_ok)
