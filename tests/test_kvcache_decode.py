@@ -1794,6 +1794,46 @@ def test_thrift_decode_gluon_streams_gpu_equal_fused_triton_kernel(nq, budget, w
     assert _rel(o_g, ref) <= 1e-2
 
 
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("D", [64, 48])
+@pytest.mark.parametrize("nq,budget,window,sinks", [(1, 0.05, None, False), (2, 0.25, 100, True),
+                                                    (1, 1.0, None, False), (2, 0.1, 700, False)])
+def test_thrift_decode_gluon_fused_gpu_equal_fused_triton_kernel(monkeypatch, D, nq, budget, window, sinks):
+    """Thrift decode on Hopper at tiles of <= 64 channels and <= 8 query rows per kv head: the Gluon kernel computes the
+    selected pages itself from the 16-bit copy (FUSED16; the 16-bit stream kernel is not launched), one online softmax
+    as the fused Triton kernel, which it equals up to float32 rounding (summation order: the Gluon tiles sum the
+    channels in another order) and the bf16 rounding of the 16-bit P̃ that follows from it: 1.1-1.2e-3 relative L2 on
+    H200 at (8,32,8,32k) and (1,32,8,128k), D = 48 and 64 (benchmarks/thrift-fused-s31/). D = 48: padded 64-channel
+    tiles (masked 16-bit loads). At D = 128 the two-kernel path still runs."""
+    from fp4attn.kernels import decode as Dk
+
+    launched = []
+    real = Dk._launch_16bit
+    monkeypatch.setattr(Dk, "_launch_16bit", lambda *a, **kw: (launched.append(1), real(*a, **kw)))
+    dev, B, Hkv, G = "cuda", 3, 2, 4
+    lens = [3000, 777, 2048 + 5]
+    k, v = _kv(B, Hkv, max(lens), D, seed=74)
+    c = KVCache.from_dense(k.to(dev), v.to(dev), lengths=lens, keep_16bit=True)
+    q = torch.randn(B, Hkv * G, nq, D, generator=torch.Generator().manual_seed(75)).to(dev, torch.bfloat16)
+    s = (torch.randn(Hkv * G, generator=torch.Generator().manual_seed(76)) * 3).to(dev) if sinks else None
+    sel = Dk.select_pages(q, c, budget, window=window)
+    for splits in (1, 3):
+        kw = dict(scale=D ** -0.5, selection=sel, num_splits=splits, window=window, sinks=s)
+        o_t, l_t = Dk.decode_fwd(q, c, kernel="triton", **kw)
+        o_g, l_g = Dk.decode_fwd(q, c, kernel="gluon", **kw)
+        assert _rel(o_g, o_t) <= 3e-3, (splits, _rel(o_g, o_t))
+        assert torch.allclose(l_g, l_t, atol=1e-4, rtol=0)
+    assert not launched  # the selected pages came from the Gluon kernel
+    ref, _ = decode_reference(q, c, scale=D ** -0.5, selection=sel.bool(), window=window, sinks=s)
+    assert _rel(o_g, ref) <= 1e-2
+    k2, v2 = _kv(1, Hkv, 300, 128, seed=77)
+    c2 = KVCache.from_dense(k2.to(dev), v2.to(dev), keep_16bit=True)
+    q2 = torch.randn(1, Hkv * G, 1, 128, generator=torch.Generator().manual_seed(78)).to(dev, torch.bfloat16)
+    Dk.decode_fwd(q2, c2, scale=128 ** -0.5, selection=Dk.select_pages(q2, c2, 0.25), kernel="gluon")
+    assert launched  # 128-channel tiles: the 16-bit stream kernel
+
+
 def test_default_splits_short_loops_take_more_splits_up_to_min_programs():
     """>= 4 tiles per split and at most per_sm programs per SM (132 SMs on CPU); with ``min_programs``, a grid that
     would have fewer programs takes splits of fewer tiles (down to one) until it has them, never more than one

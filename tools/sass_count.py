@@ -146,7 +146,7 @@ def recorded_cases(which, fmt="nvfp4", smooth=False):
             Kd.decode_fwd(torch.randn(8, 32, 16, 128, dtype=torch.bfloat16), cache, scale=0.088)
         if "decode_gl" in which or "decode_gl_thrift" in which:  # the Gluon kernel at its default configs
             k = torch.randn(8, 8, 1024, 128, dtype=torch.bfloat16)
-            cache = KVCache.from_dense(k, torch.randn_like(k))
+            cache = KVCache.from_dense(k, torch.randn_like(k), keep_16bit=True)  # (Thrift reads the 16-bit copy)
             q = torch.randn(8, 32, 1, 128, dtype=torch.bfloat16)
             buf = torch.empty(64, 128)
             mp = cache.page_table.shape[1]

@@ -57,10 +57,12 @@ code is that of the unpadded tile). The split partials (OP) have DP channels; th
 On Hopper the FP4 split loop runs ``decode_gluon._decode_split_kernel_gl`` instead (see
 ``_use_gluon``): the same arithmetic with the packed bytes loaded straight into the MMA operand registers,
 1.6-2.0x faster than kernel 1 on an H200; kernel 1 stays the portable path and the interpreter's. With a
-Thrift selection the Gluon kernel leaves the selected (query head, page) pairs out (their scores -inf, its
-FP4 tiles with two-level P̃) and ``_decode_16bit_kernel`` computes them from the 16-bit copy as extra
-split partials: the reduce's max-rescaled merge of the two streams is the one online softmax of the fused
-kernel (two-level P̂ does not depend on the running max; only the 16-bit P̃'s rounding to V's dtype for
+Thrift selection, at tiles of <= 64 channels and <= 8 query rows (``decode_gluon.fused16_fits``) the Gluon kernel
+computes the selected pages itself from the 16-bit copy, as kernel 1 does (1.17-1.27x faster than the two kernels
+below at D = 48 / 64, H200). Wider tiles do not fit its register budget: there it leaves the selected (query head,
+page) pairs out (their scores -inf, its FP4 tiles with two-level P̃) and ``_decode_16bit_kernel`` computes them from
+the 16-bit copy as extra split partials: the reduce's max-rescaled merge of the two streams is the one online softmax
+of the fused kernel (two-level P̂ does not depend on the running max; only the 16-bit P̃'s rounding to V's dtype for
 the MMA is relative to another maximum). A window and sinks work the same way in both split kernels (and the
 16-bit stream masks its keys by the window; sinks enter through the reduce).
 """
@@ -517,7 +519,8 @@ _CONFIGS_WIDE_D = dict(block_n=64, num_warps=2, num_stages=3, per_sm=4, max_tile
 _WIDE_CONFIG = {False: dict(block_n=64, num_warps=4, num_stages=2, per_sm=3, max_tiles=None, maxnreg=168),
                 True: dict(block_n=64, num_warps=4, num_stages=2, per_sm=2, max_tiles=None)}
 _GLUON_CONFIG = {False: dict(block_n=32, num_warps=1, num_stages=1, per_sm=16, max_tiles=None, min_programs=512),
-                 # Thrift: 64-key tiles (the two-level P̃ tile), the selected pages in the 16-bit stream; at most
+                 # Thrift: 64-key tiles (the two-level P̃ tile), the selected pages in the 16-bit stream (in the
+                 # kernel at <= 64 channels and <= 8 rows, decode_gluon.fused16_fits, which fit this cap); at most
                  # 168 registers (ptxas chose 174 for a variant of the kernel: 11 programs per SM, and splits sized
                  # for 12 per SM ran in two waves: the FP4 kernel 1.55x the time, the Thrift op 1.23-1.27x;
                  # benchmarks/grid-s19/)
@@ -561,7 +564,9 @@ _THRIFT_GLUON_MIN_WORK = 1 << 17
 # 203.7 / 121.5 at 32k / 128k; benchmarks/thrift16-s30/): the FP4 grid fills the SMs' registers, so the 16-bit
 # programs mostly run as its programs finish; giving them a fixed share of every SM was slower), "serial" one after
 # the other on the current stream. Same bits either way (each writes its own split slots).
-# (_THRIFT_GLUON_MIN_WORK above was measured with the 16-bit stream before it was pipelined.)
+# (_THRIFT_GLUON_MIN_WORK above was measured with the 16-bit stream before it was pipelined. With the 16-bit pages
+# inside the Gluon kernel, D = 64, it still holds: Triton/Gluon time 0.86-0.88 at 2^14-2^16, 1.21-1.26 at 2^17,
+# 1.46-1.75 above; H200, benchmarks/thrift-fused-s31/.)
 _THRIFT_STREAMS = os.environ.get("FP4ATTN_THRIFT_STREAMS", "side")
 if _THRIFT_STREAMS not in ("side", "serial"):
     raise ValueError(f"FP4ATTN_THRIFT_STREAMS: expected 'side' or 'serial', got {_THRIFT_STREAMS!r}")
@@ -740,10 +745,11 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
     num_splits = max(1, -(-max_c // TPS)) if max_c else 1
     dev = q.device
     maxp = cache.page_table.shape[1]
-    # Thrift with the Gluon FP4 kernel: its selected pages come from a separate 16-bit stream whose
-    # partials occupy n16 more split slots (with a window: enough for its candidate pages)
+    # Thrift with the Gluon FP4 kernel: its selected pages come from the kernel itself (fused16, small tiles) or from a
+    # separate 16-bit stream whose partials occupy n16 more split slots (with a window: enough for its candidate pages)
+    fused16 = thrift and gluon and decode_gluon.fused16_fits(D, BLOCK_M)
     pages16 = max(maxp, 1) if window is None else _window_pages(window, NQ, PS, max(maxp, 1))
-    n16 = max(1, -(-pages16 // _PAGES_16BIT)) if (thrift and gluon) else 0
+    n16 = max(1, -(-pages16 // _PAGES_16BIT)) if (thrift and gluon and not fused16) else 0
     ns_all = num_splits + n16
     DP = next_pow2(D)  # the kernels' channels: a head dim of 48, 80, 96, ... runs padded tiles
     OP = torch.empty(B * Hkv * ns_all * BLOCK_M, DP, dtype=torch.float32, device=dev)
@@ -777,7 +783,7 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
                             BLOCK_M, block_n, sel if thrift else None, ns_all,
                             maxnreg=maxnreg or gluon_maxnreg(thrift, per_sm or cfg["per_sm"]),
                             pdl_trigger=pdl, window=window, sink=None if sinks is None else sink,
-                            l2_prefetch=not thrift and D <= _GLUON_L2_PREFETCH_MAX_D)
+                            l2_prefetch=not thrift and D <= _GLUON_L2_PREFETCH_MAX_D, fused16=fused16)
         if side:
             cur.wait_stream(s16)
         elif n16:

@@ -2,8 +2,9 @@
 the registers of the tensor-core fragments, no shared memory in the key loop.
 
 Same algorithm, inputs and partial outputs as ``decode._decode_split_kernel``'s FP4 path (with ``THRIFT``:
-the selected pages left to ``decode._decode_16bit_kernel``, two-level P̃ on the others; ``WINDOW`` and ``SINKS``
-as there; see ``decode``'s module docstring), whose docstring describes the transposed tile (keys along the
+two-level P̃ on the FP4 tiles, the selected pages either left to ``decode._decode_16bit_kernel`` or, with
+``FUSED16``, computed here from the 16-bit copy; ``WINDOW`` and ``SINKS`` as there; see ``decode``'s module
+docstring), whose docstring describes the transposed tile (keys along the
 MMA's M, the G·n_q query rows of a GQA group along N: Sᵀ = K̂·ϕ(q)ᵀ, Oᵀ += V̂ᵀ·ϕ(P̃)ᵀ). The Triton kernel
 decodes K̂ and V̂ in a blocked layout and Triton moves the decoded tiles into the ``mma.sync`` operand layouts
 through shared memory; the profile showed those round trips bound the loop. Here every layout is explicit
@@ -39,6 +40,14 @@ rounding (``fake_quant_p``) and online softmax (``online_softmax_step``), import
 helpers. Tiles fully inside the committed, causally visible range skip the masks; their page-table entries are
 loaded two tiles ahead, and at small head dims their next tile is prefetched into L2 (``L2_PREFETCH``).
 
+``FUSED16`` (Thrift at tiles of <= 64 channels and <= 8 query rows, ``fused16_fits``): a tile that some query head of
+the kv group selected also loads its 16-bit K in 16-channel chunks (logical channel order, 8-byte loads: one 16-row
+A fragment per chunk) and its 16-bit V in 16-key chunks (an even and an odd key's channels paired by byte permutes
+into the A fragments of Vᵀ, the FP4 V's layout), scores the selecting rows from them (q in the keys' dtype), and adds
+their unquantized P̃ (rounded to V's dtype) times V; one online softmax over both, as the Triton kernel. At 128
+channels the branch needs 255 registers (8 programs per SM instead of 12): 1.00-1.03x the two-kernel path at D = 128
+and slower at D = 96, 256 or 16 rows (spills; benchmarks/thrift-fused-s31/), which those keep.
+
 Head dims: the tiles have D = 64, 128 or 256 channels (the layouts need powers of two); a cache of another head
 dim DR (a multiple of 16, 48 ... 240: Phi-3's 96) runs the next of them with masked loads (``PAD``), its padding
 channels zeros that score and accumulate nothing. 256-channel tiles (Gemma 2 / 3) take ~190 registers per thread.
@@ -69,6 +78,12 @@ try:  # Gluon ships with Triton >= 3.5
 except ImportError:  # pragma: no cover - older Triton: the Triton kernel serves every device
     HAVE_GLUON = False
 
+
+# Thrift's 16-bit V in the A fragments of Vᵀ: channels 4g .. 4g+3 of an even key in $4, $5 and of the next (odd) key
+# in $6, $7 (two 16-bit values per register) -> $0 .. $3 = channel 4g .. 4g+3 as (even key, odd key), the pairing that
+# ``E2M1_BYTE_PAIRS_F16HI_PTX`` gives the FP4 V
+_TOKEN_PAIRS_PTX = gl.constexpr("prmt.b32 $0, $4, $6, 0x5410; prmt.b32 $1, $4, $6, 0x7632; "
+                                "prmt.b32 $2, $5, $7, 0x5410; prmt.b32 $3, $5, $7, 0x7632;") if HAVE_GLUON else None
 
 if HAVE_GLUON:
 
@@ -105,7 +120,10 @@ if HAVE_GLUON:
     @gluon.jit
     def _load_page_tile(KD16, KS, VD, VS, page, h, t0, Hkv, koff, ksoff, voff, vsoff, kmask, ksmask, vmask,
                         DR: gl.constexpr, PS: gl.constexpr, PAD: gl.constexpr):
-        """``_load_tile`` of the tile at t0 of pool page ``page``."""
+        """The packed bytes of the BLOCK_N-token tile at t0 (inside one page) of pool page ``page``: K half-words, K
+        scales as fp16, V bytes, V scales as fp16, each in the layout of its offsets. ``DR``: the cache's head dim
+        (its row strides); ``PAD``: the tile is wider (DR not a power of two): the masks' padding channels load
+        zeros."""
         kp, ksp, vp, vsp = _tile_base(KD16, KS, VD, VS, page, h, t0, Hkv, DR, PS)
         kp = kp + koff
         ksp = ksp + ksoff
@@ -125,22 +143,88 @@ if HAVE_GLUON:
                                                                                  bitcast=True).to(gl.float16)
 
     @gluon.jit
-    def _load_tile(KD16, KS, VD, VS, PT, b, h, t0, Hkv, MAXP, koff, ksoff, voff, vsoff, kmask, ksmask, vmask,
-                   DR: gl.constexpr, PS: gl.constexpr, PAD: gl.constexpr):
-        """The packed bytes of the BLOCK_N-token tile at t0 (inside one page) of sequence b: K half-words, K scales as
-        fp16, V bytes, V scales as fp16, each in the layout of its offsets. ``DR``: the cache's head dim (its row
-        strides); ``PAD``: the tile is wider (DR not a power of two): the masks' padding channels load zeros."""
-        return _load_page_tile(KD16, KS, VD, VS, _page(PT, b, t0, MAXP, PS), h, t0, Hkv, koff, ksoff, voff, vsoff,
-                               kmask, ksmask, vmask, DR, PS, PAD)
+    def _scores16(K16, Q, row0, q_rows, q_ok, qk_scale, DS, D: gl.constexpr, BLOCK_N: gl.constexpr,
+                  BLOCK_M: gl.constexpr, LK16: gl.constexpr, MMA: gl.constexpr, PAD: gl.constexpr):
+        """Thrift's 16-bit scores of a tile, Sᵀ = K·qᵀ (log2 domain): the stored 16-bit keys (storage rows row0 ..)
+        times the unquantized q in the keys' dtype, FP32 accumulation, in chunks of 16 channels (16 registers of K
+        per chunk). The channels run in a logical order, as in the FP4 tile: thread c's 4 channels of chunk J are
+        the physical c·D/4 + 4J .. + 3 of each key (one 8-byte load); logical k = 8kl + 2c + e is physical
+        c·D/4 + 4J + 2kl + e, the q chunk is gathered the same way."""
+        AOP: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
+        BOP: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=MMA, k_width=2)
+        n = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, gl.SliceLayout(2, LK16)))
+        c = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(2, LK16)))
+        i = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, LK16)))
+        kch = c[None, :, None] * (D // 4) + i[None, None, :]  # physical channel, chunk 0
+        kptr = K16 + (row0 + n[:, None, None]).to(gl.int64) * DS + kch
+        kk = gl.arange(0, 16, layout=gl.SliceLayout(1, BOP))
+        qch = ((kk // 2) % 4) * (D // 4) + 2 * (kk // 8) + kk % 2
+        qptr = Q + q_rows[None, :] * DS + qch[:, None]
+        acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, layout=MMA)
+        for J in gl.static_range(D // 16):
+            if PAD:
+                k = gl.load(kptr + 4 * J, mask=(kch + 4 * J) < DS, other=0.0)
+                q = gl.load(qptr + 4 * J, mask=q_ok[None, :] & ((qch + 4 * J) < DS)[:, None], other=0.0)
+            else:
+                k = gl.load(kptr + 4 * J)
+                q = gl.load(qptr + 4 * J, mask=q_ok[None, :], other=0.0)
+            kA = gl.convert_layout(gl.reshape(gl.permute(gl.reshape(k, (BLOCK_N, 4, 2, 2)), (0, 2, 1, 3)),
+                                              (BLOCK_N, 16)), AOP)
+            acc = mma_v2(kA, q.to(K16.dtype.element_ty), acc)
+        return acc * qk_scale
+
+    @gluon.jit
+    def _pv16_chunk(V16, row, pc, accT, DS, D: gl.constexpr, LV16: gl.constexpr, MMA: gl.constexpr,
+                    PAD: gl.constexpr):
+        """Oᵀ += V16ᵀ·P̃ᵀ over the 16 keys from storage row ``row`` (pc: their (16, rows) B operand). V16ᵀ's A
+        fragments are built as the FP4 tile's from token-packed bytes: thread r loads its D/8 channels of an even
+        and an odd key and pairs them per channel with byte permutes (``_TOKEN_PAIRS_PTX``)."""
+        AOP: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
+        t2 = gl.arange(0, 8, layout=gl.SliceLayout(1, LV16))
+        ch = gl.arange(0, D, layout=gl.SliceLayout(0, LV16))
+        ptr = V16 + (row + 2 * t2[:, None]).to(gl.int64) * DS + ch[None, :]
+        if PAD:
+            ve = gl.load(ptr, mask=(ch < DS)[None, :], other=0.0)
+            vo = gl.load(ptr + DS, mask=(ch < DS)[None, :], other=0.0)
+        else:
+            ve = gl.load(ptr)
+            vo = gl.load(ptr + DS)
+        X, Y = gl.inline_asm_elementwise(_TOKEN_PAIRS_PTX, "=r,=r,=r,=r,r,r,r,r", [ve, vo],
+                                         dtype=(V16.dtype.element_ty, V16.dtype.element_ty), is_pure=True, pack=4)
+        J = gl.reshape(gl.join(X, Y), (8, 8, D // 32, 2, 2, 2))  # t2, r, w, a, e, z (as _tile's V)
+        vA = gl.convert_layout(gl.reshape(gl.permute(J, (2, 5, 3, 1, 0, 4)), (D, 16)), AOP, assert_trivial=True)
+        return mma_v2(vA, pc, accT)
+
+    @gluon.jit
+    def _pv16(V16, row0, p16T, accT, DS, D: gl.constexpr, LV16: gl.constexpr, MMA: gl.constexpr, PAD: gl.constexpr):
+        """Oᵀ += V16ᵀ·P̃ᵀ over a 64-key tile in four 16-key chunks (p16T: the tile's (64, rows) B operand, split
+        along its register bits of keys +16 and +32)."""
+        BOP: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=MMA, k_width=2)
+        R: gl.constexpr = p16T.shape[1]
+        lo, hi = gl.split(gl.permute(gl.reshape(p16T, (2, 2, 16, R)), (2, 3, 1, 0)))  # keys +32: lo / hi
+        p0, p1 = gl.split(lo)
+        p2, p3 = gl.split(hi)
+        accT = _pv16_chunk(V16, row0, gl.convert_layout(p0, BOP, assert_trivial=True), accT, DS, D, LV16, MMA, PAD)
+        accT = _pv16_chunk(V16, row0 + 16, gl.convert_layout(p1, BOP, assert_trivial=True), accT, DS, D, LV16, MMA,
+                           PAD)
+        accT = _pv16_chunk(V16, row0 + 32, gl.convert_layout(p2, BOP, assert_trivial=True), accT, DS, D, LV16, MMA,
+                           PAD)
+        return _pv16_chunk(V16, row0 + 48, gl.convert_layout(p3, BOP, assert_trivial=True), accT, DS, D, LV16, MMA,
+                           PAD)
 
     @gluon.jit
     def _tile(kh, ks, vb, vs, t0, accT, m_i, l_i, qT, s_scale, last_key, C, WL, keys0, sel_rows, vg, SEL, MAXP,
+              page, h, Hkv, K16, V16, Q, q_rows, q_ok, qk_scale, DS,
               D: gl.constexpr, PS: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
               LH: gl.constexpr, MMA: gl.constexpr, MASKED: gl.constexpr, THRIFT: gl.constexpr,
-              WINDOW: gl.constexpr):
+              WINDOW: gl.constexpr, LK16: gl.constexpr, LV16: gl.constexpr, PAD: gl.constexpr,
+              FUSED16: gl.constexpr):
         """One tile of the key loop: decode K̂ into A fragments, Sᵀ, online softmax over the keys (axis 0),
         P̃ rounded per 16 keys, decode V̂ᵀ into A fragments, Oᵀ += V̂ᵀ·ϕ(P̃)ᵀ. ``MASKED``: the keys' committed,
-        causal and (``WINDOW``, left extent WL) sliding-window masks."""
+        causal and (``WINDOW``, left extent WL) sliding-window masks. ``THRIFT``: two-level P̃ on the FP4 tile; the
+        rows whose query head selected the tile's page are left out (scores -inf: the 16-bit stream kernel computes
+        them) or, with ``FUSED16``, take their scores from the 16-bit keys of pool page ``page`` and add their
+        unquantized P̃ times its 16-bit values (a uniform branch, taken when some row selected the page)."""
         AOP: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
         BOP: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=MMA, k_width=2)
         # K scales (BLOCK_N, D/16) -> one per half-word (4 per block), as register copies
@@ -155,18 +239,28 @@ if HAVE_GLUON:
         kA = gl.convert_layout(gl.reshape(gl.permute(J, (0, 2, 5, 4, 1, 3)), (BLOCK_N, D)), AOP,
                                assert_trivial=True)
         sT = mma_v2(kA, qT, gl.zeros([BLOCK_N, BLOCK_M], gl.float32, layout=MMA)) * s_scale
+        if THRIFT:  # rows whose query head selected this page: scores from the 16-bit keys, or left out
+            sel = gl.load(SEL + sel_rows * MAXP + t0 // PS) != 0
+            if FUSED16:
+                any_sel = gl.max(sel.to(gl.int32), 0) != 0
+                row0 = (page * Hkv + h) * PS + t0 % PS  # the tile's first storage row in K16 / V16
+                if any_sel:
+                    sT = gl.where(sel[None, :], _scores16(K16, Q, row0, q_rows, q_ok, qk_scale, DS, D, BLOCK_N,
+                                                          BLOCK_M, LK16, MMA, PAD), sT)
+            else:
+                sT = gl.where(sel[None, :], float("-inf"), sT)
         if MASKED:
             keys = t0 + keys0
             ok = (keys < C)[:, None] & (keys[:, None] <= last_key[None, :])
             if WINDOW:  # query row sees keys >= its last key - WL
                 ok = ok & (keys[:, None] >= (last_key - WL)[None, :])
             sT = gl.where(ok, sT, float("-inf"))
-        if THRIFT:  # rows whose query head selected this page get it from the 16-bit stream, not here
-            sel = gl.load(SEL + sel_rows * MAXP + t0 // PS) != 0
-            sT = gl.where(sel[None, :], float("-inf"), sT)
         # softmax and P̃ rounding on the (rows, keys) view: a relabelling of the same registers
         p, alpha, m_i, l_i = online_softmax_step(gl.permute(sT, (1, 0)), m_i, l_i, MASKED or THRIFT)
-        if THRIFT:  # two-level P: P̂ = ϕ(P̃/s1), the product scaled by s1 afterwards
+        if THRIFT and FUSED16:  # two-level P of the other rows: P̂ = ϕ(P̃/s1), the product scaled by s1 afterwards
+            selr = gl.convert_layout(sel, gl.SliceLayout(1, p.type.layout))[:, None]
+            pq, s1 = fake_quant_p_two_level(gl.where(selr, 0.0, p), 16)
+        elif THRIFT:  # (the selected rows' P̃ is 0 here)
             pq, s1 = fake_quant_p_two_level(p, 16)
         else:
             pq = fake_quant_p(p, 16, False)
@@ -181,18 +275,24 @@ if HAVE_GLUON:
         if THRIFT:
             pv = mma_v2(vA, pT, gl.zeros([D, BLOCK_M], gl.float32, layout=MMA))
             accT += pv * gl.convert_layout(s1 * vg, gl.SliceLayout(0, MMA))[None, :]
+            if FUSED16:
+                if any_sel:  # the selecting rows' unquantized P̃ (rounded to V's dtype) times the 16-bit V
+                    p16T = gl.convert_layout(gl.permute(gl.where(selr, p, 0.0).to(V16.dtype.element_ty), (1, 0)), BOP)
+                    accT = _pv16(V16, row0, p16T, accT, DS, D, LV16, MMA, PAD)
         else:
             accT = mma_v2(vA, pT, accT)
         return accT, m_i, l_i
 
     @gluon.jit
-    def _decode_split_kernel_gl(Q, KD, KS, VD, VS, PT, LENS, KG, VG, SEL, OP, MP, LP,
+    def _decode_split_kernel_gl(Q, KD, KS, VD, VS, PT, LENS, KG, VG, SEL, K16, V16, OP, MP, LP,
                                 qk_scale, Hkv, NQ, G, MAXP, TPS, NS, WL, SINK,
                                 D: gl.constexpr, PS: gl.constexpr, BLOCK_M: gl.constexpr,
                                 BLOCK_N: gl.constexpr, THRIFT: gl.constexpr,
                                 LQ: gl.constexpr, LH: gl.constexpr, LKS: gl.constexpr, LV: gl.constexpr,
-                                MMA: gl.constexpr, PDL_TRIGGER: gl.constexpr = False, WINDOW: gl.constexpr = False,
-                                SINKS: gl.constexpr = False, DR: gl.constexpr = 0, L2_PREFETCH: gl.constexpr = False):
+                                MMA: gl.constexpr, LK16: gl.constexpr, LV16: gl.constexpr,
+                                PDL_TRIGGER: gl.constexpr = False, WINDOW: gl.constexpr = False,
+                                SINKS: gl.constexpr = False, DR: gl.constexpr = 0, L2_PREFETCH: gl.constexpr = False,
+                                FUSED16: gl.constexpr = False):
         # D: the tiles' channels (64, 128 or 256); DR: the cache's head dim when it is less (48, 80, 96, 112,
         # 144 ... 240: the padding channels load as zeros), 0 when equal (see launch)
         PAD: gl.constexpr = DR != 0
@@ -219,6 +319,10 @@ if HAVE_GLUON:
         vg = gl.load(VG + pid_bh) * 16384.0  # ... and V values times 2^-14
         # query head of each row (Thrift's SEL rows; padding columns read the group's last head)
         sel_rows = ((b * Hkv + h) * G + gl.minimum(cols // NQ, G - 1)).to(gl.int64)
+        # Thrift's 16-bit scores: q's rows (the B operand's columns), read in its dtype
+        c16 = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, BOP))
+        q_rows16 = (b * Hkv + h).to(gl.int64) * G * NQ + c16
+        q_ok16 = c16 < G * NQ
         z = gl.permute(gl.zeros([BLOCK_N, BLOCK_M], gl.float32, layout=MMA), (1, 0))
         m_i = gl.max(z, 1) - float("inf")  # running max / sum per query row, in the (rows, keys) view's slice
         if SINKS:  # P̃ against max(split max, sink), as decode's Triton split kernel; the sink's l: in the reduce
@@ -250,10 +354,13 @@ if HAVE_GLUON:
         lo_end, full_end = decode_tile_runs(start, end, L, NQ, WL, BLOCK_N, WINDOW)
         if WINDOW:  # tiles below L - 1 - WL hold keys the last query row's window leaves out: masked (<= 2 tiles)
             for t0 in range(start, lo_end, BLOCK_N):
-                kh, ks, vb, vs = _load_tile(KD16, KS, VD, VS, PT, b, h, t0, Hkv, MAXP, koff, ksoff, voff, vsoff,
-                                            kmask, ksmask, vmask, DS, PS, PAD)
+                page = _page(PT, b, t0, MAXP, PS)
+                kh, ks, vb, vs = _load_page_tile(KD16, KS, VD, VS, page, h, t0, Hkv, koff, ksoff, voff, vsoff, kmask,
+                                                 ksmask, vmask, DS, PS, PAD)
                 accT, m_i, l_i = _tile(kh, ks, vb, vs, t0, accT, m_i, l_i, qT, s_scale, last_key, C, WL, keys0,
-                                       sel_rows, vg, SEL, MAXP, D, PS, BLOCK_N, BLOCK_M, LH, MMA, True, THRIFT, WINDOW)
+                                       sel_rows, vg, SEL, MAXP, page, h, Hkv, K16, V16, Q, q_rows16, q_ok16, qk_scale,
+                                       DS, D, PS, BLOCK_N, BLOCK_M, LH, MMA, True, THRIFT, WINDOW, LK16, LV16, PAD,
+                                       FUSED16)
         # tiles from there below min(end, L - NQ + 1) are committed and visible to every query row: no masks. The
         # page-table entries are loaded two tiles ahead (a tile's bytes are addressed through its entry: two dependent
         # global loads otherwise); with L2_PREFETCH the next tile's bytes are also prefetched into L2
@@ -268,14 +375,18 @@ if HAVE_GLUON:
                 kh, ks, vb, vs = _load_page_tile(KD16, KS, VD, VS, page, h, t0, Hkv, koff, ksoff, voff, vsoff, kmask,
                                                  ksmask, vmask, DS, PS, PAD)
                 accT, m_i, l_i = _tile(kh, ks, vb, vs, t0, accT, m_i, l_i, qT, s_scale, last_key, C, WL, keys0,
-                                       sel_rows, vg, SEL, MAXP, D, PS, BLOCK_N, BLOCK_M, LH, MMA, False, THRIFT, WINDOW)
+                                       sel_rows, vg, SEL, MAXP, page, h, Hkv, K16, V16, Q, q_rows16, q_ok16, qk_scale,
+                                       DS, D, PS, BLOCK_N, BLOCK_M, LH, MMA, False, THRIFT, WINDOW, LK16, LV16, PAD,
+                                       FUSED16)
                 page = page1
                 page1 = page2
         for t0 in range(full_end, end, BLOCK_N):  # at most the last committed 16 + BLOCK_N keys
-            kh, ks, vb, vs = _load_tile(KD16, KS, VD, VS, PT, b, h, t0, Hkv, MAXP, koff, ksoff, voff, vsoff, kmask,
-                                        ksmask, vmask, DS, PS, PAD)
+            page = _page(PT, b, t0, MAXP, PS)
+            kh, ks, vb, vs = _load_page_tile(KD16, KS, VD, VS, page, h, t0, Hkv, koff, ksoff, voff, vsoff, kmask,
+                                             ksmask, vmask, DS, PS, PAD)
             accT, m_i, l_i = _tile(kh, ks, vb, vs, t0, accT, m_i, l_i, qT, s_scale, last_key, C, WL, keys0, sel_rows,
-                                   vg, SEL, MAXP, D, PS, BLOCK_N, BLOCK_M, LH, MMA, True, THRIFT, WINDOW)
+                                   vg, SEL, MAXP, page, h, Hkv, K16, V16, Q, q_rows16, q_ok16, qk_scale, DS, D, PS,
+                                   BLOCK_N, BLOCK_M, LH, MMA, True, THRIFT, WINDOW, LK16, LV16, PAD, FUSED16)
         if not THRIFT:
             accT = accT * vg  # (Thrift scales each tile's product by s1·vg in _tile)
         # partials in physical channel order: logical row m = r + 8a + 16(2w + z) is (D/8)·r + 4w + 2z + a
@@ -313,7 +424,23 @@ def _layouts(D: int, BLOCK_N: int, BLOCK_M: int) -> dict:
         reg_bases=[[0, 1 << i] for i in range(_log2(D // 8))] + [[4 << i, 0] for i in range(_log2(BLOCK_N // 8))],
         lane_bases=[[1, 0], [2, 0], [0, D // 8], [0, D // 4], [0, D // 2]], warp_bases=[], block_bases=[],
         shape=[BLOCK_N // 2, D])
-    return dict(LQ=LQ, LH=LH, LKS=LKS, LV=LV, MMA=MMA)
+    # Thrift's 16-bit K (BLOCK_N, 4, 4): thread (r, c) holds 4 consecutive channels (c·D/4 + 4J ..) of its rows
+    LK16 = gl.DistributedLinearLayout(
+        reg_bases=[[0, 0, 1], [0, 0, 2]] + [[8 << i, 0, 0] for i in range(_log2(BLOCK_N // 8))],
+        lane_bases=[[0, 1, 0], [0, 2, 0], [1, 0, 0], [2, 0, 0], [4, 0, 0]], warp_bases=[], block_bases=[],
+        shape=[BLOCK_N, 4, 4])
+    # ... and its 16-bit V in chunks of 16 keys: LV's layout of 8 token pairs
+    LV16 = LV if BLOCK_N == 16 else _layouts(D, 16, BLOCK_M)["LV"]
+    return dict(LQ=LQ, LH=LH, LKS=LKS, LV=LV, MMA=MMA, LK16=LK16, LV16=LV16)
+
+
+def fused16_fits(D: int, rows: int) -> bool:
+    """Thrift's selected pages inside this kernel (``FUSED16``) where its tile keeps the 168-register budget of 12
+    programs per SM (ptxas, sm_90: no spill for one new token, 8 bytes of stack for two): at most 64 channels and 8
+    query rows, 1.17-1.27x faster than the two-kernel path (H200). Wider tiles (255 registers at 128 channels: 8 per SM;
+    hundreds of bytes of spills at 256 channels or 16 rows) ran 1.00-1.03x at D = 128 and slower elsewhere
+    (benchmarks/thrift-fused-s31/): they keep ``decode._decode_16bit_kernel``."""
+    return next_pow2(D) <= 64 and rows <= 8
 
 
 def supported(D: int, rows: int, block_n: int, page_size: int) -> bool:
@@ -324,12 +451,14 @@ def supported(D: int, rows: int, block_n: int, page_size: int) -> bool:
 
 
 def launch(q, cache, pt, ks, vs, OP, MP, LP, qk_scale, NQ, G, maxp, TPS, num_splits, BLOCK_M, block_n,
-           sel=None, ns_stride=None, maxnreg=None, pdl_trigger=False, window=None, sink=None, l2_prefetch=False):
+           sel=None, ns_stride=None, maxnreg=None, pdl_trigger=False, window=None, sink=None, l2_prefetch=False,
+           fused16=False):
     """Run the split kernel on the decode_fwd buffers (grid (splits, B·Hkv), one warp per program; ``maxnreg``: a
     register cap, so that as many programs share an SM as the splits were sized for). ``window``: a sliding
     window's left extent (the splits start at each sequence's window); ``sink``: the (Hq,) attention sinks in score
     units (a float tensor), the running max's start. ``l2_prefetch``: the unmasked tiles' next tile prefetched into
-    L2 (``cp.async.bulk.prefetch``)."""
+    L2 (``cp.async.bulk.prefetch``). ``fused16`` (with a Thrift selection ``sel``): the selected pages computed here
+    from the cache's 16-bit copy (``fused16_fits``) instead of by the separate 16-bit stream kernel."""
     B, _, _, DR = q.shape
     D = next_pow2(DR)  # the tiles' channels: DR padded to a power of two
     Hkv = cache.num_kv_heads
@@ -342,9 +471,11 @@ def launch(q, cache, pt, ks, vs, OP, MP, LP, qk_scale, NQ, G, maxp, TPS, num_spl
         extra["SINKS"] = True
     if l2_prefetch:
         extra["L2_PREFETCH"] = True
+    if fused16:
+        extra["FUSED16"] = True
     fast(_decode_split_kernel_gl)[head_grid(num_splits, B * Hkv)](
         q, cache.k_data, ks, cache.v_data, vs, pt, cache.seq_lens, cache.k_global_scale, cache.v_global_scale,
-        MP if sel is None else sel, OP, MP, LP, qk_scale, Hkv, NQ, G, maxp, TPS, ns_stride or num_splits,
-        window or 0, MP if sink is None else sink,
+        MP if sel is None else sel, cache.k16 if fused16 else MP, cache.v16 if fused16 else MP, OP, MP, LP, qk_scale,
+        Hkv, NQ, G, maxp, TPS, ns_stride or num_splits, window or 0, MP if sink is None else sink,
         D=D, PS=cache.page_size, BLOCK_M=BLOCK_M, BLOCK_N=block_n, THRIFT=sel is not None,
         **_layouts(D, block_n, BLOCK_M), num_warps=1, **({"maxnreg": maxnreg} if maxnreg else {}), **extra)
