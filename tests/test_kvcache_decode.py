@@ -1775,14 +1775,21 @@ def test_thrift_decode_gluon_streams_gpu_equal_fused_triton_kernel(nq, budget, w
     online softmax over both) up to float32 rounding and the bf16 rounding of the 16-bit P̃ (relative to
     each stream's own maximum): measured <= 1e-3 relative L2 on H200. Also with a sliding window (both
     streams start at the window's pages and mask its keys) and sinks (the FP4 stream's max starts there)."""
+    _thrift_gluon_vs_triton(128, nq, budget, window, sinks, seed=70)
+
+
+def _thrift_gluon_vs_triton(D, nq, budget, window, sinks, seed):
+    """Thrift decode of a ragged GQA batch (3 sequences, 2 kv heads of 4 query heads) through the Gluon and the Triton
+    split kernels, 1 and 3 splits: outputs within 3e-3 relative L2 of each other, LSEs within 1e-4, and the Gluon
+    output within 1e-2 of the float64 reference over the dequantized cache."""
     from fp4attn.kernels import decode as Dk
 
-    dev, B, Hkv, G, D = "cuda", 3, 2, 4, 128
+    dev, B, Hkv, G = "cuda", 3, 2, 4
     lens = [3000, 777, 2048 + 5]
-    k, v = _kv(B, Hkv, max(lens), D, seed=70)
+    k, v = _kv(B, Hkv, max(lens), D, seed=seed)
     c = KVCache.from_dense(k.to(dev), v.to(dev), lengths=lens, keep_16bit=True)
-    q = torch.randn(B, Hkv * G, nq, D, generator=torch.Generator().manual_seed(71)).to(dev, torch.bfloat16)
-    s = (torch.randn(Hkv * G, generator=torch.Generator().manual_seed(72)) * 3).to(dev) if sinks else None
+    q = torch.randn(B, Hkv * G, nq, D, generator=torch.Generator().manual_seed(seed + 1)).to(dev, torch.bfloat16)
+    s = (torch.randn(Hkv * G, generator=torch.Generator().manual_seed(seed + 2)) * 3).to(dev) if sinks else None
     sel = Dk.select_pages(q, c, budget, window=window)
     for splits in (1, 3):
         kw = dict(scale=D ** -0.5, selection=sel, num_splits=splits, window=window, sinks=s)
@@ -1811,25 +1818,11 @@ def test_thrift_decode_gluon_fused_gpu_equal_fused_triton_kernel(monkeypatch, D,
     launched = []
     real = Dk._launch_16bit
     monkeypatch.setattr(Dk, "_launch_16bit", lambda *a, **kw: (launched.append(1), real(*a, **kw)))
-    dev, B, Hkv, G = "cuda", 3, 2, 4
-    lens = [3000, 777, 2048 + 5]
-    k, v = _kv(B, Hkv, max(lens), D, seed=74)
-    c = KVCache.from_dense(k.to(dev), v.to(dev), lengths=lens, keep_16bit=True)
-    q = torch.randn(B, Hkv * G, nq, D, generator=torch.Generator().manual_seed(75)).to(dev, torch.bfloat16)
-    s = (torch.randn(Hkv * G, generator=torch.Generator().manual_seed(76)) * 3).to(dev) if sinks else None
-    sel = Dk.select_pages(q, c, budget, window=window)
-    for splits in (1, 3):
-        kw = dict(scale=D ** -0.5, selection=sel, num_splits=splits, window=window, sinks=s)
-        o_t, l_t = Dk.decode_fwd(q, c, kernel="triton", **kw)
-        o_g, l_g = Dk.decode_fwd(q, c, kernel="gluon", **kw)
-        assert _rel(o_g, o_t) <= 3e-3, (splits, _rel(o_g, o_t))
-        assert torch.allclose(l_g, l_t, atol=1e-4, rtol=0)
+    _thrift_gluon_vs_triton(D, nq, budget, window, sinks, seed=74)
     assert not launched  # the selected pages came from the Gluon kernel
-    ref, _ = decode_reference(q, c, scale=D ** -0.5, selection=sel.bool(), window=window, sinks=s)
-    assert _rel(o_g, ref) <= 1e-2
-    k2, v2 = _kv(1, Hkv, 300, 128, seed=77)
-    c2 = KVCache.from_dense(k2.to(dev), v2.to(dev), keep_16bit=True)
-    q2 = torch.randn(1, Hkv * G, 1, 128, generator=torch.Generator().manual_seed(78)).to(dev, torch.bfloat16)
+    k2, v2 = _kv(1, 2, 300, 128, seed=77)
+    c2 = KVCache.from_dense(k2.to("cuda"), v2.to("cuda"), keep_16bit=True)
+    q2 = torch.randn(1, 8, 1, 128, generator=torch.Generator().manual_seed(78)).to("cuda", torch.bfloat16)
     Dk.decode_fwd(q2, c2, scale=128 ** -0.5, selection=Dk.select_pages(q2, c2, 0.25), kernel="gluon")
     assert launched  # 128-channel tiles: the 16-bit stream kernel
 
