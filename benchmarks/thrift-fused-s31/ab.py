@@ -13,6 +13,7 @@ prefetch of the next selected pages' 16-bit rows, since removed); see README.md.
 # ruff: noqa: B023
 import os
 
+import torch
 from _ab import REP, fp4attn_old, logger, rounds, shapes
 from _common import cases, t
 from torch.nn.attention import SDPBackend
@@ -48,12 +49,16 @@ for D, _nq, k, v, cache, q, _cud in shapes(CASES, P):
            "thrift new": lambda: fp4attn.decode(q, c16, thrift_budget=THRIFT),
            "sel given old": lambda: fp4attn_old.kernels.decode.decode_fwd(q, c16_old, scale=D ** -0.5, selection=sel),
            "sel given new": lambda: Dn.decode_fwd(q, c16, scale=D ** -0.5, selection=sel),
-           "nvfp4 new": lambda: fp4attn.decode(q, cache)}
+           "nvfp4 new": lambda: fp4attn.decode(q, cache),
+           "select old": lambda: fp4attn_old.kernels.decode.select_pages(q, c16_old, THRIFT),
+           "select new": lambda: Dn.select_pages(q, c16, THRIFT)}
     best, res = rounds(fns)
     for n_, us in best.items():
         P(f"  {n_:13s} {us:8.1f} us  x unfolded cuDNN {cu / us:5.2f}  rounds {['%.1f' % x for x in res[n_]]}")
+    same = torch.equal(sel, fp4attn_old.kernels.decode.select_pages(q, c16_old, THRIFT))
     P(f"  old/new: thrift op {best['thrift old'] / best['thrift new']:.3f}, with the selection given "
-      f"{best['sel given old'] / best['sel given new']:.3f}")
+      f"{best['sel given old'] / best['sel given new']:.3f}, the selection "
+      f"{best['select old'] / best['select new']:.3f}; selections equal {same}")
     psm0 = Dn._GLUON_CONFIG[True]["per_sm"]
     for psm in PER_SM:  # (the probes: the fused tile at every shape, under other register caps)
         Dn._GLUON_CONFIG[True]["per_sm"] = psm

@@ -827,7 +827,7 @@ MAX_SELECT_PAGES = 16384  # pages per sequence that the top-k kernel holds in on
 
 @triton.jit
 def _page_scores_kernel(Q, KM, K16, KT, PT, LENS, S, Hkv, MAXP, NPG, WL,
-                        NQ: tl.constexpr, NQ_P2: tl.constexpr, G: tl.constexpr, D: tl.constexpr,
+                        NQ: tl.constexpr, NQ_P2: tl.constexpr, G: tl.constexpr, G_P2: tl.constexpr, D: tl.constexpr,
                         DP: tl.constexpr, PS: tl.constexpr, CHUNK: tl.constexpr, WINDOW: tl.constexpr = False):
     """Grid (page chunks, B·Hkv). Ŝ[b, h·G + g, p] = q̄·K̄_p (FP32) for the program's CHUNK pages p that
     are valid (p < ceil(L_b / PS)), for the G query heads of kv head h at once (every page mean is read
@@ -867,13 +867,16 @@ def _page_scores_kernel(Q, KM, K16, KT, PT, LENS, S, Hkv, MAXP, NPG, WL,
                            other=0.0).to(tl.float32)
             part = tl.sum(acc, 0) / (L - nfull * PS).to(tl.float32)
             km = tl.where((offs_p == nfull)[:, None], part[None, :], km)
-        offs_i = tl.arange(0, NQ_P2)
-        for g in range(G):
+        # the G·NQ query rows of the group in one load (their latency overlaps the means'), q̄ per head picked out of
+        # registers in the loop
+        offs_r = tl.arange(0, G_P2 * NQ_P2)
+        r_ok = ((offs_r // NQ_P2) < G) & ((offs_r % NQ_P2) < NQ)
+        qrows = (b * Hkv + h).to(tl.int64) * G * NQ + (offs_r // NQ_P2) * NQ + offs_r % NQ_P2
+        qv = tl.load(Q + qrows[:, None] * D + offs_d[None, :], mask=r_ok[:, None] & dmask[None, :],
+                     other=0.0).to(tl.float32)
+        for g in tl.static_range(G):
             hq = (b * Hkv + h) * G + g
-            qrows = hq.to(tl.int64) * NQ + offs_i
-            qv = tl.load(Q + qrows[:, None] * D + offs_d[None, :], mask=(offs_i < NQ)[:, None] & dmask[None, :],
-                         other=0.0)
-            qbar = tl.sum(qv.to(tl.float32), 0) / NQ
+            qbar = tl.sum(tl.where((offs_r // NQ_P2 == g)[:, None], qv, 0.0), 0) / NQ
             s = tl.sum(km * qbar[None, :], 1)
             tl.store(S + hq.to(tl.int64) * NPG + offs_p, s, mask=offs_p < n_b)
 
@@ -963,9 +966,10 @@ def page_scores(q: torch.Tensor, cache, *, chunk: int | None = None, num_warps: 
     Hkv = cache.num_kv_heads
     ps = cache.page_size
     npg = _scored_pages(cache)
-    # a (chunk, D) FP32 tile of page means, one warp: the best of an H200 sweep (chunk 8-64 x 1-8 warps,
-    # 7.5 / 5.5 us at (8,32,8,32k,128) / (1,32,8,128k,128); 4 warps: 23 / 13 us)
-    chunk = chunk or max(1, 4096 // next_pow2(D))
+    # a (16, D) FP32 tile of page means, one warp: the best or within 0.3 us of it in H200 sweeps (chunk 8-128 x 1-4
+    # warps, CUDA graphs: 9.7 / 8.1 / 13.7 / 9.6 us at (8,32,8,32k) / (1,32,8,128k), D = 64 / 128, with ~4 us of graph
+    # launch in each; benchmarks/thrift-fused-s31/probe_select.py; 64 / 32 pages ran 10.5 / 9.5 / 13.9 / 10.6)
+    chunk = chunk or 16
     maxp = cache.page_table.shape[1]
     pt = cache.page_table if maxp else torch.zeros(B, 1, dtype=torch.int32, device=q.device)
     scores = torch.empty(B, Hq, npg, dtype=torch.float32, device=q.device)
@@ -975,7 +979,8 @@ def page_scores(q: torch.Tensor, cache, *, chunk: int | None = None, num_warps: 
         rows = _window_pages(window, NQ, ps, npg)
     fast(_page_scores_kernel)[head_grid(cdiv(rows, chunk), B * Hkv)](
         q, cache.k_page_mean, cache.k16, cache.k_tail, pt, cache.seq_lens, scores, Hkv, max(maxp, 1), npg,
-        window or 0, NQ=NQ, NQ_P2=next_pow2(NQ), G=Hq // Hkv, D=D, DP=next_pow2(D), PS=ps, CHUNK=chunk,
+        window or 0, NQ=NQ, NQ_P2=next_pow2(NQ), G=Hq // Hkv, G_P2=next_pow2(Hq // Hkv), D=D, DP=next_pow2(D), PS=ps,
+        CHUNK=chunk,
         WINDOW=window is not None,
         num_warps=num_warps)
     return scores
