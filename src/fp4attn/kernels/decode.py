@@ -423,14 +423,14 @@ def _decode_16bit_kernel(Q, K16, V16, PT, LENS, SEL, OP, MP, LP, qk_scale, Hkv, 
                          D: tl.constexpr, DP: tl.constexpr, PS: tl.constexpr, PPS: tl.constexpr,
                          BLOCK_R: tl.constexpr, BLOCK_M: tl.constexpr, DOT_F32: tl.constexpr,
                          WINDOW: tl.constexpr = False, STAGES: tl.constexpr = 2):
-    """Thrift's 16-bit stream for the Gluon FP4 kernel (which leaves the selected pages out): grid (NS16,
-    B·Hkv), program ``pid`` takes pages [pid·PPS, (pid+1)·PPS) of its sequence; a page that some query
-    head of the kv group selected is scored from the 16-bit copy (input-dtype q and K, FP32 accumulation)
-    for the selecting rows only, with unquantized P̃ (rounded to V's dtype for the MMA, as the fused
-    kernel does) and 16-bit V. Partials go to split slot S0 + pid (BLOCK_M rows per slot); the reduce
-    merges them with the FP4 stream's by their maxima, which equals one online softmax over both. With ``WINDOW``
-    (left extent WL) the pages are counted from the sequence's first candidate page (that of key
-    max(L − NQ − WL, 0): a windowed selection holds no earlier one) and the window masks the keys. Sinks need
+    """Thrift's 16-bit stream for the Gluon FP4 kernel where that leaves the selected pages out (tiles of more than 64
+    channels or 8 query rows; ``decode_gluon.fused16_fits``): grid (NS16, B·Hkv), program ``pid`` takes pages
+    [pid·PPS, (pid+1)·PPS) of its sequence; a page that some query head of the kv group selected is scored from the
+    16-bit copy (input-dtype q and K, FP32 accumulation) for the selecting rows only, with unquantized P̃ (rounded
+    to V's dtype for the MMA, as the fused kernel does) and 16-bit V. Partials go to split slot S0 + pid (BLOCK_M
+    rows per slot); the reduce merges them with the FP4 stream's by their maxima, which equals one online softmax
+    over both. With ``WINDOW`` (left extent WL) the pages are counted from the sequence's first candidate page (that
+    of key max(L − NQ − WL, 0): a windowed selection holds no earlier one) and the window masks the keys. Sinks need
     nothing here: the reduce merges them (this stream's P̃ is not quantized).
 
     The program first reads the selection bits and page-table entries of its PPS pages as one tile each and numbers
