@@ -209,10 +209,10 @@ def fam_decode():
                                    cd.k_scale.view(torch.uint8), cd.v_scale.view(torch.uint8), buf[:, :64], buf[:, 0],
                                    buf[:, 1], 0.1, 1, 4, cd.page_table.shape[1], 128, 3, 8, 32,
                                    maxnreg=Dk.gluon_maxnreg(False), l2_prefetch=True)
-        # Thrift's selected pages inside the Gluon kernel (FUSED16): 64-channel tiles, D = 64 and 48 (padded), with a
-        # window and sinks
-        for D in (64, 48):
-            kd = torch.randn(2, 2, 300, D, dtype=torch.bfloat16)
+        # Thrift's selected pages inside the Gluon kernel (FUSED16): 64-channel tiles, D = 64 (bf16) and 48 (padded,
+        # fp16), with a window and sinks
+        for D, dt in ((64, torch.bfloat16), (48, torch.float16)):
+            kd = torch.randn(2, 2, 300, D, dtype=dt)
             cf = fp4attn.KVCache.from_dense(kd, torch.randn_like(kd), lengths=[300, 100], keep_16bit=True)
             qf = torch.randn(2, 8, 2, D, dtype=torch.bfloat16)
             self_ = torch.zeros(2, 8, cf.page_table.shape[1], dtype=torch.int8)

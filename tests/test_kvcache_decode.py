@@ -1778,7 +1778,7 @@ def test_thrift_decode_gluon_streams_gpu_equal_fused_triton_kernel(nq, budget, w
     _thrift_gluon_vs_triton(128, nq, budget, window, sinks, seed=70)
 
 
-def _thrift_gluon_vs_triton(D, nq, budget, window, sinks, seed):
+def _thrift_gluon_vs_triton(D, nq, budget, window, sinks, seed, dtype=torch.bfloat16):
     """Thrift decode of a ragged GQA batch (3 sequences, 2 kv heads of 4 query heads) through the Gluon and the Triton
     split kernels, 1 and 3 splits: outputs within 3e-3 relative L2 of each other, LSEs within 1e-4, and the Gluon
     output within 1e-2 of the float64 reference over the dequantized cache."""
@@ -1786,7 +1786,7 @@ def _thrift_gluon_vs_triton(D, nq, budget, window, sinks, seed):
 
     dev, B, Hkv, G = "cuda", 3, 2, 4
     lens = [3000, 777, 2048 + 5]
-    k, v = _kv(B, Hkv, max(lens), D, seed=seed)
+    k, v = _kv(B, Hkv, max(lens), D, dtype=dtype, seed=seed)
     c = KVCache.from_dense(k.to(dev), v.to(dev), lengths=lens, keep_16bit=True)
     q = torch.randn(B, Hkv * G, nq, D, generator=torch.Generator().manual_seed(seed + 1)).to(dev, torch.bfloat16)
     s = (torch.randn(Hkv * G, generator=torch.Generator().manual_seed(seed + 2)) * 3).to(dev) if sinks else None
@@ -1804,27 +1804,34 @@ def _thrift_gluon_vs_triton(D, nq, budget, window, sinks, seed):
 @pytest.mark.gpu
 @gpu
 @pytest.mark.parametrize("D", [64, 48])
-@pytest.mark.parametrize("nq,budget,window,sinks", [(1, 0.05, None, False), (2, 0.25, 100, True),
-                                                    (1, 1.0, None, False), (2, 0.1, 700, False)])
-def test_thrift_decode_gluon_fused_gpu_equal_fused_triton_kernel(monkeypatch, D, nq, budget, window, sinks):
+@pytest.mark.parametrize("nq,budget,window,sinks,dtype", [(1, 0.05, None, False, torch.bfloat16),
+                                                          (2, 0.25, 100, True, torch.bfloat16),
+                                                          (1, 1.0, None, False, torch.float16),
+                                                          (2, 0.1, 700, False, torch.float16)])
+def test_thrift_decode_gluon_fused_gpu_equal_fused_triton_kernel(monkeypatch, D, nq, budget, window, sinks, dtype):
     """Thrift decode on Hopper at tiles of <= 64 channels and <= 8 query rows per kv head: the Gluon kernel computes the
     selected pages itself from the 16-bit copy (FUSED16; the 16-bit stream kernel is not launched), one online softmax
     as the fused Triton kernel, which it equals up to float32 rounding (summation order: the Gluon tiles sum the
     channels in another order) and the bf16 rounding of the 16-bit P̃ that follows from it: 1.1-1.2e-3 relative L2 on
     H200 at (8,32,8,32k) and (1,32,8,128k), D = 48 and 64 (benchmarks/thrift-fused-s31/). D = 48: padded 64-channel
-    tiles (masked 16-bit loads). At D = 128 the two-kernel path still runs."""
+    tiles (masked 16-bit loads). bfloat16 and float16 caches; a float32 cache, and 128-channel tiles, still run the
+    two-kernel path."""
     from fp4attn.kernels import decode as Dk
 
     launched = []
     real = Dk._launch_16bit
     monkeypatch.setattr(Dk, "_launch_16bit", lambda *a, **kw: (launched.append(1), real(*a, **kw)))
-    _thrift_gluon_vs_triton(D, nq, budget, window, sinks, seed=74)
+    _thrift_gluon_vs_triton(D, nq, budget, window, sinks, seed=74, dtype=dtype)
     assert not launched  # the selected pages came from the Gluon kernel
-    k2, v2 = _kv(1, 2, 300, 128, seed=77)
-    c2 = KVCache.from_dense(k2.to("cuda"), v2.to("cuda"), keep_16bit=True)
-    q2 = torch.randn(1, 8, 1, 128, generator=torch.Generator().manual_seed(78)).to("cuda", torch.bfloat16)
-    Dk.decode_fwd(q2, c2, scale=128 ** -0.5, selection=Dk.select_pages(q2, c2, 0.25), kernel="gluon")
-    assert launched  # 128-channel tiles: the 16-bit stream kernel
+    for d2, dt2 in ((128, torch.bfloat16), (D, torch.float32)):  # the 16-bit stream kernel
+        launched.clear()
+        k2, v2 = _kv(1, 2, 300, d2, dtype=dt2, seed=77)
+        c2 = KVCache.from_dense(k2.to("cuda"), v2.to("cuda"), keep_16bit=True)
+        q2 = torch.randn(1, 8, 1, d2, generator=torch.Generator().manual_seed(78)).to("cuda", torch.bfloat16)
+        kw = dict(scale=d2 ** -0.5, selection=Dk.select_pages(q2, c2, 0.25))
+        o_g = Dk.decode_fwd(q2, c2, kernel="gluon", **kw)[0]
+        assert launched, (d2, dt2)
+        assert _rel(o_g, Dk.decode_fwd(q2, c2, kernel="triton", **kw)[0]) <= 3e-3
 
 
 def test_default_splits_short_loops_take_more_splits_up_to_min_programs():

@@ -747,7 +747,7 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
     maxp = cache.page_table.shape[1]
     # Thrift with the Gluon FP4 kernel: its selected pages come from the kernel itself (fused16, small tiles) or from a
     # separate 16-bit stream whose partials occupy n16 more split slots (with a window: enough for its candidate pages)
-    fused16 = thrift and gluon and decode_gluon.fused16_fits(D, BLOCK_M)
+    fused16 = thrift and gluon and decode_gluon.fused16_fits(D, BLOCK_M, cache.dtype)
     pages16 = max(maxp, 1) if window is None else _window_pages(window, NQ, PS, max(maxp, 1))
     n16 = max(1, -(-pages16 // _PAGES_16BIT)) if (thrift and gluon and not fused16) else 0
     ns_all = num_splits + n16

@@ -60,6 +60,8 @@ from __future__ import annotations
 
 import functools
 
+import torch
+
 from ..formats.triton_helpers import (
     E2M1_BYTE_PAIRS_F16HI_PTX,
     E2M1_HALFWORDS_F16HI_PTX,
@@ -434,13 +436,14 @@ def _layouts(D: int, BLOCK_N: int, BLOCK_M: int) -> dict:
     return dict(LQ=LQ, LH=LH, LKS=LKS, LV=LV, MMA=MMA, LK16=LK16, LV16=LV16)
 
 
-def fused16_fits(D: int, rows: int) -> bool:
-    """Thrift's selected pages inside this kernel (``FUSED16``) where its tile keeps the 168-register budget of 12
+def fused16_fits(D: int, rows: int, dtype) -> bool:
+    """Thrift's selected pages inside this kernel (``FUSED16``), for a 16-bit copy of ``dtype`` float16 or bfloat16
+    (a float32 cache keeps the 16-bit stream kernel), where its tile keeps the 168-register budget of 12
     programs per SM (ptxas, sm_90: no spill for one new token, 8 bytes of stack for two): at most 64 channels and 8
     query rows, 1.17-1.27x faster than the two-kernel path (H200). Wider tiles (255 registers at 128 channels: 8 per SM;
     hundreds of bytes of spills at 256 channels or 16 rows) ran 1.00-1.03x at D = 128 and slower elsewhere
     (benchmarks/thrift-fused-s31/): they keep ``decode._decode_16bit_kernel``."""
-    return next_pow2(D) <= 64 and rows <= 8
+    return next_pow2(D) <= 64 and rows <= 8 and dtype in (torch.float16, torch.bfloat16)
 
 
 def supported(D: int, rows: int, block_n: int, page_size: int) -> bool:
