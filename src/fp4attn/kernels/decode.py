@@ -564,9 +564,10 @@ _THRIFT_GLUON_MIN_WORK = 1 << 17
 # 203.7 / 121.5 at 32k / 128k; benchmarks/thrift16-s30/): the FP4 grid fills the SMs' registers, so the 16-bit
 # programs mostly run as its programs finish; giving them a fixed share of every SM was slower), "serial" one after
 # the other on the current stream. Same bits either way (each writes its own split slots).
-# (_THRIFT_GLUON_MIN_WORK above was measured with the 16-bit stream before it was pipelined. With the 16-bit pages
-# inside the Gluon kernel, D = 64, it still holds: Triton/Gluon time 0.86-0.88 at 2^14-2^16, 1.21-1.26 at 2^17,
-# 1.46-1.75 above; H200, benchmarks/thrift-fused-s31/.)
+# (_THRIFT_GLUON_MIN_WORK above was first measured with the 16-bit stream before it was pipelined. It still holds on
+# the H200, benchmarks/thrift-fused-s31/: Triton/Gluon time at D = 128 (two kernels) 0.77-0.84 at 2^15-2^16,
+# 1.12-1.17 at 2^17, 1.59-1.63 at 2^18; at D = 64 (the 16-bit pages inside the Gluon kernel) 0.86-0.88 at
+# 2^14-2^16, 1.21-1.26 at 2^17, 1.46-1.75 above.)
 _THRIFT_STREAMS = os.environ.get("FP4ATTN_THRIFT_STREAMS", "side")
 if _THRIFT_STREAMS not in ("side", "serial"):
     raise ValueError(f"FP4ATTN_THRIFT_STREAMS: expected 'side' or 'serial', got {_THRIFT_STREAMS!r}")
