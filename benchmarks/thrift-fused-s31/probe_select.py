@@ -1,17 +1,23 @@
 """Where the Thrift selection's time goes (H200, CUDA-graph replays), after the fused tile: the selection's two kernels
 (page scores, top-k) alone and under other launch configs, ``select_pages``, the decode with a given selection, the
-whole op, and the graph time of an empty kernel launch (the floor of one launch in a graph).
+whole op (the list of benchmarks/thrift16-s30/probe_sel.py; the logs in results/ were written before this script
+took it, without its "decode_fwd nvfp4" line), and the graph time of an empty kernel launch (the floor of one launch
+in a graph).
 
     OUT=out PYTHONPATH=src:benchmarks/f2fp-s29 python benchmarks/thrift-fused-s31/probe_select.py
 """
 # ruff: noqa: B023
 import os
+import sys
 
 import torch
 import triton
 import triton.language as tl
 from _ab import REP, logger, shapes
 from _common import t
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "thrift16-s30"))
+from probe_sel import step_parts  # noqa: E402
 
 import fp4attn
 import fp4attn.kernels.decode as Dn
@@ -35,18 +41,9 @@ P(f"empty kernel, 1 program: {t(lambda: _empty[(1,)](buf), REP):.1f} us; 512 pro
   f"{t(lambda: (_empty[(1,)](buf), _empty[(1,)](buf)), REP):.1f} us")
 for _D, _nq, k, v, cache, q, _cud in shapes(CASES, P):  # noqa: B007
     c16 = fp4attn.KVCache.from_dense(k, v, keep_16bit=True)
-    sel = Dn.select_pages(q, c16, THRIFT)
     scores = Dn.page_scores(q, c16)
     width = max(c16.page_table.shape[1], 1)
-    D = q.shape[-1]
-    fns = {
-        "page_scores": lambda: Dn.page_scores(q, c16),
-        "page_topk": lambda: Dn.page_topk(scores, c16.seq_lens, c16.page_size, THRIFT, width),
-        "select_pages": lambda: Dn.select_pages(q, c16, THRIFT),
-        "decode_fwd(selection)": lambda: Dn.decode_fwd(q, c16, scale=D ** -0.5, selection=sel),
-        "thrift op": lambda: fp4attn.decode(q, c16, thrift_budget=THRIFT),
-        "nvfp4 op": lambda: fp4attn.decode(q, cache),
-    }
+    fns = step_parts(q, c16, cache, THRIFT)
     for n, f in fns.items():
         P(f"  {n:24s} {t(f, REP):8.1f} us")
     for chunk in CHUNKS:
