@@ -286,6 +286,21 @@ if HAVE_GLUON:
         return accT, m_i, l_i
 
     @gluon.jit
+    def _masked_tile(KD16, KS, VD, VS, PT, b, t0, accT, m_i, l_i, qT, s_scale, last_key, C, WL, keys0, sel_rows, vg,
+                     SEL, MAXP, h, Hkv, K16, V16, Q, q_rows, q_ok, qk_scale, koff, ksoff, voff, vsoff, kmask, ksmask,
+                     vmask, DS, D: gl.constexpr, PS: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
+                     LH: gl.constexpr, MMA: gl.constexpr, THRIFT: gl.constexpr, WINDOW: gl.constexpr,
+                     LK16: gl.constexpr, LV16: gl.constexpr, PAD: gl.constexpr, FUSED16: gl.constexpr):
+        """A tile of the masked runs (a window's first tiles, the last committed keys): its page-table entry, its bytes,
+        then ``_tile`` with the masks."""
+        page = _page(PT, b, t0, MAXP, PS)
+        kh, ks, vb, vs = _load_page_tile(KD16, KS, VD, VS, page, h, t0, Hkv, koff, ksoff, voff, vsoff, kmask, ksmask,
+                                         vmask, DS, PS, PAD)
+        return _tile(kh, ks, vb, vs, t0, accT, m_i, l_i, qT, s_scale, last_key, C, WL, keys0, sel_rows, vg, SEL, MAXP,
+                     page, h, Hkv, K16, V16, Q, q_rows, q_ok, qk_scale, DS, D, PS, BLOCK_N, BLOCK_M, LH, MMA, True,
+                     THRIFT, WINDOW, LK16, LV16, PAD, FUSED16)
+
+    @gluon.jit
     def _decode_split_kernel_gl(Q, KD, KS, VD, VS, PT, LENS, KG, VG, SEL, K16, V16, OP, MP, LP,
                                 qk_scale, Hkv, NQ, G, MAXP, TPS, NS, WL, SINK,
                                 D: gl.constexpr, PS: gl.constexpr, BLOCK_M: gl.constexpr,
@@ -356,13 +371,10 @@ if HAVE_GLUON:
         lo_end, full_end = decode_tile_runs(start, end, L, NQ, WL, BLOCK_N, WINDOW)
         if WINDOW:  # tiles below L - 1 - WL hold keys the last query row's window leaves out: masked (<= 2 tiles)
             for t0 in range(start, lo_end, BLOCK_N):
-                page = _page(PT, b, t0, MAXP, PS)
-                kh, ks, vb, vs = _load_page_tile(KD16, KS, VD, VS, page, h, t0, Hkv, koff, ksoff, voff, vsoff, kmask,
-                                                 ksmask, vmask, DS, PS, PAD)
-                accT, m_i, l_i = _tile(kh, ks, vb, vs, t0, accT, m_i, l_i, qT, s_scale, last_key, C, WL, keys0,
-                                       sel_rows, vg, SEL, MAXP, page, h, Hkv, K16, V16, Q, q_rows16, q_ok16, qk_scale,
-                                       DS, D, PS, BLOCK_N, BLOCK_M, LH, MMA, True, THRIFT, WINDOW, LK16, LV16, PAD,
-                                       FUSED16)
+                accT, m_i, l_i = _masked_tile(KD16, KS, VD, VS, PT, b, t0, accT, m_i, l_i, qT, s_scale, last_key, C,
+                                              WL, keys0, sel_rows, vg, SEL, MAXP, h, Hkv, K16, V16, Q, q_rows16,
+                                              q_ok16, qk_scale, koff, ksoff, voff, vsoff, kmask, ksmask, vmask, DS, D,
+                                              PS, BLOCK_N, BLOCK_M, LH, MMA, THRIFT, WINDOW, LK16, LV16, PAD, FUSED16)
         # tiles from there below min(end, L - NQ + 1) are committed and visible to every query row: no masks. The
         # page-table entries are loaded two tiles ahead (a tile's bytes are addressed through its entry: two dependent
         # global loads otherwise); with L2_PREFETCH the next tile's bytes are also prefetched into L2
@@ -383,12 +395,10 @@ if HAVE_GLUON:
                 page = page1
                 page1 = page2
         for t0 in range(full_end, end, BLOCK_N):  # at most the last committed 16 + BLOCK_N keys
-            page = _page(PT, b, t0, MAXP, PS)
-            kh, ks, vb, vs = _load_page_tile(KD16, KS, VD, VS, page, h, t0, Hkv, koff, ksoff, voff, vsoff, kmask,
-                                             ksmask, vmask, DS, PS, PAD)
-            accT, m_i, l_i = _tile(kh, ks, vb, vs, t0, accT, m_i, l_i, qT, s_scale, last_key, C, WL, keys0, sel_rows,
-                                   vg, SEL, MAXP, page, h, Hkv, K16, V16, Q, q_rows16, q_ok16, qk_scale, DS, D, PS,
-                                   BLOCK_N, BLOCK_M, LH, MMA, True, THRIFT, WINDOW, LK16, LV16, PAD, FUSED16)
+            accT, m_i, l_i = _masked_tile(KD16, KS, VD, VS, PT, b, t0, accT, m_i, l_i, qT, s_scale, last_key, C, WL,
+                                          keys0, sel_rows, vg, SEL, MAXP, h, Hkv, K16, V16, Q, q_rows16, q_ok16,
+                                          qk_scale, koff, ksoff, voff, vsoff, kmask, ksmask, vmask, DS, D, PS, BLOCK_N,
+                                          BLOCK_M, LH, MMA, THRIFT, WINDOW, LK16, LV16, PAD, FUSED16)
         if not THRIFT:
             accT = accT * vg  # (Thrift scales each tile's product by s1·vg in _tile)
         # partials in physical channel order: logical row m = r + 8a + 16(2w + z) is (D/8)·r + 4w + 2z + a
