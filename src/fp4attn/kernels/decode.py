@@ -828,7 +828,7 @@ MAX_SELECT_PAGES = 16384  # pages per sequence that the top-k kernel holds in on
 
 @triton.jit
 def _page_scores_kernel(Q, KM, K16, KT, PT, LENS, S, Hkv, MAXP, NPG, WL,
-                        NQ: tl.constexpr, NQ_P2: tl.constexpr, G: tl.constexpr, G_P2: tl.constexpr, D: tl.constexpr,
+                        NQ: tl.constexpr, G: tl.constexpr, G_P2: tl.constexpr, D: tl.constexpr,
                         DP: tl.constexpr, PS: tl.constexpr, CHUNK: tl.constexpr, WINDOW: tl.constexpr = False):
     """Grid (page chunks, B·Hkv). Ŝ[b, h·G + g, p] = q̄·K̄_p (FP32) for the program's CHUNK pages p that
     are valid (p < ceil(L_b / PS)), for the G query heads of kv head h at once (every page mean is read
@@ -868,16 +868,18 @@ def _page_scores_kernel(Q, KM, K16, KT, PT, LENS, S, Hkv, MAXP, NPG, WL,
                            other=0.0).to(tl.float32)
             part = tl.sum(acc, 0) / (L - nfull * PS).to(tl.float32)
             km = tl.where((offs_p == nfull)[:, None], part[None, :], km)
-        # the G·NQ query rows of the group in one load (their latency overlaps the means'), q̄ per head picked out of
-        # registers in the loop
-        offs_r = tl.arange(0, G_P2 * NQ_P2)
-        r_ok = ((offs_r // NQ_P2) < G) & ((offs_r % NQ_P2) < NQ)
-        qrows = (b * Hkv + h).to(tl.int64) * G * NQ + (offs_r // NQ_P2) * NQ + offs_r % NQ_P2
-        qv = tl.load(Q + qrows[:, None] * D + offs_d[None, :], mask=r_ok[:, None] & dmask[None, :],
-                     other=0.0).to(tl.float32)
+        # q̄ of the group's G heads as one (G, D) tile: NQ independent loads of one query row per head (their latency
+        # overlaps the means'; registers for G rows, whatever NQ), each head's q̄ then picked out of registers
+        offs_g = tl.arange(0, G_P2)
+        qrow0 = ((b * Hkv + h) * G + offs_g).to(tl.int64) * NQ  # the first new query of each head
+        qsum = tl.zeros([G_P2, DP], tl.float32)
+        for i in tl.static_range(NQ):
+            qsum += tl.load(Q + (qrow0 + i)[:, None] * D + offs_d[None, :],
+                            mask=(offs_g < G)[:, None] & dmask[None, :], other=0.0).to(tl.float32)
+        qbars = qsum / NQ
         for g in tl.static_range(G):
             hq = (b * Hkv + h) * G + g
-            qbar = tl.sum(tl.where((offs_r // NQ_P2 == g)[:, None], qv, 0.0), 0) / NQ
+            qbar = tl.sum(tl.where((offs_g == g)[:, None], qbars, 0.0), 0)
             s = tl.sum(km * qbar[None, :], 1)
             tl.store(S + hq.to(tl.int64) * NPG + offs_p, s, mask=offs_p < n_b)
 
@@ -980,10 +982,8 @@ def page_scores(q: torch.Tensor, cache, *, chunk: int | None = None, num_warps: 
         rows = _window_pages(window, NQ, ps, npg)
     fast(_page_scores_kernel)[head_grid(cdiv(rows, chunk), B * Hkv)](
         q, cache.k_page_mean, cache.k16, cache.k_tail, pt, cache.seq_lens, scores, Hkv, max(maxp, 1), npg,
-        window or 0, NQ=NQ, NQ_P2=next_pow2(NQ), G=Hq // Hkv, G_P2=next_pow2(Hq // Hkv), D=D, DP=next_pow2(D), PS=ps,
-        CHUNK=chunk,
-        WINDOW=window is not None,
-        num_warps=num_warps)
+        window or 0, NQ=NQ, G=Hq // Hkv, G_P2=next_pow2(Hq // Hkv), D=D, DP=next_pow2(D), PS=ps, CHUNK=chunk,
+        WINDOW=window is not None, num_warps=num_warps)
     return scores
 
 
