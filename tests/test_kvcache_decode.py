@@ -1559,14 +1559,18 @@ def test_decode_reduce_interpreter_many_splits():
 @pytest.mark.parametrize("D,G,nq,lens", [(128, 4, 1, [3000, 1, 777, 2245]), (64, 4, 2, [300, 1000, 77]),
                                          (128, 4, 4, [700, 1500]), (128, 1, 1, [513, 64]),
                                          (64, 2, 3, [4099, 31]), (128, 8, 2, [1234, 2222]),
-                                         (256, 4, 1, [3000, 1, 777, 2245]), (256, 2, 4, [700, 1500])])
+                                         (256, 4, 1, [3000, 1, 777, 2245]), (256, 2, 4, [700, 1500]),
+                                         # 2 query rows (4 channel parts per row in the score MMA's columns)
+                                         (128, 2, 1, [2000, 333]), (64, 1, 2, [1500, 96])])
 @pytest.mark.parametrize("block_n", [32, 64])
 def test_decode_gluon_kernel_gpu_equals_triton_kernel(D, G, nq, lens, block_n):
     """The Gluon kernel runs the Triton kernel's arithmetic with operands loaded straight into the MMA
     fragments (channels summed in another order): at equal splits the outputs agree to float32 rounding,
     except that a score differing in its last bit can flip one P̃ code at a rounding boundary. Measured on
     H200 over 100 random q per case (benchmarks/decode-s10/probe6.txt): 0-12% of the draws differ at all,
-    the worst by relative L2 1.03e-3, LSE within 2e-6; a wrong channel order or block scale is O(1)."""
+    the worst by relative L2 1.03e-3, LSE within 2e-6; a wrong channel order or block scale is O(1). With 1, 2 or 4
+    query rows the Gluon kernel's scores are sums of 8, 4 or 2 channel parts (``decode_gluon.default_fold``): a
+    wrong part mask or a wrong row of the padded P̃ is O(1) too."""
     from fp4attn.kernels import decode as Dk
 
     dev, Hkv = "cuda", 2
@@ -1778,13 +1782,23 @@ def test_thrift_decode_gluon_streams_gpu_equal_fused_triton_kernel(nq, budget, w
     _thrift_gluon_vs_triton(128, nq, budget, window, sinks, seed=70)
 
 
-def _thrift_gluon_vs_triton(D, nq, budget, window, sinks, seed, dtype=torch.bfloat16):
-    """Thrift decode of a ragged GQA batch (3 sequences, 2 kv heads of 4 query heads) through the Gluon and the Triton
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("G,nq,window,sinks", [(1, 1, None, False), (2, 1, 700, True), (1, 2, None, True)])
+def test_thrift_decode_gluon_folded_rows_gpu_equal_fused_triton_kernel(G, nq, window, sinks):
+    """Thrift decode with 1 or 2 query rows per kv head: the Gluon kernel's score columns hold 8 or 4 channel parts
+    of each row (``decode_gluon.default_fold``), its two-level P̃ and its rows' selection masks are those of the
+    rows (criteria of test_thrift_decode_gluon_streams_gpu_equal_fused_triton_kernel)."""
+    _thrift_gluon_vs_triton(128, nq, 0.1, window, sinks, seed=78, G=G)
+
+
+def _thrift_gluon_vs_triton(D, nq, budget, window, sinks, seed, dtype=torch.bfloat16, G=4):
+    """Thrift decode of a ragged GQA batch (3 sequences, 2 kv heads of G query heads) through the Gluon and the Triton
     split kernels, 1 and 3 splits: outputs within 3e-3 relative L2 of each other, LSEs within 1e-4, and the Gluon
     output within 1e-2 of the float64 reference over the dequantized cache."""
     from fp4attn.kernels import decode as Dk
 
-    dev, B, Hkv, G = "cuda", 3, 2, 4
+    dev, B, Hkv = "cuda", 3, 2
     lens = [3000, 777, 2048 + 5]
     k, v = _kv(B, Hkv, max(lens), D, dtype=dtype, seed=seed)
     c = KVCache.from_dense(k.to(dev), v.to(dev), lengths=lens, keep_16bit=True)

@@ -95,6 +95,39 @@ if HAVE_GLUON:
         return gl.maximum(gl.load(PT + b * MAXP + t0 // PS), 0).to(gl.int64)
 
     @gluon.jit
+    def _fold_cols(x, FOLD: gl.constexpr):
+        """(N, 8) accumulator columns n = (query row n // FOLD, channel part n % FOLD) -> (N, 8 // FOLD): the
+        rows' scores, sums of their parts (FOLD = 1: x unchanged)."""
+        if FOLD > 1:
+            x = gl.sum(gl.reshape(x, (x.shape[0], x.shape[1] // FOLD, FOLD)), 2)
+        return x
+
+    @gluon.jit
+    def _pad_rows(x, fill, FOLD: gl.constexpr):
+        """(R, N) -> (R·FOLD, N): x in rows 0 .. R-1, ``fill`` below (one join per factor of two)."""
+        if FOLD >= 2:
+            x = gl.reshape(gl.permute(gl.join(x, gl.full_like(x, fill)), (2, 0, 1)), (2 * x.shape[0], x.shape[1]))
+        if FOLD >= 4:
+            x = gl.reshape(gl.permute(gl.join(x, gl.full_like(x, fill)), (2, 0, 1)), (2 * x.shape[0], x.shape[1]))
+        if FOLD >= 8:
+            x = gl.reshape(gl.permute(gl.join(x, gl.full_like(x, fill)), (2, 0, 1)), (2 * x.shape[0], x.shape[1]))
+        return x
+
+    @gluon.jit
+    def _scale_cols(x, v, FOLD: gl.constexpr):
+        """x (N, 8) times v (R = 8 / FOLD,) per column: column n of x (the query row n when n < R; the others hold
+        zeros) times v[n % R]."""
+        N: gl.constexpr = x.shape[0]
+        if FOLD > 1:
+            x3 = gl.reshape(x, (N, FOLD, x.shape[1] // FOLD))
+            vv = gl.convert_layout(v, gl.SliceLayout(0, gl.SliceLayout(0, x3.type.layout)))
+            x = gl.convert_layout(gl.reshape(x3 * gl.expand_dims(gl.expand_dims(vv, 0), 0), (N, x.shape[1])),
+                                  x.type.layout, assert_trivial=True)
+        else:
+            x = x * gl.convert_layout(v, gl.SliceLayout(0, x.type.layout))[None, :]
+        return x
+
+    @gluon.jit
     def _tile_base(KD16, KS, VD, VS, page, h, t0, Hkv, DR: gl.constexpr, PS: gl.constexpr):
         """Where the tile at t0 of pool page ``page`` starts in the cache's storage (kv head h): its first K half-word,
         K scale byte, V byte and V scale byte. Each of the four is contiguous over the tile."""
@@ -220,7 +253,7 @@ if HAVE_GLUON:
               D: gl.constexpr, PS: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
               LH: gl.constexpr, MMA: gl.constexpr, MASKED: gl.constexpr, THRIFT: gl.constexpr,
               WINDOW: gl.constexpr, LK16: gl.constexpr, LV16: gl.constexpr, PAD: gl.constexpr,
-              FUSED16: gl.constexpr):
+              FUSED16: gl.constexpr, FOLD: gl.constexpr):
         """One tile of the key loop: decode K̂ into A fragments, Sᵀ, online softmax over the keys (axis 0),
         P̃ rounded per 16 keys, decode V̂ᵀ into A fragments, Oᵀ += V̂ᵀ·ϕ(P̃)ᵀ. ``MASKED``: the keys' committed,
         causal and (``WINDOW``, left extent WL) sliding-window masks. ``THRIFT``: two-level P̃ on the FP4 tile; the
@@ -240,7 +273,7 @@ if HAVE_GLUON:
         J = gl.reshape(gl.join(gl.join(o0, o1), gl.join(o2, o3)), (BLOCK_N, 4, D // 32, 2, 2, 2))  # n,c,jh,e,kl,kh
         kA = gl.convert_layout(gl.reshape(gl.permute(J, (0, 2, 5, 4, 1, 3)), (BLOCK_N, D)), AOP,
                                assert_trivial=True)
-        sT = mma_v2(kA, qT, gl.zeros([BLOCK_N, BLOCK_M], gl.float32, layout=MMA)) * s_scale
+        sT = _fold_cols(mma_v2(kA, qT, gl.zeros([BLOCK_N, BLOCK_M], gl.float32, layout=MMA)), FOLD) * s_scale
         if THRIFT:  # rows whose query head selected this page: scores from the 16-bit keys, or left out
             sel = gl.load(SEL + sel_rows * MAXP + t0 // PS) != 0
             if FUSED16:
@@ -266,17 +299,18 @@ if HAVE_GLUON:
             pq, s1 = fake_quant_p_two_level(p, 16)
         else:
             pq = fake_quant_p(p, 16, False)
-        pT = gl.convert_layout(gl.permute(pq.to(gl.float16), (1, 0)), BOP)
+        # (FOLD > 1: the P·V product's columns are the query rows, padded with zeros)
+        pT = gl.convert_layout(gl.permute(_pad_rows(pq.to(gl.float16), 0.0, FOLD), (1, 0)), BOP)
         # V: a word is 4 channels of one token pair; X holds (even, odd token) of channels +0, +1, Y of +2, +3
         X, Y = gl.inline_asm_elementwise(E2M1_BYTE_PAIRS_F16HI_PTX, "=r,=r,=r,=r,r,r,r", [vb, vs],
                                          dtype=(gl.float16, gl.float16), is_pure=True, pack=4)
         J = gl.reshape(gl.join(X, Y), (BLOCK_N // 2, 8, D // 32, 2, 2, 2))  # t2, r, w, a, e, z
         vA = gl.convert_layout(gl.reshape(gl.permute(J, (2, 5, 3, 1, 0, 4)), (D, BLOCK_N)), AOP,
                                assert_trivial=True)
-        accT = accT * gl.convert_layout(alpha, gl.SliceLayout(0, MMA))[None, :]
+        accT = _scale_cols(accT, alpha, FOLD)
         if THRIFT:
             pv = mma_v2(vA, pT, gl.zeros([D, BLOCK_M], gl.float32, layout=MMA))
-            accT += pv * gl.convert_layout(s1 * vg, gl.SliceLayout(0, MMA))[None, :]
+            accT += _scale_cols(pv, s1 * vg, FOLD)
             if FUSED16:
                 if any_sel:  # the selecting rows' unquantized P̃ (rounded to V's dtype) times the 16-bit V
                     p16T = gl.convert_layout(gl.permute(gl.where(selr, p, 0.0).to(V16.dtype.element_ty), (1, 0)), BOP)
@@ -290,7 +324,8 @@ if HAVE_GLUON:
                      SEL, MAXP, h, Hkv, K16, V16, Q, q_rows, q_ok, qk_scale, koff, ksoff, voff, vsoff, kmask, ksmask,
                      vmask, DS, D: gl.constexpr, PS: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
                      LH: gl.constexpr, MMA: gl.constexpr, THRIFT: gl.constexpr, WINDOW: gl.constexpr,
-                     LK16: gl.constexpr, LV16: gl.constexpr, PAD: gl.constexpr, FUSED16: gl.constexpr):
+                     LK16: gl.constexpr, LV16: gl.constexpr, PAD: gl.constexpr, FUSED16: gl.constexpr,
+                     FOLD: gl.constexpr):
         """A tile of the masked runs (a window's first tiles, the last committed keys): its page-table entry, its bytes,
         then ``_tile`` with the masks."""
         page = _page(PT, b, t0, MAXP, PS)
@@ -298,7 +333,7 @@ if HAVE_GLUON:
                                          vmask, DS, PS, PAD)
         return _tile(kh, ks, vb, vs, t0, accT, m_i, l_i, qT, s_scale, last_key, C, WL, keys0, sel_rows, vg, SEL, MAXP,
                      page, h, Hkv, K16, V16, Q, q_rows, q_ok, qk_scale, DS, D, PS, BLOCK_N, BLOCK_M, LH, MMA, True,
-                     THRIFT, WINDOW, LK16, LV16, PAD, FUSED16)
+                     THRIFT, WINDOW, LK16, LV16, PAD, FUSED16, FOLD)
 
     @gluon.jit
     def _decode_split_kernel_gl(Q, KD, KS, VD, VS, PT, LENS, KG, VG, SEL, K16, V16, OP, MP, LP,
@@ -309,10 +344,11 @@ if HAVE_GLUON:
                                 MMA: gl.constexpr, LK16: gl.constexpr, LV16: gl.constexpr,
                                 PDL_TRIGGER: gl.constexpr = False, WINDOW: gl.constexpr = False,
                                 SINKS: gl.constexpr = False, DR: gl.constexpr = 0, L2_PREFETCH: gl.constexpr = False,
-                                FUSED16: gl.constexpr = False):
+                                FUSED16: gl.constexpr = False, FOLD: gl.constexpr = 1):
         # D: the tiles' channels (64, 128 or 256); DR: the cache's head dim when it is less (48, 80, 96, 112,
         # 144 ... 240: the padding channels load as zeros), 0 when equal (see launch)
         PAD: gl.constexpr = DR != 0
+        R: gl.constexpr = BLOCK_M // FOLD  # query-row slots (FOLD > 1: the MMA's columns hold FOLD parts of each)
         DS: gl.constexpr = DR if PAD else D  # row strides of q and the cache
         BOP: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=MMA, k_width=2)
         pid_s = gl.program_id(0)
@@ -323,28 +359,34 @@ if HAVE_GLUON:
         # ϕ(q) along D (exact in fp16), channels in the logical k order of the K fragments
         rq = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, LQ))
         dq = gl.arange(0, D, layout=gl.SliceLayout(0, LQ))
-        q_rows = (b * Hkv + h).to(gl.int64) * G * NQ + rq
-        q = gl.load(Q + q_rows[:, None] * DS + dq[None, :], mask=(rq < G * NQ)[:, None] & (dq < DS)[None, :],
+        q_rows = (b * Hkv + h).to(gl.int64) * G * NQ + rq // FOLD
+        q = gl.load(Q + q_rows[:, None] * DS + dq[None, :], mask=(rq // FOLD < G * NQ)[:, None] & (dq < DS)[None, :],
                     other=0.0)
         qf = gl.reshape(fake_quant_rows(q.to(gl.float32), 16, False, True).to(gl.float16),
                         (BLOCK_M, 4, D // 32, 2, 2, 2))  # m, c, jh, kh, e, kl
         qf = gl.reshape(gl.permute(qf, (0, 2, 3, 5, 1, 4)), (BLOCK_M, D))  # m, (jh, kh, kl, c, e)
+        if FOLD > 1:  # column m: part m % FOLD of query row m // FOLD, its logical channels k of part k // (D / FOLD)
+            mq = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, qf.type.layout))
+            kq = gl.arange(0, D, layout=gl.SliceLayout(0, qf.type.layout))
+            qf = gl.where((mq % FOLD)[:, None] == (kq // (D // FOLD))[None, :], qf, 0.0)
         qT = gl.convert_layout(gl.permute(qf, (1, 0)), BOP)
         cols = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
-        last_key = L - NQ + cols % NQ  # bottom-right causal: query i sees keys <= L - NQ + i
+        zf = _fold_cols(gl.zeros([BLOCK_N, BLOCK_M], gl.float32, layout=MMA), FOLD)  # Sᵀ's (keys, rows) layout
+        rows = gl.arange(0, R, layout=gl.SliceLayout(0, zf.type.layout))
+        last_key = L - NQ + rows % NQ  # bottom-right causal: query i sees keys <= L - NQ + i
         s_scale = qk_scale * gl.load(KG + pid_bh) * 16384.0  # the decode yields K values times 2^-14
         vg = gl.load(VG + pid_bh) * 16384.0  # ... and V values times 2^-14
         # query head of each row (Thrift's SEL rows; padding columns read the group's last head)
-        sel_rows = ((b * Hkv + h) * G + gl.minimum(cols // NQ, G - 1)).to(gl.int64)
+        sel_rows = ((b * Hkv + h) * G + gl.minimum(rows // NQ, G - 1)).to(gl.int64)
         # Thrift's 16-bit scores: q's rows (the B operand's columns), read in its dtype
         c16 = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, BOP))
         q_rows16 = (b * Hkv + h).to(gl.int64) * G * NQ + c16
         q_ok16 = c16 < G * NQ
-        z = gl.permute(gl.zeros([BLOCK_N, BLOCK_M], gl.float32, layout=MMA), (1, 0))
+        z = gl.permute(zf, (1, 0))
         m_i = gl.max(z, 1) - float("inf")  # running max / sum per query row, in the (rows, keys) view's slice
         if SINKS:  # P̃ against max(split max, sink), as decode's Triton split kernel; the sink's l: in the reduce
             # SINK: the (Hq,) sinks in score units, sel_rows % Hq the query head of a row
-            sk = gl.load(SINK + sel_rows % (G * Hkv), mask=cols < G * NQ, other=float("-inf")).to(gl.float32) * LOG2E_K
+            sk = gl.load(SINK + sel_rows % (G * Hkv), mask=rows < G * NQ, other=float("-inf")).to(gl.float32) * LOG2E_K
             m_i = gl.convert_layout(sk, m_i.type.layout)
         l_i = gl.sum(z, 1)
         accT = gl.zeros([D, BLOCK_M], gl.float32, layout=MMA)
@@ -362,7 +404,7 @@ if HAVE_GLUON:
         voff = vr[:, None] * DS + vc[None, :]
         vsoff = ((2 * vr) // 16)[:, None] * DS + vc[None, :]  # tiles start on 16-token blocks
         vmask = (vr < BLOCK_N // 2)[:, None] & (vc < DS)[None, :]
-        keys0 = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
+        keys0 = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, zf.type.layout))
         KD16 = KD.cast(gl.pointer_type(gl.int16), bitcast=True)
         start = pid_s * TPS
         if WINDOW:  # the splits cover the window of the sequence: from the tile holding its first visible key
@@ -374,7 +416,8 @@ if HAVE_GLUON:
                 accT, m_i, l_i = _masked_tile(KD16, KS, VD, VS, PT, b, t0, accT, m_i, l_i, qT, s_scale, last_key, C,
                                               WL, keys0, sel_rows, vg, SEL, MAXP, h, Hkv, K16, V16, Q, q_rows16,
                                               q_ok16, qk_scale, koff, ksoff, voff, vsoff, kmask, ksmask, vmask, DS, D,
-                                              PS, BLOCK_N, BLOCK_M, LH, MMA, THRIFT, WINDOW, LK16, LV16, PAD, FUSED16)
+                                              PS, BLOCK_N, BLOCK_M, LH, MMA, THRIFT, WINDOW, LK16, LV16, PAD, FUSED16,
+                                              FOLD)
         # tiles from there below min(end, L - NQ + 1) are committed and visible to every query row: no masks. The
         # page-table entries are loaded two tiles ahead (a tile's bytes are addressed through its entry: two dependent
         # global loads otherwise); with L2_PREFETCH the next tile's bytes are also prefetched into L2
@@ -391,14 +434,14 @@ if HAVE_GLUON:
                 accT, m_i, l_i = _tile(kh, ks, vb, vs, t0, accT, m_i, l_i, qT, s_scale, last_key, C, WL, keys0,
                                        sel_rows, vg, SEL, MAXP, page, h, Hkv, K16, V16, Q, q_rows16, q_ok16, qk_scale,
                                        DS, D, PS, BLOCK_N, BLOCK_M, LH, MMA, False, THRIFT, WINDOW, LK16, LV16, PAD,
-                                       FUSED16)
+                                       FUSED16, FOLD)
                 page = page1
                 page1 = page2
         for t0 in range(full_end, end, BLOCK_N):  # at most the last committed 16 + BLOCK_N keys
             accT, m_i, l_i = _masked_tile(KD16, KS, VD, VS, PT, b, t0, accT, m_i, l_i, qT, s_scale, last_key, C, WL,
                                           keys0, sel_rows, vg, SEL, MAXP, h, Hkv, K16, V16, Q, q_rows16, q_ok16,
                                           qk_scale, koff, ksoff, voff, vsoff, kmask, ksmask, vmask, DS, D, PS, BLOCK_N,
-                                          BLOCK_M, LH, MMA, THRIFT, WINDOW, LK16, LV16, PAD, FUSED16)
+                                          BLOCK_M, LH, MMA, THRIFT, WINDOW, LK16, LV16, PAD, FUSED16, FOLD)
         if not THRIFT:
             accT = accT * vg  # (Thrift scales each tile's product by s1·vg in _tile)
         # partials in physical channel order: logical row m = r + 8a + 16(2w + z) is (D/8)·r + 4w + 2z + a
@@ -407,8 +450,9 @@ if HAVE_GLUON:
         col_ok = cols < G * NQ
         prow = (pid_bh.to(gl.int64) * NS + pid_s) * BLOCK_M + cols
         gl.store(OP + prow[None, :] * D + dphys[:, None], accT, mask=col_ok[None, :])
-        gl.store(MP + prow, gl.convert_layout(m_i, gl.SliceLayout(0, MMA)), mask=col_ok)
-        gl.store(LP + prow, gl.convert_layout(l_i, gl.SliceLayout(0, MMA)), mask=col_ok)
+        rrow = (pid_bh.to(gl.int64) * NS + pid_s) * BLOCK_M + rows
+        gl.store(MP + rrow, gl.convert_layout(m_i, rows.type.layout), mask=rows < G * NQ)
+        gl.store(LP + rrow, gl.convert_layout(l_i, rows.type.layout), mask=rows < G * NQ)
 
 
 def _log2(n: int) -> int:
@@ -456,6 +500,15 @@ def fused16_fits(D: int, rows: int, dtype) -> bool:
     return next_pow2(D) <= 64 and rows <= 8 and dtype in (torch.float16, torch.bfloat16)
 
 
+def default_fold(rows: int, BLOCK_M: int, fused16: bool = False) -> int:
+    """Channel parts per query row in the score MMA's 8 columns (``FOLD``): with rows <= 4 query rows, 8 / rows (a
+    power of two), so that the online softmax and the P̃ rounding run on the rows' sums of their parts and no lane
+    holds padding columns (1 with 16 columns, or with ``fused16``, whose 16-bit scores fill the columns as rows)."""
+    if BLOCK_M != 8 or fused16:
+        return 1
+    return 8 // next_pow2(max(1, rows))
+
+
 def supported(D: int, rows: int, block_n: int, page_size: int) -> bool:
     """Shapes this kernel handles: D a multiple of 16 from 48 to 256 (tiles of 64, 128 or 256 channels), at most 16
     query rows per program (G·n_q), 32- or 64-key tiles inside a page."""
@@ -465,13 +518,14 @@ def supported(D: int, rows: int, block_n: int, page_size: int) -> bool:
 
 def launch(q, cache, pt, ks, vs, OP, MP, LP, qk_scale, NQ, G, maxp, TPS, num_splits, BLOCK_M, block_n,
            sel=None, ns_stride=None, maxnreg=None, pdl_trigger=False, window=None, sink=None, l2_prefetch=False,
-           fused16=False):
+           fused16=False, fold=None):
     """Run the split kernel on the decode_fwd buffers (grid (splits, B·Hkv), one warp per program; ``maxnreg``: a
     register cap, so that as many programs share an SM as the splits were sized for). ``window``: a sliding
     window's left extent (the splits start at each sequence's window); ``sink``: the (Hq,) attention sinks in score
     units (a float tensor), the running max's start. ``l2_prefetch``: the unmasked tiles' next tile prefetched into
     L2 (``cp.async.bulk.prefetch``). ``fused16`` (with a Thrift selection ``sel``): the selected pages computed here
-    from the cache's 16-bit copy (``fused16_fits``) instead of by the separate 16-bit stream kernel."""
+    from the cache's 16-bit copy (``fused16_fits``) instead of by the separate 16-bit stream kernel. ``fold``: channel
+    parts per query row in the score MMA's columns (``default_fold``; 1: one column per row)."""
     B, _, _, DR = q.shape
     D = next_pow2(DR)  # the tiles' channels: DR padded to a power of two
     Hkv = cache.num_kv_heads
@@ -486,6 +540,9 @@ def launch(q, cache, pt, ks, vs, OP, MP, LP, qk_scale, NQ, G, maxp, TPS, num_spl
         extra["L2_PREFETCH"] = True
     if fused16:
         extra["FUSED16"] = True
+    fold = default_fold(G * NQ, BLOCK_M, fused16) if fold is None else fold
+    if fold > 1:
+        extra["FOLD"] = fold
     fast(_decode_split_kernel_gl)[head_grid(num_splits, B * Hkv)](
         q, cache.k_data, ks, cache.v_data, vs, pt, cache.seq_lens, cache.k_global_scale, cache.v_global_scale,
         MP if sel is None else sel, cache.k16 if fused16 else MP, cache.v16 if fused16 else MP, OP, MP, LP, qk_scale,
