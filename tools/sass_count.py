@@ -147,13 +147,14 @@ def recorded_cases(which, fmt="nvfp4", smooth=False):
         if "decode_gl" in which or "decode_gl_thrift" in which:  # the Gluon kernel at its default configs
             k = torch.randn(8, 8, 1024, 128, dtype=torch.bfloat16)
             cache = KVCache.from_dense(k, torch.randn_like(k), keep_16bit=True)  # (Thrift reads the 16-bit copy)
-            q = torch.randn(8, 32, 1, 128, dtype=torch.bfloat16)
+            G = int(os.environ.get("SASS_G", 4))  # query heads per kv head (8 / G channel parts per row when < 8)
+            q = torch.randn(8, 8 * G, 1, 128, dtype=torch.bfloat16)
             buf = torch.empty(64, 128)
             mp = cache.page_table.shape[1]
             for thrift in (False, True):
-                sel = torch.zeros(8, 32, mp, dtype=torch.int8) if thrift else None
+                sel = torch.zeros(8, 8 * G, mp, dtype=torch.int8) if thrift else None
                 Kd.decode_gluon.launch(q, cache, cache.page_table, cache.k_scale.view(torch.uint8),
-                                       cache.v_scale.view(torch.uint8), buf, buf[:, 0], buf[:, 1], 0.088, 1, 4, mp,
+                                       cache.v_scale.view(torch.uint8), buf, buf[:, 0], buf[:, 1], 0.088, 1, G, mp,
                                        1024, 1, 8, Kd._GLUON_CONFIG[thrift]["block_n"], sel,
                                        maxnreg=Kd.gluon_maxnreg(thrift, int(os.environ.get("SASS_PER_SM", 0)) or None))
         x = torch.randn(8192, 1024, dtype=torch.bfloat16)

@@ -26,6 +26,12 @@ through shared memory; the profile showed those round trips bound the loop. Here
 * ϕ(P̃)ᵀ (B of the P·V product) comes from the Sᵀ accumulator layout through Triton's layout
   conversion (warp shuffles, no shared memory); ϕ(q)ᵀ is converted once per program (through 512 bytes
   of shared memory, outside the loop).
+* ``FOLD`` (1, 2 or 4 query rows: ``default_fold``): the MMA's 8 columns would be half or more padding, so column n
+  holds part n % FOLD of query row n // FOLD (ϕ(q) on the logical channels k of part k // (D/FOLD), zero on the
+  others). Sᵀ's columns are partial scores, summed per row in registers (plus one shuffle per factor of two past
+  the first); the online softmax and the P̃ rounding then run on 4 values per lane instead of 8. The partial sums
+  are exact (products of E2M1 codes with E4M3 scales), and the outputs were bit-equal to the unfolded tile on every
+  probed shape (benchmarks/decode-fold-s32/). The P·V product keeps one column per row (P̃ padded with zero rows).
 
 Every reordering is written as reshape/permute of register tensors whose layouts are declared
 (``_layouts``), so the conversions into the MMA operand layouts are checked to move no data
