@@ -1784,12 +1784,15 @@ def test_thrift_decode_gluon_streams_gpu_equal_fused_triton_kernel(nq, budget, w
 
 @pytest.mark.gpu
 @gpu
+@pytest.mark.parametrize("D", [128, 64])
 @pytest.mark.parametrize("G,nq,window,sinks", [(1, 1, None, False), (2, 1, 700, True), (1, 2, None, True)])
-def test_thrift_decode_gluon_folded_rows_gpu_equal_fused_triton_kernel(G, nq, window, sinks):
+def test_thrift_decode_gluon_folded_rows_gpu_equal_fused_triton_kernel(D, G, nq, window, sinks):
     """Thrift decode with 1 or 2 query rows per kv head: the Gluon kernel's score columns hold 8 or 4 channel parts
     of each row (``decode_gluon.default_fold``), its two-level P̃ and its rows' selection masks are those of the
-    rows (criteria of test_thrift_decode_gluon_streams_gpu_equal_fused_triton_kernel)."""
-    _thrift_gluon_vs_triton(128, nq, 0.1, window, sinks, seed=78, G=G)
+    rows (criteria of test_thrift_decode_gluon_streams_gpu_equal_fused_triton_kernel). At D = 64 the kernel also
+    computes the selected pages from the 16-bit copy (FUSED16): their scores are folded the same way and their P̃
+    padded to the P·V product's columns."""
+    _thrift_gluon_vs_triton(D, nq, 0.1, window, sinks, seed=78, G=G)
 
 
 def _thrift_gluon_vs_triton(D, nq, budget, window, sinks, seed, dtype=torch.bfloat16, G=4):

@@ -32,6 +32,8 @@ through shared memory; the profile showed those round trips bound the loop. Here
   the first); the online softmax and the P̃ rounding then run on 4 values per lane instead of 8. The partial sums
   are exact (products of E2M1 codes with E4M3 scales), and the outputs were bit-equal to the unfolded tile on every
   probed shape (benchmarks/decode-fold-s32/). The P·V product keeps one column per row (P̃ padded with zero rows).
+  ``FUSED16``'s 16-bit scores are folded the same way (their bf16 / fp16 partial sums are not exact: 1e-6 to 1e-4
+  relative L2 from the unfolded tile).
 
 Every reordering is written as reshape/permute of register tensors whose layouts are declared
 (``_layouts``), so the conversions into the MMA operand layouts are checked to move no data
@@ -185,12 +187,15 @@ if HAVE_GLUON:
 
     @gluon.jit
     def _scores16(K16, Q, row0, q_rows, q_ok, qk_scale, DS, D: gl.constexpr, BLOCK_N: gl.constexpr,
-                  BLOCK_M: gl.constexpr, LK16: gl.constexpr, MMA: gl.constexpr, PAD: gl.constexpr):
+                  BLOCK_M: gl.constexpr, LK16: gl.constexpr, MMA: gl.constexpr, PAD: gl.constexpr,
+                  FOLD: gl.constexpr):
         """Thrift's 16-bit scores of a tile, Sᵀ = K·qᵀ (log2 domain): the stored 16-bit keys (storage rows row0 ..)
         times the unquantized q in the keys' dtype, FP32 accumulation, in chunks of 16 channels (16 registers of K
         per chunk). The channels run in a logical order, as in the FP4 tile: thread c's 4 channels of chunk J are
         the physical c·D/4 + 4J .. + 3 of each key (one 8-byte load); logical k = 8kl + 2c + e is physical
-        c·D/4 + 4J + 2kl + e, the q chunk is gathered the same way."""
+        c·D/4 + 4J + 2kl + e, the q chunk is gathered the same way. ``FOLD``: the columns hold parts of the rows
+        (q_rows, q_ok per column), column n the logical channels 16J + k of part (16J + k) // (D / FOLD) = n % FOLD;
+        returns the rows' sums (BLOCK_N, BLOCK_M // FOLD)."""
         AOP: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
         BOP: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=MMA, k_width=2)
         n = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, gl.SliceLayout(2, LK16)))
@@ -211,8 +216,11 @@ if HAVE_GLUON:
                 q = gl.load(qptr + 4 * J, mask=q_ok[None, :], other=0.0)
             kA = gl.convert_layout(gl.reshape(gl.permute(gl.reshape(k, (BLOCK_N, 4, 2, 2)), (0, 2, 1, 3)),
                                               (BLOCK_N, 16)), AOP)
+            if FOLD > 1:
+                nn = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, BOP))
+                q = gl.where(((16 * J + kk) // (D // FOLD))[:, None] == (nn % FOLD)[None, :], q, 0.0)
             acc = mma_v2(kA, q.to(K16.dtype.element_ty), acc)
-        return acc * qk_scale
+        return _fold_cols(acc, FOLD) * qk_scale
 
     @gluon.jit
     def _pv16_chunk(V16, row, pc, accT, DS, D: gl.constexpr, LV16: gl.constexpr, MMA: gl.constexpr,
@@ -287,7 +295,7 @@ if HAVE_GLUON:
                 row0 = (page * Hkv + h) * PS + t0 % PS  # the tile's first storage row in K16 / V16
                 if any_sel:
                     sT = gl.where(sel[None, :], _scores16(K16, Q, row0, q_rows, q_ok, qk_scale, DS, D, BLOCK_N,
-                                                          BLOCK_M, LK16, MMA, PAD), sT)
+                                                          BLOCK_M, LK16, MMA, PAD, FOLD), sT)
             else:
                 sT = gl.where(sel[None, :], float("-inf"), sT)
         if MASKED:
@@ -319,7 +327,8 @@ if HAVE_GLUON:
             accT += _scale_cols(pv, s1 * vg, FOLD)
             if FUSED16:
                 if any_sel:  # the selecting rows' unquantized P̃ (rounded to V's dtype) times the 16-bit V
-                    p16T = gl.convert_layout(gl.permute(gl.where(selr, p, 0.0).to(V16.dtype.element_ty), (1, 0)), BOP)
+                    p16 = _pad_rows(gl.where(selr, p, 0.0).to(V16.dtype.element_ty), 0.0, FOLD)
+                    p16T = gl.convert_layout(gl.permute(p16, (1, 0)), BOP)
                     accT = _pv16(V16, row0, p16T, accT, DS, D, LV16, MMA, PAD)
         else:
             accT = mma_v2(vA, pT, accT)
@@ -386,8 +395,8 @@ if HAVE_GLUON:
         sel_rows = ((b * Hkv + h) * G + gl.minimum(rows // NQ, G - 1)).to(gl.int64)
         # Thrift's 16-bit scores: q's rows (the B operand's columns), read in its dtype
         c16 = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, BOP))
-        q_rows16 = (b * Hkv + h).to(gl.int64) * G * NQ + c16
-        q_ok16 = c16 < G * NQ
+        q_rows16 = (b * Hkv + h).to(gl.int64) * G * NQ + c16 // FOLD
+        q_ok16 = c16 // FOLD < G * NQ
         z = gl.permute(zf, (1, 0))
         m_i = gl.max(z, 1) - float("inf")  # running max / sum per query row, in the (rows, keys) view's slice
         if SINKS:  # P̃ against max(split max, sink), as decode's Triton split kernel; the sink's l: in the reduce
@@ -506,11 +515,11 @@ def fused16_fits(D: int, rows: int, dtype) -> bool:
     return next_pow2(D) <= 64 and rows <= 8 and dtype in (torch.float16, torch.bfloat16)
 
 
-def default_fold(rows: int, BLOCK_M: int, fused16: bool = False) -> int:
+def default_fold(rows: int, BLOCK_M: int) -> int:
     """Channel parts per query row in the score MMA's 8 columns (``FOLD``): with rows <= 4 query rows, 8 / rows (a
     power of two), so that the online softmax and the P̃ rounding run on the rows' sums of their parts and no lane
-    holds padding columns (1 with 16 columns, or with ``fused16``, whose 16-bit scores fill the columns as rows)."""
-    if BLOCK_M != 8 or fused16:
+    holds padding columns (1 with 16 columns). Thrift's 16-bit scores (``FUSED16``) are folded the same way."""
+    if BLOCK_M != 8:
         return 1
     return 8 // next_pow2(max(1, rows))
 
@@ -546,7 +555,7 @@ def launch(q, cache, pt, ks, vs, OP, MP, LP, qk_scale, NQ, G, maxp, TPS, num_spl
         extra["L2_PREFETCH"] = True
     if fused16:
         extra["FUSED16"] = True
-    fold = default_fold(G * NQ, BLOCK_M, fused16) if fold is None else fold
+    fold = default_fold(G * NQ, BLOCK_M) if fold is None else fold
     if fold > 1:
         extra["FOLD"] = fold
     fast(_decode_split_kernel_gl)[head_grid(num_splits, B * Hkv)](
