@@ -206,19 +206,20 @@ if HAVE_GLUON:
         kk = gl.arange(0, 16, layout=gl.SliceLayout(1, BOP))
         qch = ((kk // 2) % 4) * (D // 4) + 2 * (kk // 8) + kk % 2
         qptr = Q + q_rows[None, :] * DS + qch[:, None]
+        nn = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, BOP))
         acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, layout=MMA)
         for J in gl.static_range(D // 16):
+            qm = q_ok[None, :]
+            if FOLD > 1:  # column n loads its part's channels only (zeros elsewhere)
+                qm = qm & (((16 * J + kk) // (D // FOLD))[:, None] == (nn % FOLD)[None, :])
             if PAD:
                 k = gl.load(kptr + 4 * J, mask=(kch + 4 * J) < DS, other=0.0)
-                q = gl.load(qptr + 4 * J, mask=q_ok[None, :] & ((qch + 4 * J) < DS)[:, None], other=0.0)
+                q = gl.load(qptr + 4 * J, mask=qm & ((qch + 4 * J) < DS)[:, None], other=0.0)
             else:
                 k = gl.load(kptr + 4 * J)
-                q = gl.load(qptr + 4 * J, mask=q_ok[None, :], other=0.0)
+                q = gl.load(qptr + 4 * J, mask=qm, other=0.0)
             kA = gl.convert_layout(gl.reshape(gl.permute(gl.reshape(k, (BLOCK_N, 4, 2, 2)), (0, 2, 1, 3)),
                                               (BLOCK_N, 16)), AOP)
-            if FOLD > 1:
-                nn = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, BOP))
-                q = gl.where(((16 * J + kk) // (D // FOLD))[:, None] == (nn % FOLD)[None, :], q, 0.0)
             acc = mma_v2(kA, q.to(K16.dtype.element_ty), acc)
         return _fold_cols(acc, FOLD) * qk_scale
 
@@ -391,9 +392,9 @@ if HAVE_GLUON:
         last_key = L - NQ + rows % NQ  # bottom-right causal: query i sees keys <= L - NQ + i
         s_scale = qk_scale * gl.load(KG + pid_bh) * 16384.0  # the decode yields K values times 2^-14
         vg = gl.load(VG + pid_bh) * 16384.0  # ... and V values times 2^-14
-        # query head of each row (Thrift's SEL rows; padding columns read the group's last head)
+        # query head of each row (Thrift's SEL rows; padding rows read the group's last head)
         sel_rows = ((b * Hkv + h) * G + gl.minimum(rows // NQ, G - 1)).to(gl.int64)
-        # Thrift's 16-bit scores: q's rows (the B operand's columns), read in its dtype
+        # Thrift's 16-bit scores: q's row of each B operand column (row n // FOLD), read in its dtype
         c16 = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, BOP))
         q_rows16 = (b * Hkv + h).to(gl.int64) * G * NQ + c16 // FOLD
         q_ok16 = c16 // FOLD < G * NQ
