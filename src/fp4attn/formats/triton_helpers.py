@@ -364,32 +364,37 @@ def unpack_nibbles_words(w):
 # E4M3 subnormals with the same 2^-6 factor), and the hardware converts E4M3 pairs to fp16 pairs exactly
 # (cvt.rn.f16x2.e4m3x2). For a 32-bit word w of two half-words (8 nibbles, nibble i at bits
 # 4i..4i+3), one byte permute puts the two half-words' bytes side by side ([n0n1, n4n5, n2n3, n6n7]),
-# then the low nibbles of all four bytes become E4M3 bytes [n0, n4, n2, n6] with two shifts and two
-# logic ops, the high nibbles [n1, n5, n3, n7] with one shift and two: each 16-bit half is one
-# register pair (code k of half-word j, code k of half-word j + 1). Per 8 codes: 8 integer ops, 4
-# conversions, 4 fp16x2 multiplies by the block scales (two hardware conversions of the E4M3 scale
-# bytes, inside the same asm), 19 instructions instead of 23 for the former shift-into-fp16 form.
+# then one mask of the eight sign bits, the low nibbles of all four bytes become E4M3 bytes [n0, n4, n2, n6]
+# with two shifts and a logic op, the high nibbles [n1, n5, n3, n7] with one shift and one: each 16-bit
+# half is one register pair (code k of half-word j, code k of half-word j + 1). Per 8 codes: 7 integer
+# ops, 4 conversions, 4 fp16x2 multiplies by the block scales (two hardware conversions of the E4M3
+# scale bytes, inside the same asm), 18 instructions instead of 23 for the former shift-into-fp16 form.
 def _nibble_byte_lines(w: str, fp16_high: bool = False) -> list:
     """PTX lines turning the 8 nibbles of the 32-bit register ``w`` into bytes, four per register: ``ev`` = those
     of the low nibbles of its four bytes, ``od`` = of the high nibbles (byte i of ev / od from byte i of w). E4M3
     bytes (value·2^-6, exact: magnitude bits at 2-4) or, with ``fp16_high``, fp16 high bytes (value·2^-14 with a zero
-    low byte: magnitude bits at 1-3); the sign goes to bit 7 either way. Needs the scratch registers t, u, ev, od
-    (.b32)."""
+    low byte: magnitude bits at 1-3); the sign goes to bit 7 either way. Needs the scratch registers s, t, u, ev, od
+    (.b32).
+
+    Six instructions: the sign bits of all eight nibbles (bits 3 and 7 of each byte) are masked once, and each
+    ``lop3`` takes the magnitude field from the shifted word and every other bit from the (shifted) sign mask,
+    ``(a & mag) | (b & ~mag)`` (LUT 0xE4). The stray sign bit that the mask carries along (a high nibble's sign
+    shifted to bit 3 of the next byte for ``ev``; a low nibble's sign at bit 3 for ``od``) lies inside ``mag`` and
+    is dropped."""
     lo, hi, mag = (1, 3, "0x0E0E0E0E") if fp16_high else (2, 2, "0x1C1C1C1C")
     return [
+        f"and.b32 s, {w}, 0x88888888;",
         # low nibbles: magnitude bits 0-2 -> lo.., sign bit 3 -> 7
-        f"shl.b32 t, {w}, {lo};", f"shl.b32 u, {w}, 4;", "and.b32 u, u, 0x80808080;",
-        f"lop3.b32 ev, t, {mag}, u, 0xEA;",
+        f"shl.b32 t, {w}, {lo};", "shl.b32 u, s, 4;", f"lop3.b32 ev, t, u, {mag}, 0xE4;",
         # high nibbles: magnitude bits 4-6 -> (4 - hi).., sign bit 7 stays
-        f"shr.b32 t, {w}, {hi};", f"and.b32 u, {w}, 0x80808080;",
-        f"lop3.b32 od, t, {mag}, u, 0xEA;"]
+        f"shr.b32 t, {w}, {hi};", f"lop3.b32 od, t, s, {mag}, 0xE4;"]
 
 
 def _e2m1_halfwords_ptx() -> str:
     """Output register k (0..3) = (code k of half-word j, code k of half-word j + 1) as fp16 values
     code·scale·2^-6. Scales: E4M3 bytes in $5, pair (byte 0, byte 2) for k < 2, (1, 3) else."""
     return "\n".join([
-        "{", ".reg .b32 w, t, u, ev, od, sa, sb;", ".reg .b16 ta, tb, e0, e1, o0, o1;",
+        "{", ".reg .b32 w, s, t, u, ev, od, sa, sb;", ".reg .b16 ta, tb, e0, e1, o0, o1;",
         "prmt.b32 t, $5, 0, 0x3120;", "mov.b32 {ta, tb}, t;",
         "cvt.rn.f16x2.e4m3x2 sa, ta;", "cvt.rn.f16x2.e4m3x2 sb, tb;",
         "prmt.b32 w, $4, 0, 0x3120;",  # bytes [n0n1, n4n5, n2n3, n6n7]
@@ -416,7 +421,7 @@ def _e2m1_halfwords_f16hi_ptx() -> str:
     k//2 (an order for a kernel that sums its channels in an order of its choice), times the fp16x2 scale pair $5
     (one scale for all four outputs), times 2^-14."""
     return "\n".join([
-        "{", ".reg .b32 t, u, ev, od, z;", "mov.b32 z, 0;",
+        "{", ".reg .b32 s, t, u, ev, od, z;", "mov.b32 z, 0;",
         *_nibble_byte_lines("$4", fp16_high=True),
         # [0, byte 0, 0, byte 1] and [0, byte 2, 0, byte 3] of ev / od
         "prmt.b32 $0, ev, z, 0x1404;", "prmt.b32 $1, od, z, 0x1404;",
@@ -430,7 +435,7 @@ def _e2m1_byte_pairs_f16hi_ptx() -> str:
     """Four packed bytes in $4 (two codes each) and their four fp16 scales in $5 = (s0, s1), $6 = (s2, s3) -> output
     register i (0..3) = (low code, high code) of byte i as fp16 values code·s_i·2^-14."""
     return "\n".join([
-        "{", ".reg .b32 t, u, ev, od, z, p01, p23, f0, f1, f2, f3;", ".reg .b16 h0, h1, h2, h3;", "mov.b32 z, 0;",
+        "{", ".reg .b32 s, t, u, ev, od, z, p01, p23, f0, f1, f2, f3;", ".reg .b16 h0, h1, h2, h3;", "mov.b32 z, 0;",
         *_nibble_byte_lines("$4", fp16_high=True),
         "prmt.b32 p01, ev, od, 0x5140;", "prmt.b32 p23, ev, od, 0x7362;",  # [lo0, hi0, lo1, hi1], [lo2, ...]
         "prmt.b32 $0, p01, z, 0x1404;", "prmt.b32 $1, p01, z, 0x3424;",  # [0, lo_i, 0, hi_i]
