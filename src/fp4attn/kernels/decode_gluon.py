@@ -406,14 +406,17 @@ if HAVE_GLUON:
             m_i = gl.convert_layout(sk, m_i.type.layout)
         l_i = gl.sum(z, 1)
         accT = gl.zeros([D, BLOCK_M], gl.float32, layout=MMA)
-        # loop-invariant offsets of the tile loads (the loop adds one scalar base per tensor)
+        # loop-invariant offsets of the tile loads (the loop adds one scalar base per tensor). K's row offsets are
+        # written as (row % 8) + (row - row % 8), the second a constant per register: LLVM then sees the registers'
+        # offsets as one thread offset plus constants and the loads use [address + immediate] (the row index alone,
+        # an OR of lane and register bits in the layout, gave one 64-bit address add per load)
         kr = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, LH))
         kc = gl.arange(0, D // 4, layout=gl.SliceLayout(0, LH))
-        koff = kr[:, None] * (DS // 4) + kc[None, :]
+        koff = (kr % 8)[:, None] * (DS // 4) + kc[None, :] + (kr // 8 * 8)[:, None] * (DS // 4)
         kmask = (kr < BLOCK_N)[:, None] & (kc < DS // 4)[None, :]  # (used with PAD only)
         sr = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, LKS))
         sc = gl.arange(0, D // 16, layout=gl.SliceLayout(0, LKS))
-        ksoff = sr[:, None] * (DS // 16) + sc[None, :]
+        ksoff = (sr % 8)[:, None] * (DS // 16) + sc[None, :] + (sr // 8 * 8)[:, None] * (DS // 16)
         ksmask = (sr < BLOCK_N)[:, None] & (sc < DS // 16)[None, :]
         vr = gl.arange(0, BLOCK_N // 2, layout=gl.SliceLayout(1, LV))
         vc = gl.arange(0, D, layout=gl.SliceLayout(0, LV))
