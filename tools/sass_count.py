@@ -145,18 +145,20 @@ def recorded_cases(which, fmt="nvfp4", smooth=False):
             cache = KVCache.from_dense(k, torch.randn_like(k))
             Kd.decode_fwd(torch.randn(8, 32, 16, 128, dtype=torch.bfloat16), cache, scale=0.088)
         if "decode_gl" in which or "decode_gl_thrift" in which:  # the Gluon kernel at its default configs
-            k = torch.randn(8, 8, 1024, 128, dtype=torch.bfloat16)
+            D = int(os.environ.get("SASS_D", 128))  # head dim (Thrift at <= 64: the fused 16-bit tile)
+            k = torch.randn(8, 8, 1024, D, dtype=torch.bfloat16)
             cache = KVCache.from_dense(k, torch.randn_like(k), keep_16bit=True)  # (Thrift reads the 16-bit copy)
             G = int(os.environ.get("SASS_G", 4))  # query heads per kv head (8 / G channel parts per row when < 8)
-            q = torch.randn(8, 8 * G, 1, 128, dtype=torch.bfloat16)
-            buf = torch.empty(64, 128)
+            q = torch.randn(8, 8 * G, 1, D, dtype=torch.bfloat16)
+            buf = torch.empty(64, D)
             mp = cache.page_table.shape[1]
             for thrift in (False, True):
                 sel = torch.zeros(8, 8 * G, mp, dtype=torch.int8) if thrift else None
                 Kd.decode_gluon.launch(q, cache, cache.page_table, cache.k_scale.view(torch.uint8),
                                        cache.v_scale.view(torch.uint8), buf, buf[:, 0], buf[:, 1], 0.088, 1, G, mp,
                                        1024, 1, 8, Kd._GLUON_CONFIG[thrift]["block_n"], sel,
-                                       maxnreg=Kd.gluon_maxnreg(thrift, int(os.environ.get("SASS_PER_SM", 0)) or None))
+                                       maxnreg=Kd.gluon_maxnreg(thrift, int(os.environ.get("SASS_PER_SM", 0)) or None),
+                                       fused16=thrift and Kd.decode_gluon.fused16_fits(D, 8, cache.dtype))
         x = torch.randn(8192, 1024, dtype=torch.bfloat16)
         if "quest" in which or "fp8conv" in which:
             Kq.quest_fp8(x)
