@@ -202,8 +202,7 @@ if HAVE_GLUON:
         c = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(2, LK16)))
         i = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, LK16)))
         kch = c[None, :, None] * (D // 4) + i[None, None, :]  # physical channel, chunk 0
-        # (rows as n % 8 plus a constant per register: [address + immediate] loads, see the kernel's tile offsets)
-        kptr = (K16 + row0.to(gl.int64) * DS) + ((n % 8)[:, None, None] * DS + kch + (n // 8 * 8)[:, None, None] * DS)
+        kptr = K16 + (row0 + n[:, None, None]).to(gl.int64) * DS + kch
         kk = gl.arange(0, 16, layout=gl.SliceLayout(1, BOP))
         qch = ((kk // 2) % 4) * (D // 4) + 2 * (kk // 8) + kk % 2
         qptr = Q + q_rows[None, :] * DS + qch[:, None]
@@ -233,8 +232,7 @@ if HAVE_GLUON:
         AOP: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
         t2 = gl.arange(0, 8, layout=gl.SliceLayout(1, LV16))
         ch = gl.arange(0, D, layout=gl.SliceLayout(0, LV16))
-        ptr = (V16 + row.to(gl.int64) * DS) + (2 * (t2 % 4)[:, None] * DS + ch[None, :]
-                                               + 2 * (t2 // 4 * 4)[:, None] * DS)  # (as kptr in _scores16)
+        ptr = V16 + (row + 2 * t2[:, None]).to(gl.int64) * DS + ch[None, :]
         if PAD:
             ve = gl.load(ptr, mask=(ch < DS)[None, :], other=0.0)
             vo = gl.load(ptr + DS, mask=(ch < DS)[None, :], other=0.0)
