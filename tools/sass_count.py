@@ -22,7 +22,9 @@ forward (the MXFP4 forward's row-max pre-pass loop has fewer) / the query-tile l
 number quoted in commit messages ("SASS per tile"). ``decode`` and the Quartet kernels are recorded from
 their public launchers at benchmark-like shapes (B=8, Hq=32, Hkv=8, D=128 decode with the default config;
 (8192, 1024) bf16 quantizer operands) through ``tests/aot_probe.py``'s launch recorder. ``SASS_PER_SM=n`` compiles
-the Gluon decode kernels under the register cap of n programs per SM instead of their config's.
+the Gluon decode kernels under the register cap of n programs per SM instead of their config's; ``SASS_G=g`` with
+g query heads per kv head (default 4) and ``SASS_D=d`` at head dim d (default 128; Thrift at d <= 64 compiles the
+fused 16-bit tile, as the op runs it).
 """
 
 import argparse
