@@ -154,13 +154,14 @@ def recorded_cases(which, fmt="nvfp4", smooth=False):
             q = torch.randn(8, 8 * G, 1, D, dtype=torch.bfloat16)
             buf = torch.empty(64, D)
             mp = cache.page_table.shape[1]
+            BLOCK_M = 8  # query rows per program (the op's for G <= 8, one new token)
             for thrift in (False, True):
                 sel = torch.zeros(8, 8 * G, mp, dtype=torch.int8) if thrift else None
                 Kd.decode_gluon.launch(q, cache, cache.page_table, cache.k_scale.view(torch.uint8),
                                        cache.v_scale.view(torch.uint8), buf, buf[:, 0], buf[:, 1], 0.088, 1, G, mp,
-                                       1024, 1, 8, Kd._GLUON_CONFIG[thrift]["block_n"], sel,
+                                       1024, 1, BLOCK_M, Kd._GLUON_CONFIG[thrift]["block_n"], sel,
                                        maxnreg=Kd.gluon_maxnreg(thrift, int(os.environ.get("SASS_PER_SM", 0)) or None),
-                                       fused16=thrift and Kd.decode_gluon.fused16_fits(D, 8, cache.dtype))
+                                       fused16=thrift and Kd.decode_gluon.fused16_fits(D, BLOCK_M, cache.dtype))
         x = torch.randn(8192, 1024, dtype=torch.bfloat16)
         if "quest" in which or "fp8conv" in which:
             Kq.quest_fp8(x)

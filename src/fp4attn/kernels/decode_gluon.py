@@ -113,12 +113,9 @@ if HAVE_GLUON:
     @gluon.jit
     def _pad_rows(x, fill, FOLD: gl.constexpr):
         """(R, N) -> (R·FOLD, N): x in rows 0 .. R-1, ``fill`` below (one join per factor of two)."""
-        if FOLD >= 2:
-            x = gl.reshape(gl.permute(gl.join(x, gl.full_like(x, fill)), (2, 0, 1)), (2 * x.shape[0], x.shape[1]))
-        if FOLD >= 4:
-            x = gl.reshape(gl.permute(gl.join(x, gl.full_like(x, fill)), (2, 0, 1)), (2 * x.shape[0], x.shape[1]))
-        if FOLD >= 8:
-            x = gl.reshape(gl.permute(gl.join(x, gl.full_like(x, fill)), (2, 0, 1)), (2 * x.shape[0], x.shape[1]))
+        for i in gl.static_range(3):  # FOLD <= 8
+            if FOLD >= (2 << i):
+                x = gl.reshape(gl.permute(gl.join(x, gl.full_like(x, fill)), (2, 0, 1)), (2 * x.shape[0], x.shape[1]))
         return x
 
     @gluon.jit
@@ -406,10 +403,10 @@ if HAVE_GLUON:
             m_i = gl.convert_layout(sk, m_i.type.layout)
         l_i = gl.sum(z, 1)
         accT = gl.zeros([D, BLOCK_M], gl.float32, layout=MMA)
-        # loop-invariant offsets of the tile loads (the loop adds one scalar base per tensor). K's row offsets are
-        # written as (row % 8) + (row - row % 8), the second a constant per register: LLVM then sees the registers'
-        # offsets as one thread offset plus constants and the loads use [address + immediate] (the row index alone,
-        # an OR of lane and register bits in the layout, gave one 64-bit address add per load)
+        # loop-invariant offsets of the tile loads (the loop adds one scalar base per tensor). In LH / LKS a thread
+        # holds rows r + 8i (lanes give r < 8, registers i), so K's row offsets are written as (row % 8) + 8·(row // 8),
+        # the second a constant per register: LLVM then sees one thread offset plus constants and the loads use
+        # [address + immediate] (the row index alone, an OR of lane and register bits, gave one 64-bit add per load)
         kr = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, LH))
         kc = gl.arange(0, D // 4, layout=gl.SliceLayout(0, LH))
         koff = (kr % 8)[:, None] * (DS // 4) + kc[None, :] + (kr // 8 * 8)[:, None] * (DS // 4)
