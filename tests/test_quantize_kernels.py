@@ -29,6 +29,7 @@ from fp4attn.formats.triton_helpers import (  # noqa: E402
     e2m1_round_pow2,
     e4m3_round,
     exp2i,
+    fake_quant_p,
     mx_exponent,
     mx_scale_rceil,
 )
@@ -447,6 +448,45 @@ def test_cpu_e4m3_round_helper_against_the_format():
     _rounding_kernel[(triton.cdiv(x.numel(), 1 << 16),)](x, y, x.numel(), E4M3=True, BLOCK=1 << 16)
     want = core.e4m3_round(x).float()
     assert torch.equal(y, want), (x[y != want][:8], y[y != want][:8], want[y != want][:8])
+
+
+@triton.jit
+def _fake_quant_p_f16_kernel(P, Y, Z, R: tl.constexpr, C: tl.constexpr):
+    o = tl.arange(0, R)[:, None] * C + tl.arange(0, C)[None, :]
+    p = tl.load(P + o)
+    tl.store(Y + o, fake_quant_p(p, 16, False, True))
+    tl.store(Z + o, fake_quant_p(p, 16, False).to(tl.float16))
+
+
+def _p_tiles(seed):
+    """(256, 64) P̃-like tiles: per 16-key block an amax from 0 and 2^-14 (E4M3 scales of 0 and in the
+    subnormal range) up to 2688 (two-level P̃/s1), values uniform below it, some at amax/6 times each E2M1
+    decision point (ties of the code rounding)."""
+    g = torch.Generator().manual_seed(seed)
+    amax = torch.exp2(torch.rand(256, 4, 1, generator=g) * 25.4 - 14.0)
+    amax[::17] = 0.0
+    p = torch.rand(256, 4, 16, generator=g) * amax
+    ties = torch.tensor(TIES)[torch.randint(0, len(TIES), (256, 4, 4), generator=g)]
+    p[:, :, :4] = torch.minimum(ties * amax / 6.0, amax)
+    p[:, :, 15] = amax[:, :, 0]
+    return p.reshape(256, 64).contiguous()
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=gpu)])
+def test_fake_quant_p_f16_output_is_the_float32_rounding(device):
+    """``fake_quant_p(..., F16=True)`` (E2M1 values to fp16, then one fp16 multiply by the scale: what the
+    attention passes feed their fp16 P·V MMA) gives the bits of the float32 path converted to fp16: the
+    product is exact in fp16 for every scale (0, subnormal E4M3 up to 448)."""
+    if device == "cpu" and not _INTERPRETED:
+        pytest.skip("kernels were imported without TRITON_INTERPRET=1")
+    if device == "cuda" and (not torch.cuda.is_available() or _INTERPRETED):
+        pytest.skip("needs CUDA and compiled (non-interpreted) Triton kernels")
+    for seed in range(3):
+        p = _p_tiles(seed).to(device)
+        y, z = (torch.empty(p.shape, dtype=torch.float16, device=device) for _ in range(2))
+        _fake_quant_p_f16_kernel[(1,)](p, y, z, R=256, C=64)
+        assert torch.equal(y.view(torch.int16), z.view(torch.int16)), (p[y != z][:8], y[y != z][:8], z[y != z][:8])
+        assert (z != 0).float().mean() > 0.5  # the tiles are not mostly zeros
 
 
 @triton.jit

@@ -178,13 +178,18 @@ def fake_quant_rows(x, BLOCK: tl.constexpr, IS_MX: tl.constexpr, EXACT_DIV: tl.c
 
 
 @triton.jit
-def fake_quant_p(p, BLOCK: tl.constexpr, IS_MX: tl.constexpr):
+def fake_quant_p(p, BLOCK: tl.constexpr, IS_MX: tl.constexpr, F16: tl.constexpr = False):
     """Fake-quantize a tile of P~ = exp(S - m) (finite, >= 0) in blocks of BLOCK along keys.
 
     The cheap path for attention inner loops: no NaN handling (P~ is finite by construction) and a
     reciprocal instead of a division. MXFP4 rounds directly on the scaled grid (``e2m1_round_pow2``:
     the same bits as rounding p * 2^-e and scaling back, without the two multiplies); P~ must stay
     below 2^100 there (P~ <= 1 in attention, <= 448 * 6 after a two-level scale).
+
+    ``F16`` (NVFP4): return the values in float16, for an fp16 MMA operand. The E2M1 values are
+    converted first (two per instruction) and multiplied by the scale in fp16, two per HMUL2: half the
+    instructions of a float32 multiply and a conversion after it, and the same bits, since an E2M1 value
+    times an E4M3 scale (<= 6 * 448, >= 2^-10 or 0, at most 5 significant bits) is exact in float16.
     """
     R: tl.constexpr = p.shape[0]
     C: tl.constexpr = p.shape[1]
@@ -198,7 +203,10 @@ def fake_quant_p(p, BLOCK: tl.constexpr, IS_MX: tl.constexpr):
         # p * inv finite (s == 0 means amax <= 6 * 2^-10 (1 + 2^-23), so p * 512 <= 3.01) and q =
         # round(.) * 0 = +0 all the same, one max instead of a compare and a select.
         inv = rcp_approx(tl.maximum(s, 0.001953125))
-        q = e2m1_round_abs(pb * inv[:, :, None]) * s[:, :, None]
+        if F16:
+            q = e2m1_round_abs(pb * inv[:, :, None]).to(tl.float16) * s.to(tl.float16)[:, :, None]
+        else:
+            q = e2m1_round_abs(pb * inv[:, :, None]) * s[:, :, None]
     return tl.reshape(q, (R, C))
 
 

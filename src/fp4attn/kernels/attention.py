@@ -824,7 +824,7 @@ def _pv_update(acc, p, pre, Vc, Vs, vexp, VH, start_n, NKP, IS_MX: tl.constexpr,
             vTw = tl.load(Vc + dd[:, None] * (NKP // 8) + (start_n // 8 + n8)[None, :])  # (DP, BLOCK_N/8) words
             vs = tl.load(Vs + dd[:, None] * (NKP // QB) + (start_n // QB + nq)[None, :])  # (DP, BLOCK_N/QB)
             vT16 = _fp4_tile_f16(unpack_nibbles_words(vTw), vs, vexp, QB, IS_MX)  # (DP, BLOCK_N)
-        pq = fake_quant_p(p, QB, IS_MX)
+        pq = fake_quant_p(p, QB, IS_MX, PATH == 1 and not IS_MX)  # fp16 for the fp16 MMA
         if IS_MX:
             if TWO_LEVEL:
                 pq = pq * 0.125  # ϕ(P̃/s1) <= 3072 -> <= 384
@@ -835,7 +835,7 @@ def _pv_update(acc, p, pre, Vc, Vs, vexp, VH, start_n, NKP, IS_MX: tl.constexpr,
                 pop = pq.to(tl.float8e4nv)
                 vop = tl.trans(vT16.to(tl.float8e4nv))
             else:
-                pop = pq.to(tl.float16)
+                pop = pq
                 vop = tl.trans(vT16)
         else:
             pop = pq

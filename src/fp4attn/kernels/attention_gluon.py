@@ -62,7 +62,7 @@ if HAVE_GLUON:
             s = gl.where(visible(start_n + keys0, offs_m, Nk, causal_off, CAUSAL, 0, False), s, float("-inf"))
         p = gl.exp2(s)
         l_i = l_i + gl.sum(p, 1)
-        p16 = gl.convert_layout(fake_quant_p(p, QB, False).to(gl.float16), P_L)
+        p16 = gl.convert_layout(fake_quant_p(p, QB, False, True), P_L)
         return p16, l_i
 
     @gluon.jit
