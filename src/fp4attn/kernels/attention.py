@@ -967,19 +967,22 @@ def _attn_fwd_kernel(Qc, Qs, Kc, Ks, Vc, Vs, VEXP, QCORR, O, LSE, MBUF, KH, VH, 
     tl.store(o_ptrs, o.to(O.dtype.element_ty), mask=(offs_m[:, None] < Nq) & (dd[None, :] < D))
 
 
-def default_config(dp: int, path: int) -> dict:
+def default_config(dp: int, path: int, two_level: bool = False) -> dict:
     """The tile config ``fp4attn.attention`` runs (no autotuning). D <= 128 on Hopper: 64x64 tiles, 4 warps,
     3 stages for every recipe, the best (or within 1% of the best) of the H200 config sweep of ``fp4attn
     bench attention`` at every benchmark shape (BENCHMARKS.md, issue 4). With 8 warps and 128 rows the
     MXFP4, two-level and online loops fit one program per SM: e.g. (16,16,4096,64) sage3 6.22 -> 5.00
-    ms, mxfp4 6.70 -> 4.67. Under the interpreter: small tiles."""
+    ms, mxfp4 6.70 -> 4.67. NVFP4 two-level P (sage3) at D = 128: 2 stages, re-measured in the thirty-fourth
+    session (benchmarks/prepass-s34, H200: sage3 8.34 -> 8.06 ms at (16,16,4096,128), 4.99 -> 4.89 causal,
+    29.7 -> 29.5 at (4,16,16384,128), same bits; 2 stages were 1-9% slower for mxfp4, for nvfp4 and sage3
+    at D = 64). Under the interpreter: small tiles."""
     if path == PATH_INTERP:
         return {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 1}
     if dp >= 256:
         return {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2}
     if path != PATH_HOPPER:  # Blackwell (compile-checked only): the tiles its PTX test was written for
         return {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2}
-    return {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3}
+    return {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2 if two_level and dp == 128 else 3}
 
 
 def default_max_config(dp: int, path: int, is_mx: bool = False) -> dict | None:
@@ -1031,7 +1034,7 @@ def attention_packed(pk: PackedQKV, *, causal: bool, scale: float, two_level_p: 
     lse = torch.empty((B, Hq, NQP), device=out.device, dtype=torch.float32)
     if online is None:
         online = two_level_p
-    config = config or default_config(DP, pk.path)
+    config = config or default_config(DP, pk.path, two_level_p and not is_mx)
     max_config = max_config or default_max_config(DP, pk.path, is_mx) or config
     vexp = pk.vexp if is_mx else lse  # unused pointer when not MX
     mbuf = lse if online else torch.empty((B, Hq, NQP), device=out.device, dtype=torch.float32)
