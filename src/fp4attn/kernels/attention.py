@@ -974,7 +974,7 @@ def default_config(dp: int, path: int, two_level: bool = False) -> dict:
     MXFP4, two-level and online loops fit one program per SM: e.g. (16,16,4096,64) sage3 6.22 -> 5.00
     ms, mxfp4 6.70 -> 4.67. NVFP4 two-level P (sage3) at D = 128: 2 stages, re-measured in the thirty-fourth
     session (benchmarks/prepass-s34, H200: sage3 8.34 -> 8.06 ms at (16,16,4096,128), 4.99 -> 4.89 causal,
-    29.7 -> 29.5 at (4,16,16384,128), same bits; 2 stages were 1-9% slower for mxfp4, for nvfp4 and sage3
+    29.7 -> 29.5 at (4,16,16384,128), same bits; 2 stages were 5-13% slower for mxfp4, 7% for nvfp4 and 0-1% for sage3
     at D = 64). Under the interpreter: small tiles."""
     if path == PATH_INTERP:
         return {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 1}
