@@ -11,8 +11,8 @@ from triton.testing import do_bench
 
 import fp4attn
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _prof import kernel_times  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "session6-2026-11-22", "probes"))
+from _util import kernel_times_us  # noqa: E402  (the session-6 probes' profiler helper)
 
 SHAPES = [tuple(int(x) for x in s.split(",")) for s in
           os.environ.get("SHAPES", "16,16,4096,128,0;16,16,4096,128,1;4,16,16384,128,0;16,16,4096,64,0").split(";")]
@@ -36,11 +36,11 @@ for (B, H, N, D, causal) in SHAPES:
     for r in RECIPES:
         def f(q=q, k=k, v=v, causal=bool(causal), r=r):
             return fp4attn.attention(q, k, v, causal=causal, recipe=r)
-        per, cnt = kernel_times(f, reps=10)
+        per = kernel_times_us(f, n=10)
         tot = sum(per.values())
         print(f"\n## ({B},{H},{N},{D}) causal={causal} {r}: sum of kernels {tot / 1e3:.3f} ms")
         for name, us in sorted(per.items(), key=lambda kv: -kv[1]):
-            print(f"  {us / 1e3:8.3f} ms  x{cnt[name]}  {name[:110]}")
+            print(f"  {us / 1e3:8.3f} ms  {name}")
     in_bytes = 3 * q.numel() * 2
     print(f"  (inputs q, k, v: {in_bytes / 1e6:.0f} MB; at the copy bandwidth a read of them takes "
           f"{in_bytes / copy_bw * 1e3:.3f} ms)")

@@ -10,8 +10,8 @@ import torch
 
 from fp4attn.kernels import attention as ka
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _prof import kernel_times  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "session6-2026-11-22", "probes"))
+from _util import kernel_times_us  # noqa: E402  (the session-6 probes' profiler helper)
 
 SHAPES = [tuple(int(x) for x in s.split(",")) for s in
           os.environ.get("SHAPES", "16,16,4096,128;16,16,4096,64").split(";")]
@@ -54,7 +54,7 @@ for (B, H, N, D) in SHAPES:
             if ref is None:
                 ref = ts
             same = all(torch.equal(a, b) for a, b in zip(ts, ref))
-            per, _ = kernel_times(f, reps=20)
+            per = kernel_times_us(f, n=20)
             per = {n: us for n, us in per.items() if n.startswith("_")}
             tot = sum(per.values())
             print(f"  caps {caps:12s} total {tot / 1e3:.3f} ms  " +
