@@ -23,6 +23,7 @@ triton = pytest.importorskip("triton")
 import triton.language as tl  # noqa: E402
 
 from fp4attn.formats.triton_helpers import (  # noqa: E402
+    div_rn_by,
     e2m1_code,
     e2m1_code_i32,
     e2m1_round_abs,
@@ -107,7 +108,7 @@ def adversarial(shape, dim, dtype, seed, device="cpu"):
 def threshold_sweep(device="cpu"):
     """Blocks whose NVFP4 scale is exactly each positive E4M3 value s (amax = 6 s) and whose other
     elements sit on and within 7 ulps of every E2M1 decision point t*s, both signs: this pins down
-    the division-free comparison used by the kernels against the reference's IEEE division."""
+    the kernels' quotient from a per-block reciprocal against the reference's IEEE division."""
     vals = []
     for s in E4M3_POS.tolist():
         for t in (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0):
@@ -510,3 +511,78 @@ def test_cpu_mx_scale_rceil_is_exp2_of_the_rceil_exponent():
     y, z = torch.empty_like(x), torch.empty_like(x)
     _mx_scale_kernel[(triton.cdiv(x.numel(), 1 << 16),)](x, y, z, x.numel(), BLOCK=1 << 16)
     assert torch.equal(y.view(torch.int32), z.view(torch.int32)), (x[y != z][:8], y[y != z][:8], z[y != z][:8])
+
+
+def _fma32(a, b, c):
+    """RN32(a·b + c) for float32 tensors, exactly (what the GPU's fused multiply-add returns): a·b is exact
+    in float64 (48 bits); the float64 sum is taken to round-to-odd (its TwoSum error decides the last bit),
+    and rounding a round-to-odd value of >= 24 + 2 bits to float32 is the correct rounding of the sum."""
+    p, c = a.double() * b.double(), c.double()
+    s = p + c
+    bb = s - p
+    err = (p - (s - bb)) + (c - bb)
+    even = (s.view(torch.int64) & 1) == 0
+    s = torch.where((err != 0) & even, torch.nextafter(s, torch.where(err > 0, torch.inf, -torch.inf).double()), s)
+    return s.float()
+
+
+def test_markstein_quotient_is_the_ieee_quotient_for_every_e4m3_scale():
+    """The arithmetic of ``div_rn_by`` (q0 = RN(x·y) with y = RN(1/s), then RN(q0 + RN(x − s·q0)·y) by two
+    fmas, emulated exactly) equals the IEEE quotient x / s for every positive E4M3 s on every float within 64
+    ulps of each E2M1 decision point, grid value and power of two times s (both signs) and on random x/s over
+    [2^-4, 16]. (The GPU test below runs the compiled helper on every float32 of [2^-20·s, 2^20·s).)"""
+    g = torch.Generator().manual_seed(11)
+    pts = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 0.5, 1.5, 3.0, 6.0, 7.0]
+                       + [2.0 ** k for k in range(-4, 5)], dtype=torch.float64)
+    near = torch.arange(-64, 65, dtype=torch.int32)
+    xs, ss = [], []
+    for sv in E4M3_POS.tolist():
+        b = (pts * sv).float().view(torch.int32)
+        x = torch.cat([(b[:, None] + near).flatten().view(torch.float32),
+                       (torch.exp2(torch.rand(4000, generator=g) * 8 - 4) * sv).float()])
+        xs.append(torch.cat([x, -x]))
+        ss.append(torch.full((2 * x.numel(),), sv))
+    x, s = torch.cat(xs), torch.cat(ss)
+    y = 1.0 / s  # float32 division: RN(1/s)
+    q0 = x * y
+    q = _fma32(_fma32(-q0, s, x), y, q0)
+    want = x / s
+    bad = q.view(torch.int32) != want.view(torch.int32)
+    assert x.numel() > 1_500_000 and not bad.any(), (x[bad][:4], s[bad][:4], q[bad][:4], want[bad][:4])
+
+
+@triton.jit
+def _div_rn_by_check_kernel(S, LO, N, BAD, BLOCK: tl.constexpr, ITERS: tl.constexpr):
+    """BAD += the number of x = LO[j] + i (float bits, i < N[j]) and -x whose ``div_rn_by`` quotient by S[j]
+    differs from ``div_rn``'s (bit patterns)."""
+    j = tl.program_id(1)
+    s = tl.load(S + j)
+    y = tl.math.div_rn(1.0, s)
+    lo = tl.load(LO + j)
+    n = tl.load(N + j)
+    bad = tl.zeros((BLOCK,), dtype=tl.int32)
+    for it in range(ITERS):
+        offs = (tl.program_id(0) * ITERS + it).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+        x = (lo + offs).to(tl.int32).to(tl.float32, bitcast=True)
+        for sign in tl.static_range(2):
+            xs = x if sign == 0 else -x
+            q1 = div_rn_by(xs, s, y).to(tl.int32, bitcast=True)
+            q2 = tl.math.div_rn(xs, s).to(tl.int32, bitcast=True)
+            bad += ((offs < n) & (q1 != q2)).to(tl.int32)
+    tl.atomic_add(BAD, tl.sum(bad, 0))
+
+
+@gpu
+@needs_cuda
+def test_gpu_div_rn_by_every_e4m3_scale_exhaustive():
+    """The compiled ``div_rn_by`` (Markstein's correction) against ``div_rn``: every positive E4M3 scale s,
+    every float32 x with |x|/s in [2^-20, 2^20), both signs: 8.5e10 quotients, bit for bit (~2.5 s on an
+    H100)."""
+    s = E4M3_POS.cuda()
+    lo = (s * 2.0 ** -20).view(torch.int32).long()
+    n = (s * 2.0 ** 20).view(torch.int32).long() - lo
+    bad = torch.zeros(1, dtype=torch.int32, device="cuda")
+    BLOCK, ITERS = 1024, 64
+    _div_rn_by_check_kernel[(triton.cdiv(int(n.max()), BLOCK * ITERS), s.numel())](s, lo, n, bad, BLOCK=BLOCK,
+                                                                                   ITERS=ITERS)
+    assert int(n.sum()) > 4e10 and bad.item() == 0, f"{bad.item()} quotients differ from div_rn"

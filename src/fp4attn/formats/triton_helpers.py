@@ -148,8 +148,9 @@ def fake_quant_blocks(xb, IS_MX: tl.constexpr, EXACT_DIV: tl.constexpr):
     """Fake-quantize a (R, NB, BLOCK) float32 tile with blocks along the last axis (no global scale).
 
     Returns float32 values ``code * scale`` (NaN for blocks holding NaN/Inf). With EXACT_DIV the
-    NVFP4 division ``x / s`` is IEEE-rounded as in the reference; otherwise it multiplies by the
-    reciprocal (SPEC §2 allows that: >= 99.99% equal codes, never more than one step apart).
+    NVFP4 quotient ``x / s`` is IEEE-rounded as in the reference (``div_rn_by``: one reciprocal per block,
+    x's sign bit kept for x = −0); otherwise it multiplies by the reciprocal (SPEC §2 allows that: >= 99.99%
+    equal codes, never more than one step apart).
     """
     amax = block_amax(xb)
     if IS_MX:
@@ -159,7 +160,10 @@ def fake_quant_blocks(xb, IS_MX: tl.constexpr, EXACT_DIV: tl.constexpr):
     else:
         s = e4m3_round(tl.math.div_rn(amax, 6.0))
         if EXACT_DIV:
-            v = tl.math.div_rn(xb, s[:, :, None])
+            y, m8 = e2m1_recip(s)
+            v = div_rn_by(xb, s[:, :, None], y[:, :, None])
+            v = (v.to(tl.int32, bitcast=True) | (xb.to(tl.int32, bitcast=True) & -2147483648)).to(tl.float32,
+                                                                                                bitcast=True)
         else:
             v = xb * (1.0 / s)[:, :, None]
         v = tl.where(s[:, :, None] > 0, v, 0.0)
@@ -549,34 +553,8 @@ if __import__("os").environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
 
 
 # ----------------------------------------------------------------------------------------------
-# E2M1 encoding by exact decision points (no division): used by the bandwidth-bound quantize
-# kernels. For a block scale s, the thresholds t*s (t = 0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5) are
-# exact float32 products, so comparing |x| with them gives the same code as rounding the IEEE
-# quotient x / s (the reference) — ties included, through the > / >= forms below.
+# E2M1 codes: the rounded ramp, and the NVFP4 quotient x / s without a division per element
 # ----------------------------------------------------------------------------------------------
-@triton.jit
-def e2m1_decision_points(s):
-    """Float bits of the E2M1 decision points t*s (exact) in ">" form (">=" points -> previous float)."""
-    g0 = (s * 0.25).to(tl.int32, bitcast=True)
-    g1 = (s * 0.75).to(tl.int32, bitcast=True) - 1
-    g2 = (s * 1.25).to(tl.int32, bitcast=True)
-    g3 = (s * 1.75).to(tl.int32, bitcast=True) - 1
-    g4 = (s * 2.5).to(tl.int32, bitcast=True)
-    g5 = (s * 3.5).to(tl.int32, bitcast=True) - 1
-    g6 = (s * 5.0).to(tl.int32, bitcast=True)
-    return g0, g1, g2, g3, g4, g5, g6
-
-
-@triton.jit
-def e2m1_code_from_points(a, g0, g1, g2, g3, g4, g5, g6):
-    """E2M1 magnitude code (int32 0..7) of |x| with float bits ``a`` (int32, sign cleared), given the
-    float bits ``g`` of the decision points (``>`` form): code = number of g_i that a exceeds."""
-    b2 = a > g3
-    b1 = a > tl.where(b2, g5, g1)
-    b0 = a > tl.where(b2, tl.where(b1, g6, g4), tl.where(b1, g2, g0))
-    return b2.to(tl.int32) * 4 + b1.to(tl.int32) * 2 + b0.to(tl.int32)
-
-
 @triton.jit
 def e2m1_code_i32(v):
     """float32 v -> E2M1 code (int32, sign in bit 3), round to nearest, ties to the even code, saturating
@@ -663,22 +641,70 @@ def e2m1_e5m2_byte(x, s, e, nan):
 
 
 @triton.jit
+def div_rn_by(x, s, y):
+    """``tl.math.div_rn(x, s)`` (the IEEE quotient, round to nearest even) for finite float32 x and an E4M3
+    value s > 0 (float32, broadcast against x), given y = RN(1 / s) -- one reciprocal per block scale instead
+    of a division per element (~9 instructions and a slow-path check each on the GPU).
+
+    q0 = RN(x·y) lies within 1.5 ulps of x/s (y's relative error is at most 2^-24); the residual
+    r = x − s·q0 is exact in one fma; q0 + r·y = x/s + (x/s − q0)(s·y − 1) is within 2 ulps·2^-24 of x/s.
+    The exact quotient is never a midpoint of two floats and, s having at most 4 significant bits, lies at
+    least 2^-6 ulps from every midpoint (x − s·m, for a midpoint m, is a non-zero multiple of 2^(e_s + e_q
+    − 28)), so RN(q0 + r·y) = RN(x/s) (Markstein's correction). Quotients that underflow are far below
+    E2M1's first decision point (0.25). x·y does not overflow for a block's own scale (s = E4M3(amax/6),
+    or 448: |x|/s < 2^119); ±Inf x gives NaN (an E2M1 code of magnitude 7, as Inf's). Checked against
+    ``div_rn`` for every E4M3 s and every float32 x with x/s in [2^-3, 2^4) on the GPU, and on a dense
+    sample around every decision point with exact fma arithmetic on the CPU
+    (``tests/test_quantize_kernels.py``). x = −0 gives +0 (``e2m1_code_div`` takes the sign from x). The
+    interpreter, whose fma is an unfused float32 multiply-add, divides."""
+    if _GPU_ASM:
+        q0 = x * y
+        return tl.fma(tl.fma(-q0, s, x), y, q0)
+    else:
+        return tl.math.div_rn(x, s)
+
+
+@triton.jit
+def e2m1_recip(s):
+    """Per-block inputs of ``e2m1_code_div`` for E4M3 block scales s (>= 2**-9 or 0): (y, m8) = (RN(1/s), 8)
+    where s > 0 and (0, 0) where s == 0, whose codes are then +0 (the reference's)."""
+    pos = s > 0
+    return tl.where(pos, tl.math.div_rn(1.0, s), 0.0), tl.where(pos, 8, 0)
+
+
+@triton.jit
+def e2m1_code_div(x, s, y, m8):
+    """E2M1 code (int32, sign in bit 3) of the IEEE quotient ``x / s`` rounded to nearest even -- the
+    reference's NVFP4 encoding -- for float32 x and E4M3 block scales s (broadcast against x), given
+    ``e2m1_recip(s)``: the quotient by ``div_rn_by``, its code by ``e2m1_code_i32``'s rounded ramp, the sign
+    bit x's (the quotient's; also for x = −0), masked by m8. 2 multiply-adds and a multiply for the quotient
+    (the division, or the seven decision points compared before, ~13 integer-pipe instructions per value),
+    3 for the ramp. A block with s == 0 (y = 0, m8 = 0) gives +0. NaN x gives a code of magnitude 7 (callers
+    mask it), ±Inf ±7 (the reference's ±6). Bits 4-21 of the result are 0 and bits 22-30 those of the
+    ramp's magic constant on the GPU: callers keep the low nibble or byte. (±Inf in a block with s == 0 gives
+    a code of magnitude 7 as well: ∞·0 is NaN; callers mask it.)"""
+    if _GPU_ASM:
+        q = div_rn_by(x, s, y)  # s == 0, y == 0: ±0
+        r = _e2m1_ramp(tl.abs(q), 2.0, 1.0, 0.5)  # 0x4B400000 + magnitude code
+        # (x >> 28) & m8 | r: one shift and one 3-input logic op (LLVM splits it into three)
+        return tl.inline_asm_elementwise("{.reg .b32 t; shr.b32 t, $2, 28; lop3.b32 $0, t, $3, $1, 0xEA;}",
+                                         "=r,r,r,r", [r, x.to(tl.int32, bitcast=True), m8], dtype=tl.int32,
+                                         is_pure=True, pack=1)
+    else:
+        q = tl.where(y == 0, 0.0, div_rn_by(x, tl.where(y == 0, 1.0, s), y))
+        r = _e2m1_ramp(tl.abs(q), 2.0, 1.0, 0.5)
+        return (r & 7) | ((x.to(tl.uint32, bitcast=True) >> 28).to(tl.int32, bitcast=True) & m8)
+
+
+@triton.jit
 def e2m1_codes_div(xb, s, FINITE: tl.constexpr = False):
-    """E2M1 codes (int32, sign in bit 3) of the IEEE quotient ``xb / s`` rounded to nearest even -- the
-    reference's NVFP4 encoding -- without dividing: |x| is compared with the exact decision points t·s
-    (``e2m1_decision_points``). xb (..., QB) float32, s (...) E4M3 block scales (>= 2**-9 or 0; 0 gives
-    codes +0: its points are set to +inf's bits, which no finite |x| exceeds, and its sign mask to 0).
-    NaN elements give code 0, as ``e2m1_code(x / s)`` does; ``FINITE``: the caller knows xb holds no NaN
-    and skips that per-element select (a NaN would give a code of magnitude 7)."""
-    s2 = tl.expand_dims(s, -1)
-    g0, g1, g2, g3, g4, g5, g6 = e2m1_decision_points(s2)
-    pos = s2 > 0
-    inf = 0x7F800000
-    g0, g1, g2, g3 = tl.where(pos, g0, inf), tl.where(pos, g1, inf), tl.where(pos, g2, inf), tl.where(pos, g3, inf)
-    g4, g5, g6 = tl.where(pos, g4, inf), tl.where(pos, g5, inf), tl.where(pos, g6, inf)
-    b = xb.to(tl.int32, bitcast=True)
-    c = e2m1_code_from_points(b & 0x7FFFFFFF, g0, g1, g2, g3, g4, g5, g6) | ((b >> 28) & tl.where(pos, 8, 0))
+    """``e2m1_code_div`` of a (..., QB) float32 tile in blocks along its last axis, s (...) their E4M3 scales.
+    NaN elements give code 0, as ``e2m1_code(x / s)`` does, and so do ±Inf in a block whose scale is 0 (its
+    finite elements are all ±0); ``FINITE``: the caller knows xb holds no NaN or Inf and skips that
+    per-element select."""
+    y, m8 = e2m1_recip(tl.expand_dims(s, -1))
+    c = e2m1_code_div(xb, tl.expand_dims(s, -1), y, m8)
     if FINITE:
         return c
     else:
-        return tl.where(xb == xb, c, 0)
+        return tl.where((xb == xb) & (m8 != 0), c, 0)

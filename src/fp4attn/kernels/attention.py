@@ -242,7 +242,7 @@ def _quant_rows(x, anybad, QB: tl.constexpr, IS_MX: tl.constexpr):
         codes = e2m1_code(v)  # NaN -> 0 (the block is flagged through the pre-pass flags)
         sb = (e + 127).to(tl.uint8)
     else:
-        # codes = e2m1_code(x / s) with IEEE division, by decision points
+        # codes = e2m1_code(x / s) with IEEE division: the quotient from one reciprocal per block (e2m1_codes_div)
         if anybad != 0:
             s = e4m3_round(tl.math.div_rn(block_amax(xb), 6.0))
             codes = e2m1_codes_div(xb, s)

@@ -16,18 +16,12 @@ before it, ``Q`` of the dims after it).
   ``(blocks, Q-columns, pairs)`` in place, coalesced along the contiguous ``Q`` axis; no
   ``movedim().contiguous()`` copy of the input.
 
-How the E2M1 code of ``x / s`` is computed (``FAST``, the default): for the scales that are exact
-short numbers (an NVFP4 E4M3 scale without global scale, an MXFP4 power of two) the products
-``t * s`` of the seven E2M1 decision thresholds ``t`` (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5) with ``s``
-are exact float32 numbers, and the IEEE quotient compares exactly like ``|x|`` against them:
-``fl(|x|/s) > t  <=>  |x| > t*s`` and ``fl(|x|/s) >= t  <=>  |x| >= t*s`` (``t*s`` has at most 7
-significant bits, so the gap between ``|x|`` and ``t*s`` is at least one ulp of ``t*s``, more than the
-half ulp of ``t`` that the division could round away; ties ``t`` have even mantissas; ``t*s`` is never
-a power of two for the ``>=`` thresholds). So the code is found with three integer comparisons of
-the float bits (a binary search) and no division; ``tests/test_quantize_kernels.py`` checks this
-against the reference on every E4M3 scale around every threshold. With ``FAST=False`` (and always
-with a global scale, whose divisor ``s / S_enc`` is a general float) the kernels divide with
-``tl.math.div_rn`` and round with the shared ``e2m1_code`` helper.
+How the E2M1 code of ``x / s`` is computed (``FAST``, the default): MXFP4 scales are powers of two, so
+``x * 2**-e`` is the exact quotient; an NVFP4 E4M3 scale without global scale gets one reciprocal per
+block and the IEEE quotient of each value from it (``formats.triton_helpers.e2m1_code_div``: Markstein's
+correction, checked against ``div_rn`` on every E4M3 scale). With ``FAST=False`` (and always with a global
+scale, whose divisor ``s / S_enc`` is a general float) the kernels divide with ``tl.math.div_rn`` and round
+with the shared ``e2m1_code`` helper.
 """
 
 from __future__ import annotations
@@ -45,10 +39,10 @@ from ..formats.triton_helpers import (
     block_amax,
     block_bad,
     e2m1_code,
-    e2m1_code_from_points,
+    e2m1_code_div,
     e2m1_code_i32,
-    e2m1_decision_points,
     e2m1_decode,
+    e2m1_recip,
     e4m3_round,
     e4m3_to_bits,
     exp2i,
@@ -120,10 +114,19 @@ def _block_scale(amax, senc, IS_MX: tl.constexpr, FLOOR: tl.constexpr, GLOBAL: t
 
 
 @triton.jit
-def _encode(x, s, inv, denom, g0, g1, g2, g3, g4, g5, g6, any_bad,
-            IS_MX: tl.constexpr, GLOBAL: tl.constexpr, FAST: tl.constexpr):
-    """E2M1 code (int32, sign in bit 3) of x / scale, exactly as the reference; ``s``/``inv``/
-    ``denom``/``g*`` broadcast against x (see _block_scale / _nv_points)."""
+def _recip(s, IS_MX: tl.constexpr, GLOBAL: tl.constexpr, FAST: tl.constexpr):
+    """``e2m1_recip(s)`` where ``_encode`` uses it (NVFP4 without global scale, FAST), else unused zeros."""
+    if FAST and not IS_MX and not GLOBAL:
+        return e2m1_recip(s)
+    else:
+        return tl.zeros(s.shape, tl.float32), tl.zeros(s.shape, tl.int32)
+
+
+@triton.jit
+def _encode(x, s, inv, denom, y, m8, any_bad, IS_MX: tl.constexpr, GLOBAL: tl.constexpr, FAST: tl.constexpr):
+    """E2M1 code (int32, sign in bit 3; bits above the low nibble are not cleared) of x / scale, exactly as
+    the reference; ``s``/``inv``/``denom``/``y``/``m8`` broadcast against x (see _block_scale,
+    ``e2m1_recip``)."""
     xb = x.to(tl.int32, bitcast=True)
     a = xb & 0x7FFFFFFF
     if IS_MX:
@@ -136,13 +139,15 @@ def _encode(x, s, inv, denom, g0, g1, g2, g3, g4, g5, g6, any_bad,
         if GLOBAL:
             c = e2m1_code(tl.math.div_rn(x, denom)).to(tl.int32)
         elif FAST:
-            c = e2m1_code_from_points(a, g0, g1, g2, g3, g4, g5, g6) | ((xb >> 28) & 8)
+            c = e2m1_code_div(x, s, y, m8)  # a block whose scale rounds to 0: codes 0 (y = m8 = 0)
         else:
             c = e2m1_code(tl.math.div_rn(x, s)).to(tl.int32)
-        c = tl.where(s > 0, c, 0)  # a block whose scale rounds to 0 stores codes 0 (as the reference)
+        if GLOBAL or not FAST:
+            c = tl.where(s > 0, c, 0)  # a block whose scale rounds to 0 stores codes 0 (as the reference)
     if FAST:
-        if any_bad:  # NaN encodes as +0 (Inf is +-6, code 7 with its sign, as in the reference)
-            c = tl.where(a > 0x7F800000, 0, c)
+        if any_bad:  # NaN encodes as +0 (Inf is +-6, code 7 with its sign, as in the reference, but 0 in a
+            # block whose scale is 0, where e2m1_code_div gives inf * 0 = NaN a code of magnitude 7)
+            c = tl.where((a <= 0x7F800000) & (s > 0), c, 0)
     return c
 
 
@@ -178,9 +183,9 @@ def _quant_pair(lo, hi, senc, IS_MX: tl.constexpr, FLOOR: tl.constexpr, GLOBAL: 
     denom3 = s3
     if GLOBAL:
         denom3 = tl.math.div_rn(s, senc)[:, :, None]
-    g0, g1, g2, g3, g4, g5, g6 = e2m1_decision_points(s3)
-    clo = _encode(lo, s3, inv3, denom3, g0, g1, g2, g3, g4, g5, g6, any_bad, IS_MX, GLOBAL, FAST)
-    chi = _encode(hi, s3, inv3, denom3, g0, g1, g2, g3, g4, g5, g6, any_bad, IS_MX, GLOBAL, FAST)
+    y, m8 = _recip(s3, IS_MX, GLOBAL, FAST)
+    clo = _encode(lo, s3, inv3, denom3, y, m8, any_bad, IS_MX, GLOBAL, FAST)
+    chi = _encode(hi, s3, inv3, denom3, y, m8, any_bad, IS_MX, GLOBAL, FAST)
     if IS_MX:
         sbyte = tl.where(bad, 255, sbyte)
     else:
@@ -393,7 +398,7 @@ def _cols_loop_kernel(x_ptr, data_ptr, scale_ptr, out_ptr, senc_ptr, decg_ptr,
     denom = s
     if GLOBAL:
         denom = tl.math.div_rn(s, senc)
-    g0, g1, g2, g3, g4, g5, g6 = e2m1_decision_points(s)
+    y, m8 = _recip(s, IS_MX, GLOBAL, FAST)
     snan = tl.where(bad, float("nan"), s)
     if FAKE:
         if GLOBAL:
@@ -402,7 +407,7 @@ def _cols_loop_kernel(x_ptr, data_ptr, scale_ptr, out_ptr, senc_ptr, decg_ptr,
             l = blks * BS + h
             m = qmask & (l < L)
             off = base + l.to(tl.int64) * Q
-            c = _encode(_load_f32(x_ptr + off, m, IN_DT), s, inv, denom, g0, g1, g2, g3, g4, g5, g6, any_bad,
+            c = _encode(_load_f32(x_ptr + off, m, IN_DT), s, inv, denom, y, m8, any_bad,
                         IS_MX, GLOBAL, FAST)
             v = e2m1_decode(c) * snan
             if GLOBAL:
@@ -413,9 +418,9 @@ def _cols_loop_kernel(x_ptr, data_ptr, scale_ptr, out_ptr, senc_ptr, decg_ptr,
             l = blks * BS + 2 * h
             m = qmask & (l < L)
             off = base + l.to(tl.int64) * Q
-            clo = _encode(_load_f32(x_ptr + off, m, IN_DT), s, inv, denom, g0, g1, g2, g3, g4, g5, g6, any_bad,
+            clo = _encode(_load_f32(x_ptr + off, m, IN_DT), s, inv, denom, y, m8, any_bad,
                           IS_MX, GLOBAL, FAST)
-            chi = _encode(_load_f32(x_ptr + off + Q, m, IN_DT), s, inv, denom, g0, g1, g2, g3, g4, g5, g6,
+            chi = _encode(_load_f32(x_ptr + off + Q, m, IN_DT), s, inv, denom, y, m8,
                           any_bad, IS_MX, GLOBAL, FAST)
             doff = p * (L // 2) * Q + (blks * H + h).to(tl.int64) * Q + qs
             tl.store(data_ptr + doff, (clo | (chi << 4)).to(tl.uint8), mask=m)
