@@ -26,6 +26,7 @@ from fp4attn.formats.triton_helpers import (  # noqa: E402
     div_rn_by,
     e2m1_code,
     e2m1_code_i32,
+    e2m1_recip,
     e2m1_round_abs,
     e2m1_round_pow2,
     e4m3_round,
@@ -554,10 +555,13 @@ def test_markstein_quotient_is_the_ieee_quotient_for_every_e4m3_scale():
 @triton.jit
 def _div_rn_by_check_kernel(S, LO, N, BAD, BLOCK: tl.constexpr, ITERS: tl.constexpr):
     """BAD += the number of x = LO[j] + i (float bits, i < N[j]) and -x whose ``div_rn_by`` quotient by S[j]
-    differs from ``div_rn``'s (bit patterns)."""
+    (with the kernels' reciprocal ``e2m1_recip``) differs from ``div_rn``'s (bit patterns), + 2**20 if that
+    reciprocal is not ``div_rn(1, S[j])``."""
     j = tl.program_id(1)
     s = tl.load(S + j)
-    y = tl.math.div_rn(1.0, s)
+    y = e2m1_recip(s)[0]
+    if tl.program_id(0) == 0:
+        tl.atomic_add(BAD, tl.where(y == tl.math.div_rn(1.0, s), 0, 1 << 20))
     lo = tl.load(LO + j)
     n = tl.load(N + j)
     bad = tl.zeros((BLOCK,), dtype=tl.int32)
@@ -575,7 +579,8 @@ def _div_rn_by_check_kernel(S, LO, N, BAD, BLOCK: tl.constexpr, ITERS: tl.conste
 @gpu
 @needs_cuda
 def test_gpu_div_rn_by_every_e4m3_scale_exhaustive():
-    """The compiled ``div_rn_by`` (Markstein's correction) against ``div_rn``: every positive E4M3 scale s,
+    """The compiled ``div_rn_by`` (Markstein's correction) and the reciprocal ``e2m1_recip`` feeds it (``e4m3_recip``:
+    the hardware approximation and one Newton step) against ``div_rn``: every positive E4M3 scale s,
     every float32 x with |x|/s in [2^-20, 2^20), both signs: 8.5e10 quotients, bit for bit (~2.5 s on an
     H100)."""
     s = E4M3_POS.cuda()
