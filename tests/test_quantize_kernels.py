@@ -34,6 +34,7 @@ from fp4attn.formats.triton_helpers import (  # noqa: E402
     fake_quant_p,
     mx_exponent,
     mx_scale_rceil,
+    nvfp4_scale,
 )
 from fp4attn.kernels import quantize as kq  # noqa: E402
 
@@ -591,3 +592,28 @@ def test_gpu_div_rn_by_every_e4m3_scale_exhaustive():
     _div_rn_by_check_kernel[(triton.cdiv(int(n.max()), BLOCK * ITERS), s.numel())](s, lo, n, bad, BLOCK=BLOCK,
                                                                                    ITERS=ITERS)
     assert int(n.sum()) > 4e10 and bad.item() == 0, f"{bad.item()} quotients differ from div_rn"
+
+
+@triton.jit
+def _nvfp4_scale_check_kernel(BAD, N, BLOCK: tl.constexpr, ITERS: tl.constexpr):
+    """BAD += the number of float32 a (bit patterns 0 .. N - 1) whose ``nvfp4_scale`` differs from
+    ``e4m3_round(div_rn(a, 6))``."""
+    bad = tl.zeros((BLOCK,), dtype=tl.int32)
+    for it in range(ITERS):
+        offs = (tl.program_id(0) * ITERS + it).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+        a = offs.to(tl.int32).to(tl.float32, bitcast=True)
+        got = nvfp4_scale(a).to(tl.int32, bitcast=True)
+        want = e4m3_round(tl.math.div_rn(a, 6.0)).to(tl.int32, bitcast=True)
+        bad += ((offs < N) & (got != want)).to(tl.int32)
+    tl.atomic_add(BAD, tl.sum(bad, 0))
+
+
+@gpu
+@needs_cuda
+def test_gpu_nvfp4_scale_every_float32_amax():
+    """``nvfp4_scale`` (amax / 6 by ``div_rn_by``) against ``e4m3_round(div_rn(amax, 6))`` on every finite float32
+    amax >= 0 (2.1e9 values, subnormal quotients included)."""
+    n = 0x7F800000
+    bad = torch.zeros(1, dtype=torch.int32, device="cuda")
+    _nvfp4_scale_check_kernel[(triton.cdiv(n, 1024 * 64),)](bad, n, BLOCK=1024, ITERS=64)
+    assert bad.item() == 0, f"{bad.item()} scales differ"

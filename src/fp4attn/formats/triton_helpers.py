@@ -158,7 +158,7 @@ def fake_quant_blocks(xb, IS_MX: tl.constexpr, EXACT_DIV: tl.constexpr):
         s = exp2i(e)
         v = xb * exp2i(-e)[:, :, None]
     else:
-        s = e4m3_round(tl.math.div_rn(amax, 6.0))
+        s = nvfp4_scale(amax)
         if EXACT_DIV:
             y, m8 = e2m1_recip(s)
             v = div_rn_by(xb, s[:, :, None], y[:, :, None])
@@ -662,6 +662,15 @@ def div_rn_by(x, s, y):
         return tl.fma(tl.fma(-q0, s, x), y, q0)
     else:
         return tl.math.div_rn(x, s)
+
+
+@triton.jit
+def nvfp4_scale(amax):
+    """The NVFP4 block scale without global scale, ``e4m3_round(div_rn(amax, 6))`` (float32 amax >= 0, finite),
+    with the quotient by ``div_rn_by`` (6 is an E4M3 value; RN(1/6) a constant) instead of ``div_rn`` and its
+    slow-path call: the same quotient wherever it is a normal float, and below 2^-126 both round to the E4M3
+    scale 0. Equal for every finite float32 amax >= 0 (GPU test)."""
+    return e4m3_round(div_rn_by(amax, 6.0, 0.1666666716337204))
 
 
 @triton.jit

@@ -149,11 +149,11 @@ from ..formats.triton_helpers import (
     e2m1_codes_div,
     e2m1_decode_f16,
     e4m3_decode_f16,
-    e4m3_round,
     e4m3_to_bits,
     exp2i,
     fake_quant_p,
     mx_exponent,
+    nvfp4_scale,
     p_block_scales,
     pack_nibbles,
     unpack_nibbles_words,
@@ -244,10 +244,10 @@ def _quant_rows(x, anybad, QB: tl.constexpr, IS_MX: tl.constexpr):
     else:
         # codes = e2m1_code(x / s) with IEEE division: the quotient from one reciprocal per block (e2m1_codes_div)
         if anybad != 0:
-            s = e4m3_round(tl.math.div_rn(block_amax(xb), 6.0))
+            s = nvfp4_scale(block_amax(xb))
             codes = e2m1_codes_div(xb, s)
         else:
-            s = e4m3_round(tl.math.div_rn(tl.max(tl.abs(xb), axis=-1), 6.0))
+            s = nvfp4_scale(tl.max(tl.abs(xb), axis=-1))
             codes = e2m1_codes_div(xb, s, FINITE=True)
         sb = e4m3_to_bits(s).to(tl.uint8)
     return tl.reshape(codes.to(tl.uint8), (R, C)), sb

@@ -47,6 +47,7 @@ from ..formats.triton_helpers import (
     e4m3_to_bits,
     exp2i,
     mx_exponent,
+    nvfp4_scale,
 )
 from ._launch import cdiv, next_pow2
 from ._launch import fast as fast_launch  # (this module's _launch takes a ``fast`` flag)
@@ -106,10 +107,10 @@ def _block_scale(amax, senc, IS_MX: tl.constexpr, FLOOR: tl.constexpr, GLOBAL: t
         e = mx_exponent(amax, FLOOR)
         return exp2i(e), e + 127, exp2i(-e)
     else:
-        sd = tl.math.div_rn(amax, 6.0)
         if GLOBAL:
-            sd = sd * senc
-        s = e4m3_round(sd)
+            s = e4m3_round(tl.math.div_rn(amax, 6.0) * senc)  # (a quotient below 2^-126 matters here)
+        else:
+            s = nvfp4_scale(amax)
         return s, e4m3_to_bits(s), s
 
 
