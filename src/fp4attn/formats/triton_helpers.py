@@ -653,7 +653,7 @@ def div_rn_by(x, s, y):
     − 28)), so RN(q0 + r·y) = RN(x/s) (Markstein's correction). Quotients that underflow are far below
     E2M1's first decision point (0.25). x·y does not overflow for a block's own scale (s = E4M3(amax/6),
     or 448: |x|/s < 2^119); ±Inf x gives NaN (an E2M1 code of magnitude 7, as Inf's). Checked against
-    ``div_rn`` for every E4M3 s and every float32 x with x/s in [2^-3, 2^4) on the GPU, and on a dense
+    ``div_rn`` for every E4M3 s and every float32 x with |x|/s in [2^-20, 2^20) on the GPU, and on a dense
     sample around every decision point with exact fma arithmetic on the CPU
     (``tests/test_quantize_kernels.py``). x = −0 gives +0 (``e2m1_code_div`` takes the sign from x). The
     interpreter, whose fma is an unfused float32 multiply-add, divides."""
