@@ -25,6 +25,7 @@ import triton.language as tl  # noqa: E402
 from fp4attn.formats.triton_helpers import (  # noqa: E402
     div_rn_by,
     e2m1_code,
+    e2m1_code_div,
     e2m1_code_i32,
     e2m1_recip,
     e2m1_round_abs,
@@ -126,6 +127,25 @@ def threshold_sweep(device="cpu"):
     s_of = torch.repeat_interleave(E4M3_POS, 7 * 15)
     s_of = torch.cat([s_of, s_of, torch.zeros(nb * per - n)]).reshape(nb, per).abs().amax(dim=1)
     x = torch.cat([v, (6 * s_of)[:, None]], dim=1)  # (nb, 16): the rows mix only one s each
+    return x.to(device)
+
+
+def threshold_sweep_global(gamax, device="cpu"):
+    """As ``threshold_sweep`` for NVFP4 with a global scale: the tensor's amax is ``gamax`` (so S_enc =
+    2688 / gamax), each row's block divisor d = s / S_enc is that of one positive E4M3 s (amax = 6 d), and the
+    other elements sit on and within 7 ulps of every decision point t·d, both signs. With gamax = 2^k the
+    divisors span [2^(k-20.4), 2^(k-2.6)]: k = 100 or -90 puts some rows' divisors outside [2^-96, 2^96],
+    where the kernels fall back to ``div_rn`` for the whole tile."""
+    senc = core.global_encode_scale(torch.tensor([gamax], dtype=torch.float32))
+    rows = []
+    for s in E4M3_POS:
+        d = (s / senc).float()  # the reference's divisor s / S_enc
+        b = (torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0]) * d).view(torch.int32)
+        v = (b[:, None] + torch.arange(-7, 8, dtype=torch.int32)).flatten().view(torch.float32)
+        v = torch.cat([v, -v, torch.zeros(-2 * v.numel() % 15)]).reshape(-1, 15)
+        rows.append(torch.cat([v, (6 * d).expand(v.shape[0], 1)], dim=1))
+    x = torch.cat(rows)
+    x[0, 0] = gamax  # (row 0's block then has amax gamax: its codes are checked all the same)
     return x.to(device)
 
 
@@ -269,6 +289,12 @@ def test_cpu_global_scale_edge_cases():
 
 
 @cpu_only
+def test_cpu_threshold_sweep_with_global_scale():
+    check_all(threshold_sweep_global(2.0 ** 100), "nvfp4", -1, {"global_scale": True}, dequant=False)
+    check_all(threshold_sweep_global(3.0), "nvfp4", -1, {"global_scale": True}, dequant=False)
+
+
+@cpu_only
 def test_cpu_non_contiguous_and_float64_inputs():
     x = adversarial((64, 6), 0, torch.float32, seed=3)
     check_all(x.t(), "nvfp4", -1, {})  # non-contiguous view
@@ -312,6 +338,18 @@ def test_gpu_bit_exact_adversarial(fmt, kw, dtype, shape, dim):
 @pytest.mark.parametrize("fast", [True, False], ids=["fast", "div_rn"])
 def test_gpu_threshold_sweep_every_e4m3_scale(fast):
     check_all(threshold_sweep("cuda"), "nvfp4", -1, {}, fast=fast, dequant=False)
+
+
+@gpu
+@needs_cuda
+@pytest.mark.parametrize("fast", [True, False], ids=["fast", "div_rn"])
+def test_gpu_threshold_sweep_with_global_scale(fast):
+    """Divisors s / S_enc over [2^-110, 2^98] (both sides of the fast path's [2^-96, 2^96]), every E4M3 s,
+    values around every decision point: codes equal the reference's, through the rows and the cols kernel."""
+    for k in (-90, -60, -17, 0, 1.58, 23, 60, 100):
+        x = threshold_sweep_global(2.0 ** k, "cuda")
+        check_all(x, "nvfp4", -1, {"global_scale": True}, fast=fast, dequant=False)
+        check_all(x.t().contiguous(), "nvfp4", 0, {"global_scale": True}, fast=fast, dequant=False)
 
 
 @gpu
@@ -545,23 +583,49 @@ def test_markstein_quotient_is_the_ieee_quotient_for_every_e4m3_scale():
         xs.append(torch.cat([x, -x]))
         ss.append(torch.full((2 * x.numel(),), sv))
     x, s = torch.cat(xs), torch.cat(ss)
+    _assert_markstein_is_ieee(x, s)
+    assert x.numel() > 1_500_000
+
+
+def _assert_markstein_is_ieee(x, s):
+    """``div_rn_by``'s arithmetic with y = RN(1/s), emulated exactly: q0 = RN(x·y), RN(q0 − RN(q0·s − x)·y),
+    equals the IEEE quotient x / s bit for bit (the sign of zero included)."""
     y = 1.0 / s  # float32 division: RN(1/s)
     q0 = x * y
-    q = _fma32(_fma32(-q0, s, x), y, q0)
+    q = _fma32(-_fma32(q0, s, -x), y, q0)
     want = x / s
     bad = q.view(torch.int32) != want.view(torch.int32)
-    assert x.numel() > 1_500_000 and not bad.any(), (x[bad][:4], s[bad][:4], q[bad][:4], want[bad][:4])
+    assert not bad.any(), (x[bad][:4], s[bad][:4], q[bad][:4], want[bad][:4])
+
+
+def test_markstein_quotient_is_the_ieee_quotient_for_general_divisors():
+    """The same arithmetic for 2000 random float32 divisors over [2^-96, 2^96] (the global-scale divisors
+    s / S_enc): every float within 100 ulps of each E2M1 decision point times the divisor, and ±0. (The
+    reciprocal on the GPU is ``recip_nr``, div_rn's own; the GPU test compares with div_rn directly.) Fails
+    without the correction (half of the quotients differ), with y one ulp above RN(1/s) (4 differ), or with the
+    residual written x − s·q0 (x = −0 gives +0)."""
+    g = torch.Generator().manual_seed(12)
+    n = 2000
+    d = ((torch.rand(n, generator=g, dtype=torch.float64) + 1)
+         * torch.exp2(torch.randint(-96, 96, (n,), generator=g).double())).float()
+    pts = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0], dtype=torch.float64)
+    b = (pts[None, :] * d[:, None].double()).float().view(torch.int32)
+    x = (b[:, :, None] + torch.arange(-100, 101, dtype=torch.int32)).view(torch.float32)
+    x = torch.cat([x.flatten(), -x.flatten(), torch.tensor([0.0, -0.0])])
+    s = torch.cat([d[:, None].expand(n, 7 * 201).flatten()] * 2 + [d[:2]])
+    _assert_markstein_is_ieee(x, s)
 
 
 @triton.jit
-def _div_rn_by_check_kernel(S, LO, N, BAD, BLOCK: tl.constexpr, ITERS: tl.constexpr):
+def _div_rn_by_check_kernel(S, LO, N, BAD, BLOCK: tl.constexpr, ITERS: tl.constexpr,
+                            RECIP_RN: tl.constexpr = True):
     """BAD += the number of x = LO[j] + i (float bits, i < N[j]) and -x whose ``div_rn_by`` quotient by S[j]
     (with the kernels' reciprocal ``e2m1_recip``) differs from ``div_rn``'s (bit patterns), + 2**20 if that
     reciprocal is not ``div_rn(1, S[j])``."""
     j = tl.program_id(1)
     s = tl.load(S + j)
     y = e2m1_recip(s)[0]
-    if tl.program_id(0) == 0:
+    if RECIP_RN and tl.program_id(0) == 0:
         tl.atomic_add(BAD, tl.where(y == tl.math.div_rn(1.0, s), 0, 1 << 20))
     lo = tl.load(LO + j)
     n = tl.load(N + j)
@@ -580,7 +644,7 @@ def _div_rn_by_check_kernel(S, LO, N, BAD, BLOCK: tl.constexpr, ITERS: tl.conste
 @gpu
 @needs_cuda
 def test_gpu_div_rn_by_every_e4m3_scale_exhaustive():
-    """The compiled ``div_rn_by`` (Markstein's correction) and the reciprocal ``e2m1_recip`` feeds it (``e4m3_recip``:
+    """The compiled ``div_rn_by`` (Markstein's correction) and the reciprocal ``e2m1_recip`` feeds it (``recip_nr``:
     the hardware approximation and one Newton step) against ``div_rn``: every positive E4M3 scale s,
     every float32 x with |x|/s in [2^-20, 2^20), both signs: 8.5e10 quotients, bit for bit (~2.5 s on an
     H100)."""
@@ -592,6 +656,57 @@ def test_gpu_div_rn_by_every_e4m3_scale_exhaustive():
     _div_rn_by_check_kernel[(triton.cdiv(int(n.max()), BLOCK * ITERS), s.numel())](s, lo, n, bad, BLOCK=BLOCK,
                                                                                    ITERS=ITERS)
     assert int(n.sum()) > 4e10 and bad.item() == 0, f"{bad.item()} quotients differ from div_rn"
+
+
+@gpu
+@needs_cuda
+def test_gpu_div_rn_by_general_divisors():
+    """``div_rn_by`` with ``recip_nr`` (the global-scale path) against ``div_rn`` for 1024 divisors over
+    [2^-96, 2^96] (random significands, the range's ends, all-ones significands): every float32 x with |x|/s
+    in [2^-3, 2^4) (every quotient that can change an E2M1 code), both signs, 1.2e11 quotients, bit for bit."""
+    g = torch.Generator().manual_seed(5)
+    m = torch.rand(1016, generator=g, dtype=torch.float64) + 1
+    e = torch.randint(-96, 96, (1016,), generator=g).double()
+    ends = torch.tensor([1.0, 2.0 - 2.0 ** -23, 1.5, 1.0 + 2.0 ** -23], dtype=torch.float64)
+    s = torch.cat([m * torch.exp2(e), ends * 2.0 ** -96, ends * 2.0 ** 95]).float().cuda()
+    lo = (s * 2.0 ** -3).view(torch.int32).long()
+    n = (s * 2.0 ** 4).view(torch.int32).long() - lo
+    bad = torch.zeros(1, dtype=torch.int32, device="cuda")
+    BLOCK, ITERS = 1024, 64
+    _div_rn_by_check_kernel[(triton.cdiv(int(n.max()), BLOCK * ITERS), s.numel())](
+        s, lo, n, bad, BLOCK=BLOCK, ITERS=ITERS, RECIP_RN=False)
+    assert int(n.sum()) > 5e10 and bad.item() == 0, f"{bad.item()} quotients differ from div_rn"
+
+
+@triton.jit
+def _code_div_check_kernel(S, BAD, BLOCK: tl.constexpr, ITERS: tl.constexpr):
+    """BAD += the number of finite float32 x >= 0 (bit patterns, and -x) whose ``e2m1_code_div`` code (low
+    nibble) by S[j] differs from ``e2m1_code(div_rn(x, S[j]))``."""
+    s = tl.load(S + tl.program_id(1))
+    y, m8 = e2m1_recip(s)
+    bad = tl.zeros((BLOCK,), dtype=tl.int32)
+    for it in range(ITERS):
+        offs = (tl.program_id(0) * ITERS + it).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+        x = offs.to(tl.int32).to(tl.float32, bitcast=True)
+        for sign in tl.static_range(2):
+            xs = x if sign == 0 else -x
+            c1 = e2m1_code_div(xs, s, y, m8) & 15
+            c2 = e2m1_code(tl.math.div_rn(xs, s)).to(tl.int32)
+            bad += ((offs < 0x7F800000) & (c1 != c2)).to(tl.int32)
+    tl.atomic_add(BAD, tl.sum(bad, 0))
+
+
+@gpu
+@needs_cuda
+def test_gpu_e2m1_code_div_every_float32_at_the_range_ends():
+    """The E2M1 code of the global-scale path (``e2m1_code_div``, ``recip_nr``) against ``e2m1_code(div_rn)`` for
+    every finite float32 x (both signs: subnormals, quotients that underflow or overflow, ±0) at divisors at the
+    ends of the fast path's range [2^-96, 2^96] and inside it (8.6e9 values each)."""
+    s = torch.tensor([2.0 ** -96, 1.9999999 * 2.0 ** -96, 1.3 * 2.0 ** -60, 0.7, 3.0, 1.7 * 2.0 ** 50,
+                      2.0 ** 95, 2.0 ** 96], dtype=torch.float32, device="cuda")
+    bad = torch.zeros(1, dtype=torch.int32, device="cuda")
+    _code_div_check_kernel[(triton.cdiv(0x7F800000, 1024 * 64), s.numel())](s, bad, BLOCK=1024, ITERS=64)
+    assert bad.item() == 0, f"{bad.item()} codes differ"
 
 
 @triton.jit

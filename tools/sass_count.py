@@ -2,9 +2,11 @@
 
 Attn-QAT inner loops (``fwd``, ``dkdv``), the decode split kernels' key-tile loops (``decode``; the Gluon
 kernel of Hopper: ``decode_gl``, its Thrift variant ``decode_gl_thrift``), the
-Quartet quantizers (``quest``, ``queste5``, ``sr``, ``fp8conv``) and the FP4 attention pre-pass kernels (``prepq``,
+Quartet quantizers (``quest``, ``queste5``, ``sr``, ``fp8conv``), the FP4 attention pre-pass kernels (``prepq``,
 ``prepk``, ``prepv``: Q, K, V of ``quantize_qkv`` at D=128 with ``--fmt``, the sage3 smoothing with
-``--smooth``); straight-line kernels are reported per value (static counts: both sides of a branch count).
+``--smooth``) and ``fp4attn.quantize``'s kernels on a (8192, 1024) bf16 tensor (``quant``/``quantg``: along the
+last dim without/with the global scale; ``quantc``/``quantcg``: along dim 0); straight-line kernels are reported
+per value (static counts: both sides of a branch count).
 
 Compiles ``_fwd_kernel`` and ``_bwd_dkdv_kernel`` of ``fp4attn.kernels.attn_qat`` the way a real launch
 at (B, H, N, D) = (16, 16, 4096, 128) bf16 would (Triton's own argument specialization: pointer and
@@ -169,6 +171,12 @@ def recorded_cases(which, fmt="nvfp4", smooth=False):
             Kq.quest_e5m2(x)
         if "sr" in which:
             Kq.sr_fp8(x, sign_seed=1, noise_seed=2)
+        if any(w.startswith("quant") for w in which):  # fp4attn.quantize, NVFP4, (8192, 1024) bf16
+            from fp4attn.kernels import quantize as Kz
+            xz = torch.randn(8192, 1024, dtype=torch.bfloat16)
+            for glob in (False, True):
+                for dim in (1, 0):  # the rows kernel (along the last dim) / the cols loop kernel
+                    Kz._launch(xz, fmt, dim, "rceil", glob and fmt == "nvfp4", False)
         if any(w.startswith("prep") for w in which):
             from fp4attn.kernels import attention as Ka
             q = torch.randn(1, 2, 256, 128, dtype=torch.bfloat16)
@@ -197,7 +205,8 @@ def recorded_cases(which, fmt="nvfp4", smooth=False):
              "queste5": "_quest_mxfp4_kernel", "sr": "_sr_mxfp4_kernel",
              "fp8conv": "_mx_to_fp8_kernel", "prepq": "_prep_qk_kernel", "prepk": "_prep_qk_kernel",
              "prepv": "_prep_v_kernel", "attn": "_attn_fwd_kernel", "attnmax": "_attn_fwd_kernel",
-             "attn_gl": "_attn_fwd_kernel_gl", "attnwin": "_attn_fwd_kernel"}
+             "attn_gl": "_attn_fwd_kernel_gl", "attnwin": "_attn_fwd_kernel", "quant": "_rows_kernel",
+             "quantg": "_rows_kernel", "quantc": "_cols_loop_kernel", "quantcg": "_cols_loop_kernel"}
     for w in which:
         hits = [(fn, args, kwargs) for fn, args, kwargs in rec if fn.__name__ == names.get(w)]
         if w in ("attn", "attnmax", "attnwin"):  # PMAX 1: the row-max pass; the attention pass: 2 (0: two-level)
@@ -208,6 +217,8 @@ def recorded_cases(which, fmt="nvfp4", smooth=False):
             hits = [h for h in hits if h[2].get("ROWM", False) == (w == "decode_rowm")]
         if w.startswith("decode_gl"):  # the FP4 / the Thrift variant
             hits = [h for h in hits if h[2].get("THRIFT") == (w == "decode_gl_thrift")]
+        if w.startswith("quant"):  # without / with the global scale
+            hits = [h for h in hits if h[2]["GLOBAL"] == w.endswith("g")]
         if w in ("quest", "queste5"):  # packed MXFP4 (OUT 0) / E5M2 (OUT 1) output
             hits = [h for h in hits if h[2].get("OUT") == (w == "queste5")]
         for fn, args, kwargs in hits:
@@ -217,6 +228,10 @@ def recorded_cases(which, fmt="nvfp4", smooth=False):
             if w.startswith("prep"):
                 rows = kwargs["BLOCK_T"]
                 cols = kwargs.get("DC", kwargs["DP"])
+            elif w in ("quant", "quantg"):
+                rows, cols = kwargs["BM"], kwargs["NB"] * 16
+            elif w.startswith("quantc"):
+                rows, cols = kwargs["NB"] * 16, kwargs["BQ"]
             else:
                 rows = kwargs.get("BLOCK_R", 1)
                 cols = kwargs.get("BLOCK_K", kwargs.get("BLOCK_L"))
@@ -235,7 +250,7 @@ def main():
     a = ap.parse_args()
     cases = [(*c, None) for c in kernel_cases(a.fmt, a.which)]
     ap_rec = ("decode", "decode_rowm", "decode_gl", "decode_gl_thrift", "quest", "queste5", "sr", "fp8conv", "prepq",
-              "prepk", "prepv", "attn", "attnmax", "attn_gl", "attnwin")
+              "prepk", "prepv", "attn", "attnmax", "attn_gl", "attnwin", "quant", "quantg", "quantc", "quantcg")
     cases += list(recorded_cases([w for w in a.which if w in ap_rec], a.fmt, a.smooth))
     for name, fn, args, meta, per_thread in cases:
         ck = compile_like_launch(fn, args, meta)

@@ -148,8 +148,8 @@ def fake_quant_blocks(xb, IS_MX: tl.constexpr, EXACT_DIV: tl.constexpr):
     """Fake-quantize a (R, NB, BLOCK) float32 tile with blocks along the last axis (no global scale).
 
     Returns float32 values ``code * scale`` (NaN for blocks holding NaN/Inf). With EXACT_DIV the
-    NVFP4 quotient ``x / s`` is IEEE-rounded as in the reference (``div_rn_by``: one reciprocal per block,
-    x's sign bit kept for x = −0); otherwise it multiplies by the reciprocal (SPEC §2 allows that: >= 99.99%
+    NVFP4 quotient ``x / s`` is IEEE-rounded as in the reference (``div_rn_by``: one reciprocal per
+    block); otherwise it multiplies by the reciprocal (SPEC §2 allows that: >= 99.99%
     equal codes, never more than one step apart).
     """
     amax = block_amax(xb)
@@ -162,8 +162,6 @@ def fake_quant_blocks(xb, IS_MX: tl.constexpr, EXACT_DIV: tl.constexpr):
         if EXACT_DIV:
             y, m8 = e2m1_recip(s)
             v = div_rn_by(xb, s[:, :, None], y[:, :, None])
-            v = (v.to(tl.int32, bitcast=True) | (xb.to(tl.int32, bitcast=True) & -2147483648)).to(tl.float32,
-                                                                                                bitcast=True)
         else:
             v = xb * (1.0 / s)[:, :, None]
         v = tl.where(s[:, :, None] > 0, v, 0.0)
@@ -642,24 +640,31 @@ def e2m1_e5m2_byte(x, s, e, nan):
 
 @triton.jit
 def div_rn_by(x, s, y):
-    """``tl.math.div_rn(x, s)`` (the IEEE quotient, round to nearest even) for finite float32 x and an E4M3
-    value s > 0 (float32, broadcast against x), given y = RN(1 / s) -- one reciprocal per block scale instead
-    of a division per element (~9 instructions and a slow-path check each on the GPU).
+    """``tl.math.div_rn(x, s)`` (the IEEE quotient, round to nearest even) for float32 x and a divisor s > 0
+    (float32, broadcast against x) given its reciprocal y = ``recip_nr(s)`` -- one reciprocal per block scale
+    instead of a division per element (~9 instructions and a slow-path check each on the GPU): q0 = RN(x·y),
+    the residual r = x − s·q0 (exact in one fma), then RN(q0 + r·y) (Markstein's correction).
 
-    q0 = RN(x·y) lies within 1.5 ulps of x/s (y's relative error is at most 2^-24); the residual
-    r = x − s·q0 is exact in one fma; q0 + r·y = x/s + (x/s − q0)(s·y − 1) is within 2 ulps·2^-24 of x/s.
-    The exact quotient is never a midpoint of two floats and, s having at most 4 significant bits, lies at
-    least 2^-6 ulps from every midpoint (x − s·m, for a midpoint m, is a non-zero multiple of 2^(e_s + e_q
-    − 28)), so RN(q0 + r·y) = RN(x/s) (Markstein's correction). Quotients that underflow are far below
-    E2M1's first decision point (0.25). x·y does not overflow for a block's own scale (s = E4M3(amax/6),
-    or 448: |x|/s < 2^119); ±Inf x gives NaN (an E2M1 code of magnitude 7, as Inf's). Checked against
-    ``div_rn`` for every E4M3 s and every float32 x with |x|/s in [2^-20, 2^20) on the GPU, and on a dense
-    sample around every decision point with exact fma arithmetic on the CPU
-    (``tests/test_quantize_kernels.py``). x = −0 gives +0 (``e2m1_code_div`` takes the sign from x). The
+    * E4M3 s (NVFP4 without global scale), y = RN(1/s): q0 lies within 1.5 ulps of x/s (y's relative error is
+      at most 2^-24); q0 + r·y = x/s + (x/s − q0)(s·y − 1) is within 2 ulps·2^-24 of x/s. The exact quotient is
+      never a midpoint of two floats and, s having at most 4 significant bits, lies at least 2^-6 ulps from
+      every midpoint (x − s·m, for a midpoint m, is a non-zero multiple of 2^(e_s + e_q − 28)), so
+      RN(q0 + r·y) = RN(x/s). Quotients that underflow are far below E2M1's first decision point (0.25). x·y
+      does not overflow for a block's own scale (s = E4M3(amax/6), or 448: |x|/s < 2^119). Checked against
+      ``div_rn`` for every E4M3 s and every float32 x with |x|/s in [2^-20, 2^20) on the GPU, and on a dense
+      sample around every decision point with exact fma arithmetic on the CPU (``tests/test_quantize_kernels.py``).
+    * A general s (the global-scale divisor s_b / S_enc): these are the instructions of ``div_rn``'s own fast
+      path (SASS: MUFU.RCP, the Newton step, q0, the residual, the correction), taken by ``div_rn`` unless its
+      range check (FCHK: zero, subnormal or huge operands, a quotient near underflow or overflow) sends it to
+      the slow path. Callers keep s in [2^-96, 2^96], where every x whose quotient can change an E2M1 code
+      (|x|/s >= 2^-3) passes that check; GPU test over 4096 divisors.
+
+    The residual is written as −(q0·s − x), so x = ±0 gives ±0 as ``div_rn`` does (x − s·q0 would give +0 for
+    x = −0). ±Inf x, or a quotient that overflows, gives NaN (an E2M1 code of magnitude 7, as Inf's). The
     interpreter, whose fma is an unfused float32 multiply-add, divides."""
-    if _GPU_ASM:
+    if _GPU_ASM:  # (* -1.0: a true negation, folded into the fmas; Triton's unary minus is 0 - v)
         q0 = x * y
-        return tl.fma(tl.fma(-q0, s, x), y, q0)
+        return tl.fma(tl.fma(q0, s, x * -1.0), y * -1.0, q0)
     else:
         return tl.math.div_rn(x, s)
 
@@ -674,38 +679,41 @@ def nvfp4_scale(amax):
 
 
 @triton.jit
-def e4m3_recip(s):
-    """RN(1/s), the IEEE reciprocal, of an E4M3 value s in [2**-9, 448], in 3 instructions instead of ``div_rn``'s
-    ~9 and its slow-path check: the hardware approximation y (within an ulp), then one Newton step y + y(1 − s·y)
-    in two fmas, which lands within ~2^-22 ulps of 1/s; 1/s = 2^-e/B (B = 1 ... 15, s's significand) is a power of
-    two or has a periodic expansion (period <= 12 bits), never that close to a midpoint, so the step's one
-    rounding is RN(1/s). Equal to ``div_rn(1, s)`` for every E4M3 s > 0 (GPU test). The interpreter divides."""
+def recip_nr(d):
+    """The reciprocal of ``div_rn``'s fast path for a float32 divisor d with 2^-126 <= |d| <= 2^126: the hardware
+    approximation y and one Newton step y + y(1 − d·y) in two fmas (3 instructions instead of ``div_rn``'s ~9 and
+    its slow-path check). For an E4M3 value d > 0 it is RN(1/d): the step lands within ~2^-22 ulps of 1/d, and
+    1/d = 2^-e/B (B = 1 ... 15, d's significand) is a power of two or has a periodic expansion (period <= 12
+    bits), never that close to a midpoint. Equal to ``div_rn(1, d)`` for every E4M3 d > 0 (GPU test). The
+    interpreter divides."""
     if _GPU_ASM:
-        y = rcp_approx(s)
-        return tl.fma(y, tl.fma(-s, y, 1.0), y)
+        y = rcp_approx(d)
+        return tl.fma(y, tl.fma(d * -1.0, y, 1.0), y)
     else:
-        return tl.math.div_rn(1.0, s)
+        return tl.math.div_rn(1.0, d)
 
 
 @triton.jit
 def e2m1_recip(s):
-    """Per-block inputs of ``e2m1_code_div`` for E4M3 block scales s (>= 2**-9 or 0): (y, m8) = (RN(1/s), 8)
-    where s > 0 and (0, 0) where s == 0, whose codes are then +0 (the reference's)."""
+    """Per-block inputs of ``e2m1_code_div`` for block divisors s: 0, or in [2^-126, 2^126] (E4M3 scales, or
+    the global-scale divisors in ``div_rn_by``'s range): (y, m8) = (``recip_nr(s)``, 8) where s > 0 and (0, 0)
+    where s == 0, whose codes are then +0 (the reference's)."""
     pos = s > 0
-    return tl.where(pos, e4m3_recip(tl.maximum(s, 0.001953125)), 0.0), tl.where(pos, 8, 0)
+    return tl.where(pos, recip_nr(tl.maximum(s, 1.1754943508222875e-38)), 0.0), tl.where(pos, 8, 0)
 
 
 @triton.jit
 def e2m1_code_div(x, s, y, m8):
     """E2M1 code (int32, sign in bit 3) of the IEEE quotient ``x / s`` rounded to nearest even -- the
-    reference's NVFP4 encoding -- for float32 x and E4M3 block scales s (broadcast against x), given
-    ``e2m1_recip(s)``: the quotient by ``div_rn_by``, its code by ``e2m1_code_i32``'s rounded ramp, the sign
-    bit x's (the quotient's; also for x = −0), masked by m8. 2 multiply-adds and a multiply for the quotient
-    (the division, or the seven decision points compared before, ~13 integer-pipe instructions per value),
-    3 for the ramp. A block with s == 0 (y = 0, m8 = 0) gives +0. NaN x gives a code of magnitude 7 (callers
-    mask it), ±Inf ±7 (the reference's ±6). Bits 4-21 of the result are 0 and bits 22-30 those of the
-    ramp's magic constant on the GPU: callers keep the low nibble or byte. (±Inf in a block with s == 0 gives
-    a code of magnitude 7 as well: ∞·0 is NaN; callers mask it.)"""
+    reference's NVFP4 encoding -- for float32 x and block divisors s (broadcast against x: E4M3 scales or,
+    with a global scale, s_b / S_enc in ``div_rn_by``'s range), given ``e2m1_recip(s)``: the quotient by
+    ``div_rn_by``, its code by ``e2m1_code_i32``'s rounded ramp, the sign bit x's (the quotient's; also for
+    x = −0), masked by m8. 2 multiply-adds and a multiply for the quotient (the division, or the seven
+    decision points compared before, ~13 integer-pipe instructions per value), 3 for the ramp. A block with
+    s == 0 (y = 0, m8 = 0) gives +0. NaN x, ±Inf x and quotients that overflow give a code of magnitude 7
+    (callers mask NaN; ±7 is the reference's ±6 for the others). Bits 4-21 of the result are 0 and bits 22-30
+    those of the ramp's magic constant on the GPU: callers keep the low nibble or byte. (±Inf in a block with
+    s == 0 gives a code of magnitude 7 as well: ∞·0 is NaN; callers mask it.)"""
     if _GPU_ASM:
         q = div_rn_by(x, s, y)  # s == 0, y == 0: ±0
         r = _e2m1_ramp(tl.abs(q), 2.0, 1.0, 0.5)  # 0x4B400000 + magnitude code

@@ -17,11 +17,12 @@ before it, ``Q`` of the dims after it).
   ``movedim().contiguous()`` copy of the input.
 
 How the E2M1 code of ``x / s`` is computed (``FAST``, the default): MXFP4 scales are powers of two, so
-``x * 2**-e`` is the exact quotient; an NVFP4 E4M3 scale without global scale gets one reciprocal per
-block and the IEEE quotient of each value from it (``formats.triton_helpers.e2m1_code_div``: Markstein's
-correction, checked against ``div_rn`` on every E4M3 scale). With ``FAST=False`` (and always with a global
-scale, whose divisor ``s / S_enc`` is a general float) the kernels divide with ``tl.math.div_rn`` and round
-with the shared ``e2m1_code`` helper.
+``x * 2**-e`` is the exact quotient; an NVFP4 divisor (the E4M3 scale, or ``s / S_enc`` with a global scale)
+gets one reciprocal per block and the IEEE quotient of each value from it
+(``formats.triton_helpers.e2m1_code_div``: Markstein's correction -- checked against ``div_rn`` on every
+E4M3 scale; for a general divisor it is ``div_rn``'s own fast path, used for divisors in [2^-96, 2^96]). With
+``FAST=False``, and in a tile with a global-scale divisor outside that range, the kernels divide with
+``tl.math.div_rn`` and round with the shared ``e2m1_code`` helper.
 """
 
 from __future__ import annotations
@@ -114,20 +115,32 @@ def _block_scale(amax, senc, IS_MX: tl.constexpr, FLOOR: tl.constexpr, GLOBAL: t
         return s, e4m3_to_bits(s), s
 
 
+# Global-scale divisors s_b / S_enc outside [2^-96, 2^96] (tensors of extreme magnitude) take the division
+_DIV_LO = tl.constexpr(2.0 ** -96)
+_DIV_HI = tl.constexpr(2.0 ** 96)
+
+
 @triton.jit
-def _recip(s, IS_MX: tl.constexpr, GLOBAL: tl.constexpr, FAST: tl.constexpr):
-    """``e2m1_recip(s)`` where ``_encode`` uses it (NVFP4 without global scale, FAST), else unused zeros."""
-    if FAST and not IS_MX and not GLOBAL:
-        return e2m1_recip(s)
+def _recip(s, denom, IS_MX: tl.constexpr, GLOBAL: tl.constexpr, FAST: tl.constexpr):
+    """(y, m8, slow): ``e2m1_recip(denom)`` where ``_encode`` divides by the reciprocal (NVFP4, FAST), and
+    whether a block of the tile has a global-scale divisor outside ``div_rn_by``'s range (the tile then
+    divides with ``div_rn``, as with FAST=False). Other paths get unused zeros."""
+    if FAST and not IS_MX:
+        y, m8 = e2m1_recip(denom)
+        slow = False
+        if GLOBAL:  # (s > 0: a divisor that underflows to 0 divides too, as the reference's x / 0)
+            odd = (s > 0) & ((denom < _DIV_LO) | (denom > _DIV_HI))
+            slow = tl.max(tl.ravel(odd.to(tl.int32)), axis=0) > 0
+        return y, m8, slow
     else:
-        return tl.zeros(s.shape, tl.float32), tl.zeros(s.shape, tl.int32)
+        return tl.zeros(s.shape, tl.float32), tl.zeros(s.shape, tl.int32), False
 
 
 @triton.jit
-def _encode(x, s, inv, denom, y, m8, any_bad, IS_MX: tl.constexpr, GLOBAL: tl.constexpr, FAST: tl.constexpr):
+def _encode(x, s, inv, denom, y, m8, any_bad, slow, IS_MX: tl.constexpr, GLOBAL: tl.constexpr,
+            FAST: tl.constexpr):
     """E2M1 code (int32, sign in bit 3; bits above the low nibble are not cleared) of x / scale, exactly as
-    the reference; ``s``/``inv``/``denom``/``y``/``m8`` broadcast against x (see _block_scale,
-    ``e2m1_recip``)."""
+    the reference; ``s``/``inv``/``denom``/``y``/``m8`` broadcast against x (see _block_scale, ``_recip``)."""
     xb = x.to(tl.int32, bitcast=True)
     a = xb & 0x7FFFFFFF
     if IS_MX:
@@ -137,14 +150,13 @@ def _encode(x, s, inv, denom, y, m8, any_bad, IS_MX: tl.constexpr, GLOBAL: tl.co
         else:
             c = e2m1_code(x * inv).to(tl.int32)
     else:
-        if GLOBAL:
-            c = e2m1_code(tl.math.div_rn(x, denom)).to(tl.int32)
-        elif FAST:
-            c = e2m1_code_div(x, s, y, m8)  # a block whose scale rounds to 0: codes 0 (y = m8 = 0)
+        if FAST:
+            if slow:
+                c = tl.where(s > 0, e2m1_code(tl.math.div_rn(x, denom)).to(tl.int32), 0)
+            else:
+                c = e2m1_code_div(x, denom, y, m8)  # a block whose scale rounds to 0: codes 0 (y = m8 = 0)
         else:
-            c = e2m1_code(tl.math.div_rn(x, s)).to(tl.int32)
-        if GLOBAL or not FAST:
-            c = tl.where(s > 0, c, 0)  # a block whose scale rounds to 0 stores codes 0 (as the reference)
+            c = tl.where(s > 0, e2m1_code(tl.math.div_rn(x, denom)).to(tl.int32), 0)  # (as the reference)
     if FAST:
         if any_bad:  # NaN encodes as +0 (Inf is +-6, code 7 with its sign, as in the reference, but 0 in a
             # block whose scale is 0, where e2m1_code_div gives inf * 0 = NaN a code of magnitude 7)
@@ -184,9 +196,9 @@ def _quant_pair(lo, hi, senc, IS_MX: tl.constexpr, FLOOR: tl.constexpr, GLOBAL: 
     denom3 = s3
     if GLOBAL:
         denom3 = tl.math.div_rn(s, senc)[:, :, None]
-    y, m8 = _recip(s3, IS_MX, GLOBAL, FAST)
-    clo = _encode(lo, s3, inv3, denom3, y, m8, any_bad, IS_MX, GLOBAL, FAST)
-    chi = _encode(hi, s3, inv3, denom3, y, m8, any_bad, IS_MX, GLOBAL, FAST)
+    y, m8, slow = _recip(s3, denom3, IS_MX, GLOBAL, FAST)
+    clo = _encode(lo, s3, inv3, denom3, y, m8, any_bad, slow, IS_MX, GLOBAL, FAST)
+    chi = _encode(hi, s3, inv3, denom3, y, m8, any_bad, slow, IS_MX, GLOBAL, FAST)
     if IS_MX:
         sbyte = tl.where(bad, 255, sbyte)
     else:
@@ -399,7 +411,7 @@ def _cols_loop_kernel(x_ptr, data_ptr, scale_ptr, out_ptr, senc_ptr, decg_ptr,
     denom = s
     if GLOBAL:
         denom = tl.math.div_rn(s, senc)
-    y, m8 = _recip(s, IS_MX, GLOBAL, FAST)
+    y, m8, slow = _recip(s, denom, IS_MX, GLOBAL, FAST)
     snan = tl.where(bad, float("nan"), s)
     if FAKE:
         if GLOBAL:
@@ -409,7 +421,7 @@ def _cols_loop_kernel(x_ptr, data_ptr, scale_ptr, out_ptr, senc_ptr, decg_ptr,
             m = qmask & (l < L)
             off = base + l.to(tl.int64) * Q
             c = _encode(_load_f32(x_ptr + off, m, IN_DT), s, inv, denom, y, m8, any_bad,
-                        IS_MX, GLOBAL, FAST)
+                        slow, IS_MX, GLOBAL, FAST)
             v = e2m1_decode(c) * snan
             if GLOBAL:
                 v = v * gdec
@@ -420,9 +432,9 @@ def _cols_loop_kernel(x_ptr, data_ptr, scale_ptr, out_ptr, senc_ptr, decg_ptr,
             m = qmask & (l < L)
             off = base + l.to(tl.int64) * Q
             clo = _encode(_load_f32(x_ptr + off, m, IN_DT), s, inv, denom, y, m8, any_bad,
-                          IS_MX, GLOBAL, FAST)
+                          slow, IS_MX, GLOBAL, FAST)
             chi = _encode(_load_f32(x_ptr + off + Q, m, IN_DT), s, inv, denom, y, m8,
-                          any_bad, IS_MX, GLOBAL, FAST)
+                          any_bad, slow, IS_MX, GLOBAL, FAST)
             doff = p * (L // 2) * Q + (blks * H + h).to(tl.int64) * Q + qs
             tl.store(data_ptr + doff, (clo | (chi << 4)).to(tl.uint8), mask=m)
         if IS_MX:
@@ -434,6 +446,14 @@ def _cols_loop_kernel(x_ptr, data_ptr, scale_ptr, out_ptr, senc_ptr, decg_ptr,
 
 
 @triton.jit
+def finite_abs_bits(v):
+    """|x| as int32 float32 bits for the float32 bit patterns v (int32), 0 for NaN and ±Inf: their integer max is
+    the bits of the largest finite |x| (the global amax of an NVFP4 global scale)."""
+    a = v & 0x7FFFFFFF
+    return tl.where(a < 0x7F800000, a, 0)
+
+
+@triton.jit
 def _amax_kernel(x_ptr, out_ptr, N, BLOCK: tl.constexpr, IN_DT: tl.constexpr):
     """Max |x| over the finite elements, as float32 bits, atomically max-ed into out_ptr[0] (int32)."""
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
@@ -442,9 +462,7 @@ def _amax_kernel(x_ptr, out_ptr, N, BLOCK: tl.constexpr, IN_DT: tl.constexpr):
         v = tl.load(x_ptr + offs, mask=m, other=0).to(tl.int32) << 16
     else:
         v = tl.load(x_ptr + offs, mask=m, other=0).to(tl.float32).to(tl.int32, bitcast=True)
-    a = v & 0x7FFFFFFF
-    a = tl.where(a < 0x7F800000, a, 0)
-    tl.atomic_max(out_ptr, tl.max(a, axis=0))
+    tl.atomic_max(out_ptr, tl.max(finite_abs_bits(v), axis=0))
 
 
 @triton.jit
