@@ -53,7 +53,7 @@ from ..formats.triton_helpers import (
 from ._launch import cdiv, next_pow2
 from ._launch import fast as fast_launch  # (this module's _launch takes a ``fast`` flag)
 
-__all__ = ["quantize", "fake_quantize", "dequantize", "global_scales"]
+__all__ = ["quantize", "fake_quantize", "dequantize"]
 
 # load modes of the rows kernel
 _LOAD_ELEM = 0  # one element per load (any dtype, odd lengths)
@@ -208,32 +208,40 @@ def _quant_pair(lo, hi, senc, IS_MX: tl.constexpr, FLOOR: tl.constexpr, GLOBAL: 
 
 
 @triton.jit
-def _dequant_pair(clo, chi, s, decg_ptr, GLOBAL: tl.constexpr):
+def _dequant_pair(clo, chi, s, gdec, GLOBAL: tl.constexpr):
     """Fake-quantized values of a (code_lo, code_hi) tile pair: (code · block scale) first — an exact
-    product — then the global decode factor, as the reference does."""
+    product — then the global decode factor ``gdec``, as the reference does."""
     d3 = s[:, :, None]
     vlo = e2m1_decode(clo) * d3
     vhi = e2m1_decode(chi) * d3
     if GLOBAL:
-        g = tl.load(decg_ptr)
-        vlo = vlo * g
-        vhi = vhi * g
+        vlo = vlo * gdec
+        vhi = vhi * gdec
     return vlo, vhi
 
 
 @triton.jit
-def _load_scalar_f32(ptr, GLOBAL: tl.constexpr):
+def _global_scales(amax_ptr, decg_ptr, GLOBAL: tl.constexpr):
+    """(S_enc, 1/S_enc) from the tensor's finite amax (float32 bits at amax_ptr, by ``_amax_kernel``), the same
+    IEEE operations as ``core.global_encode_scale``: 2688 / amax, 1 when amax is 0, at most the float32 max.
+    Program 0 stores 1/S_enc at decg_ptr (the FP4Tensor's ``global_scale``): no PyTorch scalar ops between the
+    amax pass and the quantize pass. (1, 1) without a global scale."""
     if GLOBAL:
-        return tl.load(ptr)
+        amax = tl.load(amax_ptr).to(tl.float32, bitcast=True)
+        senc = tl.minimum(tl.where(amax > 0, tl.math.div_rn(2688.0, amax), 1.0), 3.4028234663852886e38)
+        dec = tl.math.div_rn(1.0, senc)
+        if tl.program_id(0) == 0:
+            tl.store(decg_ptr, dec)
+        return senc, dec
     else:
-        return 1.0
+        return 1.0, 1.0
 
 
 # ------------------------------------------------------------------------------------------------
 # Kernels
 # ------------------------------------------------------------------------------------------------
 @triton.jit
-def _rows_kernel(x_ptr, data_ptr, scale_ptr, out_ptr, senc_ptr, decg_ptr,
+def _rows_kernel(x_ptr, data_ptr, scale_ptr, out_ptr, amax_ptr, decg_ptr,
                  M, L, LP, NBLK, n_kt,
                  BS: tl.constexpr, BM: tl.constexpr, NB: tl.constexpr, LOAD: tl.constexpr,
                  IN_DT: tl.constexpr, OUT_DT: tl.constexpr, FAKE: tl.constexpr, IS_MX: tl.constexpr,
@@ -273,11 +281,11 @@ def _rows_kernel(x_ptr, data_ptr, scale_ptr, out_ptr, senc_ptr, decg_ptr,
             lo = tl.load(x_ptr + rows * L + e0, mask=mask, other=0).to(tl.float32)
             hi = tl.load(x_ptr + rows * L + e0 + 1, mask=m1, other=0).to(tl.float32)
 
-    senc = _load_scalar_f32(senc_ptr, GLOBAL)
+    senc, gdec = _global_scales(amax_ptr, decg_ptr, GLOBAL)
     clo, chi, s, sbyte = _quant_pair(lo, hi, senc, IS_MX, FLOOR, GLOBAL, FAST)
 
     if FAKE:
-        vlo, vhi = _dequant_pair(clo, chi, s, decg_ptr, GLOBAL)
+        vlo, vhi = _dequant_pair(clo, chi, s, gdec, GLOBAL)
         if LOAD == 3:
             wlo = vlo.to(tl.uint32, bitcast=True).to(tl.int64)
             whi = vhi.to(tl.int32, bitcast=True).to(tl.int64) << 32
@@ -302,7 +310,7 @@ def _rows_kernel(x_ptr, data_ptr, scale_ptr, out_ptr, senc_ptr, decg_ptr,
 
 
 @triton.jit
-def _cols_kernel(x_ptr, data_ptr, scale_ptr, out_ptr, senc_ptr, decg_ptr,
+def _cols_kernel(x_ptr, data_ptr, scale_ptr, out_ptr, amax_ptr, decg_ptr,
                  L, Q, NBLK, n_qt, n_bt,
                  BS: tl.constexpr, NB: tl.constexpr, BQ: tl.constexpr,
                  IN_DT: tl.constexpr, OUT_DT: tl.constexpr, FAKE: tl.constexpr, IS_MX: tl.constexpr,
@@ -333,11 +341,11 @@ def _cols_kernel(x_ptr, data_ptr, scale_ptr, out_ptr, senc_ptr, decg_ptr,
         lo = tl.load(x_ptr + off0, mask=m0, other=0).to(tl.float32)
         hi = tl.load(x_ptr + off0 + Q, mask=m1, other=0).to(tl.float32)
 
-    senc = _load_scalar_f32(senc_ptr, GLOBAL)
+    senc, gdec = _global_scales(amax_ptr, decg_ptr, GLOBAL)
     clo, chi, s, sbyte = _quant_pair(lo, hi, senc, IS_MX, FLOOR, GLOBAL, FAST)
 
     if FAKE:
-        vlo, vhi = _dequant_pair(clo, chi, s, decg_ptr, GLOBAL)
+        vlo, vhi = _dequant_pair(clo, chi, s, gdec, GLOBAL)
         if OUT_DT == 0:
             tl.store(out_ptr + off0, vlo, mask=m0)
             tl.store(out_ptr + off0 + Q, vhi, mask=m1)
@@ -369,7 +377,7 @@ def _store_out(ptr, v, mask, OUT_DT: tl.constexpr):
 
 
 @triton.jit
-def _cols_loop_kernel(x_ptr, data_ptr, scale_ptr, out_ptr, senc_ptr, decg_ptr,
+def _cols_loop_kernel(x_ptr, data_ptr, scale_ptr, out_ptr, amax_ptr, decg_ptr,
                       L, Q, NBLK, n_qt, n_bt,
                       BS: tl.constexpr, NB: tl.constexpr, BQ: tl.constexpr,
                       IN_DT: tl.constexpr, OUT_DT: tl.constexpr, FAKE: tl.constexpr, IS_MX: tl.constexpr,
@@ -406,7 +414,7 @@ def _cols_loop_kernel(x_ptr, data_ptr, scale_ptr, out_ptr, senc_ptr, decg_ptr,
                 a = a & 0x7FFFFFFF
                 amax_f = tl.maximum(amax_f, tl.where(a < 0x7F800000, a, 0))
     amax = amax_f.to(tl.float32, bitcast=True)
-    senc = _load_scalar_f32(senc_ptr, GLOBAL)
+    senc, gdec = _global_scales(amax_ptr, decg_ptr, GLOBAL)
     s, sbyte, inv = _block_scale(amax, senc, IS_MX, FLOOR, GLOBAL)
     denom = s
     if GLOBAL:
@@ -414,8 +422,6 @@ def _cols_loop_kernel(x_ptr, data_ptr, scale_ptr, out_ptr, senc_ptr, decg_ptr,
     y, m8, slow = _recip(s, denom, IS_MX, GLOBAL, FAST)
     snan = tl.where(bad, float("nan"), s)
     if FAKE:
-        if GLOBAL:
-            gdec = tl.load(decg_ptr)
         for h in tl.static_range(BS):
             l = blks * BS + h
             m = qmask & (l < L)
@@ -530,24 +536,16 @@ def _kernel_view(x: torch.Tensor) -> torch.Tensor:
     return x.view(torch.int16) if x.dtype == torch.bfloat16 else x
 
 
-def global_scales(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(S_enc, 1/S_enc) as 0-d float32 tensors on x's device, as ``core.global_encode_scale``.
-
-    The finite amax is one Triton reduction; the two scalar divisions are the same torch ops as the
-    reference (IEEE float32), so no host synchronisation is needed.
-    """
-    xk = _prep(x)
-    buf = torch.zeros(1, dtype=torch.int32, device=x.device)
-    n = xk.numel()
+def _global_amax(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(amax, dec): x's largest finite |value| as float32 bits in an int32 (one Triton reduction), and the 0-d
+    float32 tensor that the quantize kernel fills with the global decode scale 1/S_enc (``_global_scales``)."""
+    amax = torch.zeros(1, dtype=torch.int32, device=x.device)
+    n = x.numel()
     if n:
         BLOCK = 8192
-        fast_launch(_amax_kernel)[(cdiv(n, BLOCK),)](_kernel_view(xk).reshape(-1), buf, n, BLOCK=BLOCK,
-                                                              IN_DT=_in_dt(xk.dtype), num_warps=8)
-    amax = buf.view(torch.float32)[0]
-    s_enc = torch.tensor(core.E4M3_MAX * core.E2M1_MAX, dtype=torch.float32, device=x.device) / amax
-    s_enc = torch.where(amax > 0, s_enc, torch.ones_like(s_enc))
-    s_enc = s_enc.clamp(max=torch.finfo(torch.float32).max)
-    return s_enc, (1.0 / s_enc).float()
+        fast_launch(_amax_kernel)[(cdiv(n, BLOCK),)](_kernel_view(x).reshape(-1), amax, n, BLOCK=BLOCK,
+                                                              IN_DT=_in_dt(x.dtype), num_warps=8)
+    return amax, torch.empty((), dtype=torch.float32, device=x.device)
 
 
 def _launch(x, fmt, dim, scale_mode, global_scale, fake, *, rows_cfg=None, cols_cfg=None, fast=None):
@@ -576,15 +574,15 @@ def _launch(x, fmt, dim, scale_mode, global_scale, fake, *, rows_cfg=None, cols_
         scales = torch.empty(sshape, dtype=torch.uint8, device=dev)
 
     if global_scale:
-        s_enc, dec_g = global_scales(x)
+        amax, dec_g = _global_amax(x)
     else:
-        s_enc = dec_g = None
+        amax = dec_g = None
     if x.numel() == 0:
-        return out, data, scales, dec_g
+        return out, data, scales, None if dec_g is None else dec_g.fill_(1.0)  # (amax 0: S_enc = 1)
 
     in_dt = _in_dt(x.dtype)
     dummy = torch.empty(1, dtype=torch.uint8, device=dev)
-    senc_arg = s_enc if global_scale else dummy
+    amax_arg = amax if global_scale else dummy
     decg_arg = dec_g if global_scale else dummy
     common = dict(BS=bs, IN_DT=in_dt, OUT_DT=in_dt, FAKE=fake, IS_MX=is_mx, FLOOR=floor,
                   GLOBAL=global_scale, FAST=fast)
@@ -610,7 +608,7 @@ def _launch(x, fmt, dim, scale_mode, global_scale, fake, *, rows_cfg=None, cols_
         n_kt = cdiv(nblk, NB)
         grid = (cdiv(M, BM) * n_kt,)
         fast_launch(_rows_kernel)[grid](xk, data if data is not None else dummy,
-                                        scales if scales is not None else dummy, ok, senc_arg, decg_arg,
+                                        scales if scales is not None else dummy, ok, amax_arg, decg_arg,
                                         M, L, (L + 1) // 2, nblk, n_kt, BM=BM, NB=NB, LOAD=load,
                                         num_warps=cfg["num_warps"], **common)
     else:
@@ -625,7 +623,7 @@ def _launch(x, fmt, dim, scale_mode, global_scale, fake, *, rows_cfg=None, cols_
         grid = (P * n_bt * n_qt,)
         kern = _cols_loop_kernel if cfg.get("loop", True) else _cols_kernel
         fast_launch(kern)[grid](xk, data if data is not None else dummy,
-                                scales if scales is not None else dummy, ok, senc_arg, decg_arg,
+                                scales if scales is not None else dummy, ok, amax_arg, decg_arg,
                                 L, Q, nblk, n_qt, n_bt, NB=NB, BQ=BQ, num_warps=cfg["num_warps"],
                                 **common)
     return out, data, scales, dec_g
