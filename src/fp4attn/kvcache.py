@@ -386,18 +386,28 @@ class KVCache:
         todo = [b for b in range(self.batch_size) if counts[b] and not self._scale_set[b]]
         if not todo:
             return
-        n = max(counts[b] for b in todo)
-        per_seq = k.shape[1] * n * k.shape[3]
-        step = max(1, (1 << 26) // per_seq)  # float32 temporaries of at most 256 MiB
-        for i in range(0, len(todo), step):
-            part = todo[i:i + step]
-            idx = torch.tensor(part, device=self.device)
-            valid = (torch.arange(n, device=self.device).view(1, n)
-                     < torch.tensor([counts[b] for b in part], device=self.device).view(-1, 1)).view(-1, 1, n, 1)
-            for src, dst in ((k, self.k_global_scale), (v, self.v_global_scale)):
-                x = src[idx, :, :n].float().abs()
-                x = torch.where(torch.isfinite(x) & valid, x, torch.zeros_like(x))
-                dst[idx] = _power_of_two_decode_scale(x.amax(dim=(2, 3)), self.scale_headroom)
+        if _use_append_kernel(self.device, self.head_dim):  # one pass over the tokens (kernels.kvcache.head_amax)
+            from .kernels import kvcache as kk
+            from .ops._dispatch import on_device
+
+            with on_device(k):
+                amax = kk.head_amax(k, v, [c if b in todo else 0 for b, c in enumerate(counts)])
+            idx = torch.tensor(todo, device=self.device)
+            for a, dst in zip(amax, (self.k_global_scale, self.v_global_scale)):
+                dst[idx] = _power_of_two_decode_scale(a[idx], self.scale_headroom)
+        else:
+            n = max(counts[b] for b in todo)
+            per_seq = k.shape[1] * n * k.shape[3]
+            step = max(1, (1 << 26) // per_seq)  # float32 temporaries of at most 256 MiB
+            for i in range(0, len(todo), step):
+                part = todo[i:i + step]
+                idx = torch.tensor(part, device=self.device)
+                valid = (torch.arange(n, device=self.device).view(1, n)
+                         < torch.tensor([counts[b] for b in part], device=self.device).view(-1, 1)).view(-1, 1, n, 1)
+                for src, dst in ((k, self.k_global_scale), (v, self.v_global_scale)):
+                    x = src[idx, :, :n].float().abs()
+                    x = torch.where(torch.isfinite(x) & valid, x, torch.zeros_like(x))
+                    dst[idx] = _power_of_two_decode_scale(x.amax(dim=(2, 3)), self.scale_headroom)
         for b in todo:
             self._scale_set[b] = True
 

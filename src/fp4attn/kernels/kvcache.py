@@ -35,7 +35,7 @@ import triton.language as tl
 
 from ._launch import fast, head_grid, next_pow2
 from ._tiles import dim_mask, head_program
-from .quantize import _quant_pair
+from .quantize import _quant_pair, finite_abs_bits
 
 SLOT = 16
 _SLOT = tl.constexpr(SLOT)  # inside kernels (a Python int global is not allowed there)
@@ -137,6 +137,26 @@ def _append_slots_kernel(KN, skb, skh, skn, skd, VN, svb, svh, svn, svd, L0, NSL
 
 
 @triton.jit
+def _head_amax_kernel(KN, skb, skh, skn, skd, VN, svb, svh, svn, svd, COUNT, KA, VA, H,
+                      D: tl.constexpr, DP: tl.constexpr, BLOCK_T: tl.constexpr):
+    """The largest finite |value| of K and of V over the first COUNT[b] new tokens of each (sequence b, kv head h),
+    as float32 bits atomically max-ed into KA / VA[b·H + h] (int32, zeroed): what ``KVCache._set_global_scales``
+    derives a sequence's global scales from. Program (t, b·H + h) reads tokens t·BLOCK_T ... of one head."""
+    t, pid = head_program()
+    b = pid // H
+    h = pid % H
+    n = tl.load(COUNT + b)
+    if t * BLOCK_T < n:
+        rows = (t * BLOCK_T + tl.arange(0, BLOCK_T))[:, None]
+        offs_d = tl.arange(0, DP)[None, :]  # D padded to a power of two
+        m = (rows < n) & dim_mask(offs_d, D, DP)
+        k = tl.load(KN + b.to(tl.int64) * skb + h * skh + rows.to(tl.int64) * skn + offs_d * skd, mask=m, other=0.0)
+        v = tl.load(VN + b.to(tl.int64) * svb + h * svh + rows.to(tl.int64) * svn + offs_d * svd, mask=m, other=0.0)
+        tl.atomic_max(KA + pid, tl.max(tl.max(finite_abs_bits(k.to(tl.float32).to(tl.int32, bitcast=True)), 1), 0))
+        tl.atomic_max(VA + pid, tl.max(tl.max(finite_abs_bits(v.to(tl.float32).to(tl.int32, bitcast=True)), 1), 0))
+
+
+@triton.jit
 def _page_mean_kernel(K16, MEAN, PAGES, PT, LENS, H, MAXP, D: tl.constexpr, DP: tl.constexpr, PS: tl.constexpr,
                       FROM_LENS: tl.constexpr):
     pid = tl.program_id(0)  # i * H + h
@@ -207,10 +227,26 @@ def append_slots(cache, k: torch.Tensor, v: torch.Tensor, starts, nslots) -> Non
         H, max(maxp, 1), D=D, DP=next_pow2(D), PS=cache.page_size, KEEP16=keep, num_warps=4)
 
 
+def head_amax(k: torch.Tensor, v: torch.Tensor, counts) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, Hkv) float32 largest finite |k| and |v| over the first ``counts[b]`` tokens of each sequence's heads
+    (k, v: (B, Hkv, n, D), any strides; 0 where counts[b] is 0): one pass over the new tokens, in place of the
+    float32 temporaries of the PyTorch path."""
+    B, H, n, D = k.shape
+    amax = torch.zeros(2, B * H, dtype=torch.int32, device=k.device)
+    if n:
+        cnt = torch.tensor(counts, dtype=torch.int32, device=k.device)
+        DP = next_pow2(D)
+        BLOCK_T = max(1, 8192 // DP)
+        fast(_head_amax_kernel)[head_grid(-(-max(counts) // BLOCK_T), B * H)](
+            k, *k.stride(), v, *v.stride(), cnt, amax[0], amax[1], H, D=D, DP=DP, BLOCK_T=BLOCK_T, num_warps=8)
+    a = amax.view(torch.float32).view(2, B, H)
+    return a[0], a[1]
+
+
 def supported(head_dim: int) -> bool:
     """Shapes the kernel handles: a head dim that is a multiple of 16 (a KVCache's; the tiles pad it to a power of
     two)."""
     return head_dim >= SLOT and head_dim % SLOT == 0
 
 
-__all__ = ["append_one", "append_slots", "page_means", "supported"]
+__all__ = ["append_one", "append_slots", "head_amax", "page_means", "supported"]
