@@ -392,9 +392,10 @@ class KVCache:
 
             with on_device(k):
                 amax = kk.head_amax(k, v, [c if b in todo else 0 for b, c in enumerate(counts)])
-            idx = torch.tensor(todo, device=self.device)
-            for a, dst in zip(amax, (self.k_global_scale, self.v_global_scale)):
-                dst[idx] = _power_of_two_decode_scale(a[idx], self.scale_headroom)
+                # (every sequence, as in a prefill: no index tensor, whose host-to-device copy would wait on the GPU)
+                idx = slice(None) if len(todo) == self.batch_size else torch.tensor(todo, device=self.device)
+                for a, dst in zip(amax, (self.k_global_scale, self.v_global_scale)):
+                    dst[idx] = _power_of_two_decode_scale(a[idx], self.scale_headroom)
         else:
             n = max(counts[b] for b in todo)
             per_seq = k.shape[1] * n * k.shape[3]

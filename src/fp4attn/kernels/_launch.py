@@ -72,6 +72,17 @@ def head_grid(tiles: int, heads: int) -> tuple[int, int, int]:
                      f"{GRID_YZ_MAX} each; pad or split the batch")
 
 
+def device_ints(vals, device, dtype=torch.int32) -> torch.Tensor:
+    """A 1-D tensor of the Python ints ``vals`` on ``device``. ``torch.tensor(vals, device=cuda)`` copies from pageable
+    host memory, which waits for the work already queued on the stream: the host loses its lead over the GPU (in a
+    model's prefill, a KV-cache append per layer then exposes the host time of the rest of the layer). Equal values
+    (a whole batch's prefill: same lengths, same starts) are filled on the device instead, without that wait."""
+    vals = list(vals)
+    if vals and all(v == vals[0] for v in vals):
+        return torch.full((len(vals),), vals[0], dtype=dtype, device=device)
+    return torch.tensor(vals, dtype=dtype, device=device)
+
+
 def next_pow2(n: int) -> int:
     """``triton.next_power_of_2`` for host code (0 for 0, as Triton's)."""
     return 1 << (n - 1).bit_length() if n > 0 else 0

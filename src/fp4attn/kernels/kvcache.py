@@ -33,7 +33,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._launch import fast, head_grid, next_pow2
+from ._launch import device_ints, fast, head_grid, next_pow2
 from ._tiles import dim_mask, head_program
 from .quantize import _quant_pair, finite_abs_bits
 
@@ -218,8 +218,8 @@ def append_slots(cache, k: torch.Tensor, v: torch.Tensor, starts, nslots) -> Non
     maxp = cache.page_table.shape[1]
     keep = cache.keep_16bit
     dev = k.device
-    L0 = torch.tensor(starts, dtype=torch.int32, device=dev)
-    ns = torch.tensor(nslots, dtype=torch.int32, device=dev)
+    L0 = device_ints(starts, dev)
+    ns = device_ints(nslots, dev)
     fast(_append_slots_kernel)[head_grid(max(nslots), B * H)](
         k, *k.stride(), v, *v.stride(), L0, ns, cache.k_global_scale, cache.v_global_scale, cache.page_table,
         cache.k_data, cache.k_scale.view(torch.uint8), cache.v_data, cache.v_scale.view(torch.uint8),
@@ -234,7 +234,7 @@ def head_amax(k: torch.Tensor, v: torch.Tensor, counts) -> tuple[torch.Tensor, t
     B, H, n, D = k.shape
     amax = torch.zeros(2, B * H, dtype=torch.int32, device=k.device)
     if n:
-        cnt = torch.tensor(counts, dtype=torch.int32, device=k.device)
+        cnt = device_ints(counts, k.device)
         DP = next_pow2(D)
         BLOCK_T = max(1, 8192 // DP)
         fast(_head_amax_kernel)[head_grid(-(-max(counts) // BLOCK_T), B * H)](
