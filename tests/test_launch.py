@@ -18,7 +18,7 @@ from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler.compiler import make_backend  # noqa: E402
 from triton.runtime.jit import JITFunction, create_function_from_signature  # noqa: E402
 
-from fp4attn.kernels._launch import cdiv, fast, next_pow2, spec_key  # noqa: E402
+from fp4attn.kernels._launch import cdiv, device_ints, fast, next_pow2, spec_key  # noqa: E402
 
 
 def _probe(X, n, f, B: tl.constexpr):  # a signature to specialize; never launched
@@ -120,3 +120,13 @@ def test_gpu_fast_launch_equals_triton_and_reuses_compiled_kernels():
         ks[(1,)](y, seed)
         assert y.item() == seed
     assert len(ks._cache) == 2  # 32-bit and 64-bit seeds
+
+
+@pytest.mark.parametrize("vals", [[7, 7, 7], [3, 4, 5, 6], [5], [], [0, 2, 1], [4, 5, 5], [9, 8]])
+@pytest.mark.parametrize("dtype", [torch.int32, torch.long])
+def test_device_ints_equals_torch_tensor(vals, dtype):
+    """``device_ints`` (equal values filled, consecutive ones a range, the rest copied) gives ``torch.tensor``'s
+    values and dtype for every kind of list."""
+    got = device_ints(vals, "cpu", dtype)
+    want = torch.tensor(vals, dtype=dtype)
+    assert got.dtype == want.dtype and got.shape == want.shape and torch.equal(got, want)

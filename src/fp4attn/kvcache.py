@@ -362,6 +362,7 @@ class KVCache:
         if not any(nslots):
             return False
         from .kernels import kvcache as kk
+        from .kernels._launch import device_ints
         from .ops._dispatch import on_device
 
         ps = self.page_size
@@ -377,7 +378,7 @@ class KVCache:
             done += self._pages[b][L // ps:(L + full) // ps]  # the pages these slots complete
             self._lens[b] = L + c
         if self.keep_16bit and done:
-            self._update_page_means(torch.tensor(done, dtype=torch.long, device=self.device))
+            self._update_page_means(device_ints(done, self.device, torch.long))
         return True
 
     def _set_global_scales(self, k, v, counts) -> None:

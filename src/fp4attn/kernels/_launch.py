@@ -76,10 +76,14 @@ def device_ints(vals, device, dtype=torch.int32) -> torch.Tensor:
     """A 1-D tensor of the Python ints ``vals`` on ``device``. ``torch.tensor(vals, device=cuda)`` copies from pageable
     host memory, which waits for the work already queued on the stream: the host loses its lead over the GPU (in a
     model's prefill, a KV-cache append per layer then exposes the host time of the rest of the layer). Equal values
-    (a whole batch's prefill: same lengths, same starts) are filled on the device instead, without that wait."""
+    (a whole batch's prefill: same lengths, same starts) and consecutive ones (the pool pages a prefill completes)
+    are made on the device instead, without that wait."""
     vals = list(vals)
-    if vals and all(v == vals[0] for v in vals):
-        return torch.full((len(vals),), vals[0], dtype=dtype, device=device)
+    n = len(vals)
+    if n and all(v == vals[0] for v in vals):
+        return torch.full((n,), vals[0], dtype=dtype, device=device)
+    if n and vals == list(range(vals[0], vals[0] + n)):
+        return torch.arange(vals[0], vals[0] + n, dtype=dtype, device=device)
     return torch.tensor(vals, dtype=dtype, device=device)
 
 
