@@ -656,8 +656,9 @@ def div_rn_by(x, s, y):
     * A general s (the global-scale divisor s_b / S_enc): these are the instructions of ``div_rn``'s own fast
       path (SASS: MUFU.RCP, the Newton step, q0, the residual, the correction), taken by ``div_rn`` unless its
       range check (FCHK: zero, subnormal or huge operands, a quotient near underflow or overflow) sends it to
-      the slow path. Callers keep s in [2^-96, 2^96], where every x whose quotient can change an E2M1 code
-      (|x|/s >= 2^-3) passes that check; GPU test over 4096 divisors.
+      the slow path. Callers keep s in [2^-96, 2^96]. There the GPU tests find the quotient equal to
+      ``div_rn``'s for every x that can change an E2M1 code (|x|/s in [2^-3, 2^4), 1024 divisors), and the
+      code equal for every float32 x at divisors at both ends of the range.
 
     The residual is written as −(q0·s − x), so x = ±0 gives ±0 as ``div_rn`` does (x − s·q0 would give +0 for
     x = −0). ±Inf x, or a quotient that overflows, gives NaN (an E2M1 code of magnitude 7, as Inf's). The
