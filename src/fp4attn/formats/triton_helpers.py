@@ -134,6 +134,15 @@ def block_amax_bad(xb):
 
 
 @triton.jit
+def finite_abs_bits(v):
+    """|x| as int32 float32 bits for the float32 bit patterns v (int32, the sign bit set or cleared),
+    0 for NaN and ±Inf: their integer max is the bits of the largest finite |x| (a block amax that ignores
+    non-finite values, or the tensor amax of an NVFP4 global scale)."""
+    a = v & 0x7FFFFFFF
+    return tl.where(a < 0x7F800000, a, 0)
+
+
+@triton.jit
 def block_bad(xb):
     """1 where the last axis of a (..., BLOCK) float32 tile holds NaN or ±Inf, else 0 (int32), from the
     sum of x·0: each term is ±0 for a finite x and NaN for NaN or ±Inf, a sum of zeros is a zero (never

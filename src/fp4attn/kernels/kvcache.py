@@ -33,9 +33,10 @@ import torch
 import triton
 import triton.language as tl
 
+from ..formats.triton_helpers import finite_abs_bits
 from ._launch import device_ints, fast, head_grid, next_pow2
 from ._tiles import dim_mask, head_program
-from .quantize import _quant_pair, finite_abs_bits
+from .quantize import _quant_pair
 
 SLOT = 16
 _SLOT = tl.constexpr(SLOT)  # inside kernels (a Python int global is not allowed there)

@@ -47,6 +47,7 @@ from ..formats.triton_helpers import (
     e4m3_round,
     e4m3_to_bits,
     exp2i,
+    finite_abs_bits,
     mx_exponent,
     nvfp4_scale,
 )
@@ -122,9 +123,9 @@ _DIV_HI = tl.constexpr(2.0 ** 96)
 
 @triton.jit
 def _recip(s, denom, IS_MX: tl.constexpr, GLOBAL: tl.constexpr, FAST: tl.constexpr):
-    """(y, m8, slow): ``e2m1_recip(denom)`` where ``_encode`` divides by the reciprocal (NVFP4, FAST), and
-    whether a block of the tile has a global-scale divisor outside ``div_rn_by``'s range (the tile then
-    divides with ``div_rn``, as with FAST=False). Other paths get unused zeros."""
+    """(y, m8, slow) for NVFP4: ``e2m1_recip(denom)``, and whether the tile divides with ``div_rn`` instead
+    (``slow``: FAST=False, or a block with a global-scale divisor outside ``div_rn_by``'s range). MXFP4: unused
+    zeros."""
     if FAST and not IS_MX:
         y, m8 = e2m1_recip(denom)
         slow = False
@@ -133,7 +134,7 @@ def _recip(s, denom, IS_MX: tl.constexpr, GLOBAL: tl.constexpr, FAST: tl.constex
             slow = tl.max(tl.ravel(odd.to(tl.int32)), axis=0) > 0
         return y, m8, slow
     else:
-        return tl.zeros(s.shape, tl.float32), tl.zeros(s.shape, tl.int32), False
+        return tl.zeros(s.shape, tl.float32), tl.zeros(s.shape, tl.int32), not IS_MX
 
 
 @triton.jit
@@ -150,13 +151,10 @@ def _encode(x, s, inv, denom, y, m8, any_bad, slow, IS_MX: tl.constexpr, GLOBAL:
         else:
             c = e2m1_code(x * inv).to(tl.int32)
     else:
-        if FAST:
-            if slow:
-                c = tl.where(s > 0, e2m1_code(tl.math.div_rn(x, denom)).to(tl.int32), 0)
-            else:
-                c = e2m1_code_div(x, denom, y, m8)  # a block whose scale rounds to 0: codes 0 (y = m8 = 0)
+        if slow:  # a block whose scale rounds to 0 stores codes 0 (as the reference)
+            c = tl.where(s > 0, e2m1_code(tl.math.div_rn(x, denom)).to(tl.int32), 0)
         else:
-            c = tl.where(s > 0, e2m1_code(tl.math.div_rn(x, denom)).to(tl.int32), 0)  # (as the reference)
+            c = e2m1_code_div(x, denom, y, m8)  # (scale 0: y = m8 = 0 give codes 0)
     if FAST:
         if any_bad:  # NaN encodes as +0 (Inf is +-6, code 7 with its sign, as in the reference, but 0 in a
             # block whose scale is 0, where e2m1_code_div gives inf * 0 = NaN a code of magnitude 7)
@@ -183,8 +181,7 @@ def _quant_pair(lo, hi, senc, IS_MX: tl.constexpr, FLOOR: tl.constexpr, GLOBAL: 
         bad = amax_b >= 0x7F800000
         any_bad = tl.max(tl.max(bad.to(tl.int32), axis=1), axis=0) > 0
         if any_bad:
-            amax_b = tl.max(tl.maximum(tl.where(alo < 0x7F800000, alo, 0),
-                                       tl.where(ahi < 0x7F800000, ahi, 0)), axis=2)
+            amax_b = tl.max(tl.maximum(finite_abs_bits(alo), finite_abs_bits(ahi)), axis=2)
         amax = amax_b.to(tl.float32, bitcast=True)
     else:
         amax = tl.maximum(block_amax(lo), block_amax(hi))
@@ -401,7 +398,7 @@ def _cols_loop_kernel(x_ptr, data_ptr, scale_ptr, out_ptr, amax_ptr, decg_ptr,
         a = a & 0x7FFFFFFF
         amax_b = tl.maximum(amax_b, a)
         if not FAST:
-            amax_f = tl.maximum(amax_f, tl.where(a < 0x7F800000, a, 0))
+            amax_f = tl.maximum(amax_f, finite_abs_bits(a))
     bad = amax_b >= 0x7F800000
     any_bad = tl.max(tl.max(bad.to(tl.int32), axis=1), axis=0) > 0
     if FAST:
@@ -411,8 +408,7 @@ def _cols_loop_kernel(x_ptr, data_ptr, scale_ptr, out_ptr, amax_ptr, decg_ptr,
             for h in tl.static_range(BS):
                 l = blks * BS + h
                 a = _load_f32(x_ptr + base + l.to(tl.int64) * Q, qmask & (l < L), IN_DT).to(tl.int32, bitcast=True)
-                a = a & 0x7FFFFFFF
-                amax_f = tl.maximum(amax_f, tl.where(a < 0x7F800000, a, 0))
+                amax_f = tl.maximum(amax_f, finite_abs_bits(a))
     amax = amax_f.to(tl.float32, bitcast=True)
     senc, gdec = _global_scales(amax_ptr, decg_ptr, GLOBAL)
     s, sbyte, inv = _block_scale(amax, senc, IS_MX, FLOOR, GLOBAL)
@@ -449,14 +445,6 @@ def _cols_loop_kernel(x_ptr, data_ptr, scale_ptr, out_ptr, amax_ptr, decg_ptr,
             sbyte = tl.where(bad, 0x7F, sbyte)
         soff = p * NBLK * Q + blks.to(tl.int64) * Q + qs
         tl.store(scale_ptr + soff, sbyte.to(tl.uint8), mask=qmask)
-
-
-@triton.jit
-def finite_abs_bits(v):
-    """|x| as int32 float32 bits for the float32 bit patterns v (int32), 0 for NaN and ±Inf: their integer max is
-    the bits of the largest finite |x| (the global amax of an NVFP4 global scale)."""
-    a = v & 0x7FFFFFFF
-    return tl.where(a < 0x7F800000, a, 0)
 
 
 @triton.jit
