@@ -56,3 +56,15 @@ def ragged_case(B, Hq, Hkv, lens, D, NQ):
     k[:, :, :, :8] *= 8
     cache = fp4attn.KVCache.from_dense(k, v, lengths=lens)
     return torch.randn(B, Hq, NQ, D, device="cuda", dtype=torch.bfloat16), cache
+
+
+def ab_best(fo, fn, rounds: int, warmup: int = 25, rep: int = 100):
+    """(old ms, new ms): the min over ``rounds`` interleaved ``do_bench`` rounds of two callables (the in-process A/B
+    scripts of markstein-s35 and globaldiv-s36)."""
+    from triton.testing import do_bench
+
+    a = b = float("inf")
+    for _ in range(rounds):
+        a = min(a, do_bench(fo, warmup=warmup, rep=rep))
+        b = min(b, do_bench(fn, warmup=warmup, rep=rep))
+    return a, b

@@ -33,3 +33,13 @@ def ms_per_token(fn, new: int, base: int, repeats: int = 1):
         t1 = min(timed(fn, base)[0] for _ in range(2))
         runs = [timed(fn, base + new) for _ in range(repeats)]
     return (min(r[0] for r in runs) - t1) / new * 1e3, runs[-1][1]
+
+
+def prompt_forward_ms(model, ids, make_cache, runs: int = 3):
+    """Best-of-``runs`` ms of the prompt's forward into a fresh cache from ``make_cache()`` (time to first token),
+    after one untimed forward (gen-s22/prefill.py, globaldiv-s36/ttft.py)."""
+    def forward():
+        with torch.no_grad():
+            return model(ids, past_key_values=make_cache(), use_cache=True)
+    forward()
+    return min(timed(forward)[0] for _ in range(runs)) * 1e3

@@ -15,7 +15,7 @@ import fp4attn.integrations.transformers as fh
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [os.path.join(HERE, "..", "gen-s21"), os.path.join(HERE, "..", "decode-s10")]
-from _llama import llama_like, ms_per_token, timed  # noqa: E402
+from _llama import llama_like, ms_per_token, prompt_forward_ms, timed  # noqa: E402
 from _util import logger  # noqa: E402
 from transformers import DynamicCache  # noqa: E402
 
@@ -27,12 +27,7 @@ for B, L in ((8, 4096), (1, 16384)):
     ids = torch.randint(0, cfg.vocab_size, (B, L), device="cuda")
     for name, (impl, cache_cls) in impls.items():
         model.set_attn_implementation(impl)
-
-        def prefill(cache_cls=cache_cls, ids=ids):
-            with torch.no_grad():
-                return model(ids, past_key_values=cache_cls() if cache_cls else fh.fp4_cache(), use_cache=True)
-        prefill()
-        ttft = min(timed(prefill)[0] for _ in range(3)) * 1e3
+        ttft = prompt_forward_ms(model, ids, cache_cls or fh.fp4_cache)
         line = f"B={B} prompt={L}: {name:28s} prompt forward {ttft:8.2f} ms"
         if cache_cls is None:
             ms, _ = ms_per_token(lambda n, ids=ids: fh.greedy_generate(model, ids, n), 64, 34, repeats=2)

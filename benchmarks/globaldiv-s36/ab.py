@@ -10,10 +10,11 @@ import os
 import sys
 
 import torch
-from triton.testing import do_bench
 
 sys.path.insert(0, os.environ.get("OLD_SRC", ".ab_old/src"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "decode-s10"))
 import fp4attn_old  # noqa: E402
+from _util import ab_best  # noqa: E402  (interleaved do_bench rounds)
 
 import fp4attn  # noqa: E402
 
@@ -22,11 +23,7 @@ torch.manual_seed(0)
 
 
 def best(fo, fn):
-    a = b = float("inf")
-    for _ in range(ROUNDS):
-        a = min(a, do_bench(fo, warmup=25, rep=100))
-        b = min(b, do_bench(fn, warmup=25, rep=100))
-    return a, b
+    return ab_best(fo, fn, ROUNDS)
 
 
 def bits(x):

@@ -16,26 +16,20 @@ import fp4attn.integrations.transformers as fh
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "gen-s21"))
-from _llama import llama_like, timed  # noqa: E402
+from _llama import llama_like, prompt_forward_ms, timed  # noqa: E402
 from transformers import DynamicCache  # noqa: E402
 
 print(f"fp4attn from {os.path.dirname(fp4attn.__file__)} on {torch.cuda.get_device_name()}", flush=True)
 model, cfg = llama_like()
 impls = {"sdpa + DynamicCache (bf16)": ("sdpa", DynamicCache), "nvfp4, FP4 prefill": (fh.register("nvfp4"), None),
          "nvfp4, prefill=sdpa": (fh.register("nvfp4", prefill="sdpa"), None),
-         "thrift (keep_16bit), prefill=sdpa": (fh.register("thrift", prefill="sdpa"), "keep16")}
+         "thrift (keep_16bit), prefill=sdpa": (fh.register("thrift", prefill="sdpa"),
+                                                lambda: fh.fp4_cache(keep_16bit=True))}
 for B, L in ((8, 4096), (1, 16384)):
     ids = torch.randint(0, cfg.vocab_size, (B, L), device="cuda")
-    for name, (impl, cache_cls) in impls.items():
+    for name, (impl, make_cache) in impls.items():
         model.set_attn_implementation(impl)
-
-        def prefill(cache_cls=cache_cls, ids=ids):
-            with torch.no_grad():
-                cache = (fh.fp4_cache(keep_16bit=True) if cache_cls == "keep16" else cache_cls() if cache_cls
-                         else fh.fp4_cache())
-                return model(ids, past_key_values=cache, use_cache=True)
-        prefill()
-        ttft = min(timed(prefill)[0] for _ in range(3)) * 1e3
+        ttft = prompt_forward_ms(model, ids, make_cache or fh.fp4_cache)
         print(f"B={B} prompt={L}: {name:34s} prompt forward {ttft:8.2f} ms", flush=True)
     kk = torch.randn(B, cfg.num_key_value_heads, L, 128, device="cuda", dtype=torch.bfloat16)
     t_app = min(timed(lambda kk=kk: fp4attn.KVCache.from_dense(kk, kk))[0] for _ in range(3)) * 1e3

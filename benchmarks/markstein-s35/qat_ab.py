@@ -8,10 +8,11 @@ import os
 import sys
 
 import torch
-from triton.testing import do_bench
 
 sys.path.insert(0, os.environ.get("OLD_SRC", ".ab_old/src"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "decode-s10"))
 import fp4attn_old  # noqa: E402
+from _util import ab_best  # noqa: E402  (interleaved do_bench rounds)
 from fp4attn_old.kernels import attn_qat as kq_old  # noqa: E402
 
 import fp4attn  # noqa: E402
@@ -23,11 +24,7 @@ torch.manual_seed(0)
 
 
 def best(f, g):
-    a = b = float("inf")
-    for _ in range(ROUNDS):
-        a = min(a, do_bench(f, warmup=10, rep=50))
-        b = min(b, do_bench(g, warmup=10, rep=50))
-    return a, b
+    return ab_best(f, g, ROUNDS, warmup=10, rep=50)
 
 
 print(f"device: {torch.cuda.get_device_name()}", flush=True)
