@@ -17,11 +17,21 @@ explicit. Per key tile t, in one warp group (64 query rows):
 5. wait for S(t+1) (all but the newest group) and refill its K̂ slot.
 
 With the exact row max (``PMAX=2``) nothing rescales the accumulator, so the P·V products chain on it
-without a wait. The score scale and the row max enter as one fma (S·scale − m); the Triton kernel rounds
-S·scale first, so ~1e-5 relative L2 of the outputs differ (a P̃ code flips where a value sits on a rounding
-boundary; GPU tests). The P̃ rounding is the shared ``fake_quant_p``; the masks, the non-finite flags and the
-epilogue follow the Triton kernel (``_tiles`` helpers). GPU only (Gluon has no interpreter): the CPU
-tests run the Triton kernel; the GPU tests compare both.
+without a wait. The score scale and the row max enter as one fma (S·scale − m), taken from the accumulator as
+soon as S is waited for (so the accumulator's registers take the next S without a copy); the Triton kernel
+rounds S·scale first, so ~1e-5 relative L2 of the outputs differ (a P̃ code flips where a value sits on a
+rounding boundary; GPU tests).
+
+P̃ rounding (config ``P16``, default True): ``fake_quant_p_f16`` rounds P̃ at float16 precision, two values per
+instruction: P̃ and its quotient by the block scale are rounded to float16 before the E2M1 rounding. The loop
+is 530 SASS instructions per 64x64 tile per thread instead of 627 (``tools/sass_count.py attn_gl``, static), and
+the op 6-10% faster (BENCHMARKS.md, thirty-seventh session). The price: the
+output moves ~1.2e-2 relative L2 from the reference's ϕ(P̃) (codes flip where a value lies within float16's
+precision of a rounding boundary); its error against exact attention is unchanged (1.000x the float32
+rounding's), inside SPEC §6 (0.05 and 1.05x). ``P16=False`` is the shared float32 ``fake_quant_p``. The masks,
+the non-finite flags and the epilogue follow the Triton kernel (``_tiles`` helpers). GPU only (Gluon has no
+interpreter): the CPU tests run the Triton kernel and the helpers; the GPU tests compare the float32 rounding
+with the Triton pass and the float16 one with its PyTorch model (``tests/p16_model.py``).
 """
 
 from __future__ import annotations
@@ -30,7 +40,7 @@ import functools
 
 import torch
 
-from ..formats.triton_helpers import e2m1_decode_f16, e4m3_decode_f16, fake_quant_p
+from ..formats.triton_helpers import e2m1_decode_f16, e4m3_decode_f16, fake_quant_p, fake_quant_p_f16
 from ._launch import head_grid
 from ._tiles import causal_key_range, finish_rows, head_program, visible
 
@@ -53,16 +63,26 @@ except ImportError:  # pragma: no cover - older Triton: the Triton kernel serves
 if HAVE_GLUON:
 
     @gluon.jit
-    def _p_tile(s_acc, m_use, qk_scale, l_i, start_n, offs_m, keys0, Nk, causal_off, full_end,
-                CAUSAL: gl.constexpr, QB: gl.constexpr, P_L: gl.constexpr):
-        """P̃ of one score tile against the exact row max (masked past ``full_end``), the row sums of the
-        unquantized P̃, and ϕ(P̃) in fp16 in the layout of the P·V wgmma's A operand."""
-        s = gl.fma(s_acc, qk_scale, -m_use[:, None])  # S·scale − m (log2 domain), one rounding
+    def _shifted(s_acc, qk_scale, m_use):
+        """S·scale − m (log2 domain) with one rounding, taken from the wgmma accumulator as soon as it is
+        waited for: the accumulator registers are free for the next S at once (no copy of the scores)."""
+        return gl.fma(s_acc, qk_scale, -m_use[:, None])
+
+    @gluon.jit
+    def _p_tile(s, l_i, start_n, offs_m, keys0, Nk, causal_off, full_end,
+                CAUSAL: gl.constexpr, QB: gl.constexpr, P_L: gl.constexpr, P16: gl.constexpr):
+        """P̃ of one tile of shifted scores ``s`` (``_shifted``) against the exact row max (masked past
+        ``full_end``), the row sums of the unquantized P̃, and ϕ(P̃) in fp16 in the layout of the P·V
+        wgmma's A operand."""
         if start_n >= full_end:
             s = gl.where(visible(start_n + keys0, offs_m, Nk, causal_off, CAUSAL, 0, False), s, float("-inf"))
         p = gl.exp2(s)
         l_i = l_i + gl.sum(p, 1)
-        p16 = gl.convert_layout(fake_quant_p(p, QB, False, True), P_L)
+        if P16:
+            pq = fake_quant_p_f16(p, QB)
+        else:
+            pq = fake_quant_p(p, QB, False, True)
+        p16 = gl.convert_layout(pq, P_L)
         return p16, l_i
 
     @gluon.jit
@@ -87,17 +107,18 @@ if HAVE_GLUON:
     def _step(t, s_cur, acc, p16, l_i, q_smem, k_desc, k_smem, k_bar, v_desc, v_smem, v_bar, krow, vrow, n_tiles,
               zero_s, m_use, qk_scale, offs_m, keys0, Nk, causal_off, full_end, CAUSAL: gl.constexpr,
               QB: gl.constexpr, P_L: gl.constexpr, BLOCK_N: gl.constexpr, NS: gl.constexpr, NV: gl.constexpr,
-              LAST: gl.constexpr):
-        """Key tile t of the loop (its S is ``s_cur``): issue S of tile t + 1 (unless LAST), round P̃ of
-        tile t, issue its P·V; return S of tile t + 1 (LAST: ``s_cur``; every wgmma done)."""
+              LAST: gl.constexpr, P16: gl.constexpr):
+        """Key tile t of the loop (its shifted scores are ``s_cur``): issue S of tile t + 1 (unless LAST),
+        round P̃ of tile t, issue its P·V; return the shifted scores of tile t + 1 (LAST: ``s_cur``; every
+        wgmma done)."""
         nxt = (t + 1) % NS
         if not LAST:  # S of the next tile, on the tensor cores while this tile's P̃ is rounded
             mbarrier.wait(k_bar.index(nxt), ((t + 1) // NS) & 1)
             s_tok = warpgroup_mma(q_smem, k_smem.index(nxt).permute((1, 0)), zero_s, use_acc=False,
                                   is_async=True)
         acc, p16 = _pv_done(acc, p16, v_desc, v_smem, v_bar, vrow, t, n_tiles, BLOCK_N, NV, 0 if LAST else 1)
-        p16, l_i = _p_tile(s_cur, m_use, qk_scale, l_i, t * BLOCK_N, offs_m, keys0, Nk, causal_off, full_end,
-                           CAUSAL, QB, P_L)
+        p16, l_i = _p_tile(s_cur, l_i, t * BLOCK_N, offs_m, keys0, Nk, causal_off, full_end,
+                           CAUSAL, QB, P_L, P16)
         mbarrier.wait(v_bar.index(t % NV), (t // NV) & 1)
         acc = warpgroup_mma(p16, v_smem.index(t % NV).permute((1, 0)), acc, is_async=True)
         if LAST:
@@ -106,6 +127,7 @@ if HAVE_GLUON:
         else:
             # all but the newest group (this P·V) done: the next S; its K̂ slot is free
             s_next, acc = warpgroup_mma_wait(1, deps=[s_tok, acc])
+            s_next = _shifted(s_next, qk_scale, m_use)
             gl.thread_barrier()
             if t + 1 + NS < n_tiles:
                 _load(k_desc, k_smem, k_bar, krow + (t + 1 + NS) * BLOCK_N, 0, nxt)
@@ -117,7 +139,8 @@ if HAVE_GLUON:
                             qk_scale, Hq, GROUP, Nq, Nk, NQP, NKP, D,
                             CAUSAL: gl.constexpr, QB: gl.constexpr,
                             BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, DP: gl.constexpr, NS: gl.constexpr,
-                            NV: gl.constexpr, UNROLL: gl.constexpr, Q_SL: gl.constexpr, num_warps: gl.constexpr):
+                            NV: gl.constexpr, UNROLL: gl.constexpr, Q_SL: gl.constexpr, P16: gl.constexpr,
+                            num_warps: gl.constexpr):
         S_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
                                                       instr_shape=[16, BLOCK_N, 16])
         O_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
@@ -176,7 +199,7 @@ if HAVE_GLUON:
         if n_tiles > 0:
             mbarrier.wait(k_bar.index(0), 0)
             s_tok = warpgroup_mma(q_smem, k_smem.index(0).permute((1, 0)), zero_s, use_acc=False, is_async=True)
-            s_cur = warpgroup_mma_wait(0, deps=[s_tok])
+            s_cur = _shifted(warpgroup_mma_wait(0, deps=[s_tok]), qk_scale, m_use)
             gl.thread_barrier()
             if NS < n_tiles:  # slot 0 is free: K̂ tile NS (the loop refills the slot of tile t + 1)
                 _load(k_desc, k_smem, k_bar, krow + NS * BLOCK_N, 0, 0)
@@ -188,16 +211,16 @@ if HAVE_GLUON:
                     s_cur, acc, p16, l_i = _step(t + u, s_cur, acc, p16, l_i, q_smem, k_desc, k_smem, k_bar,
                                                  v_desc, v_smem, v_bar, krow, vrow, n_tiles, zero_s, m_use, qk_scale,
                                                  offs_m, keys0, Nk, causal_off, full_end, CAUSAL, QB, P_L, BLOCK_N,
-                                                 NS, NV, False)
+                                                 NS, NV, False, P16)
             if UNROLL == 2:
                 if (n_tiles - 1) % 2 == 1:
                     s_cur, acc, p16, l_i = _step(n_tiles - 2, s_cur, acc, p16, l_i, q_smem, k_desc, k_smem, k_bar,
                                                  v_desc, v_smem, v_bar, krow, vrow, n_tiles, zero_s, m_use, qk_scale,
                                                  offs_m, keys0, Nk, causal_off, full_end, CAUSAL, QB, P_L, BLOCK_N,
-                                                 NS, NV, False)
+                                                 NS, NV, False, P16)
             s_cur, acc, p16, l_i = _step(n_tiles - 1, s_cur, acc, p16, l_i, q_smem, k_desc, k_smem, k_bar, v_desc,
                                          v_smem, v_bar, krow, vrow, n_tiles, zero_s, m_use, qk_scale, offs_m, keys0,
-                                         Nk, causal_off, full_end, CAUSAL, QB, P_L, BLOCK_N, NS, NV, True)
+                                         Nk, causal_off, full_end, CAUSAL, QB, P_L, BLOCK_N, NS, NV, True, P16)
         for i in gl.static_range(NS):
             mbarrier.invalidate(k_bar.index(i))
         for i in gl.static_range(NV):
@@ -227,9 +250,10 @@ def supported(*, is_mx: bool, two_level: bool, smooth_q: bool, staged: bool, dp:
 
 
 def preferred(dp: int) -> bool:
-    """Whether ``kernel="auto"`` picks it: at D = 128 (H200, BENCHMARKS.md, seventeenth session: 5-7% faster
-    than the Triton pass non-causal, equal causal); at D = 64 the Triton pass was ~1% faster."""
-    return dp == 128
+    """Whether ``kernel="auto"`` picks it where it is supported: yes, at D = 64 and 128. With the float32 P̃
+    rounding it was 5-7% faster than the Triton pass at D = 128 and ~1% slower at D = 64 (H200, seventeenth
+    session); with the float16 rounding it is 6-10% faster at both (H100, BENCHMARKS.md, thirty-seventh session)."""
+    return dp in (64, 128)
 
 
 @functools.lru_cache(maxsize=None)
@@ -244,8 +268,9 @@ def _smem_layouts(block_m: int, block_n: int, dp: int):
 # and 64 KiB of shared memory, 3 programs per SM. From the H200 sweep (benchmarks/gluon-attn-s17): a 3-slot K̂
 # ring or 2 V̂ᵀ slots (2 programs per SM) 7-20% slower, two tiles per loop iteration (no copies of S, but 212
 # registers: 2 programs per SM) 0-6% slower, 128-key tiles (255 registers) ~1% slower, a 128-register cap
-# (4 programs per SM, spills) 1.7x slower at D = 128.
-DEFAULT = {"BLOCK_M": 64, "BLOCK_N": 64, "NS": 2, "NV": 1, "UNROLL": 1, "num_warps": 4}
+# (4 programs per SM, spills) 1.7x slower at D = 128. The cap of 168 registers keeps 3 programs per SM (without
+# it the float16 rounding compiles to 170: 2 programs per SM).
+DEFAULT = {"BLOCK_M": 64, "BLOCK_N": 64, "NS": 2, "NV": 1, "UNROLL": 1, "num_warps": 4, "maxnreg": 168}
 
 
 def launch(args, *, causal: bool, B: int, Hq: int, cfg: dict):
@@ -263,5 +288,5 @@ def launch(args, *, causal: bool, B: int, Hq: int, cfg: dict):
     _attn_fwd_kernel_gl[grid](qc.view(torch.uint8), qs, k_desc, v_desc, out, lse, mbuf, qbad, kvbad,
                               so_b, so_h, so_n, so_d, qk_scale, Hq, group, nq, nk, nqp, nkp, d,
                               CAUSAL=causal, QB=16, BLOCK_M=bm, BLOCK_N=bn, DP=dp, NS=ns, NV=nv,
-                              UNROLL=cfg["UNROLL"], Q_SL=q_sl,
+                              UNROLL=cfg["UNROLL"], Q_SL=q_sl, P16=cfg.get("P16", True),
                               num_warps=cfg["num_warps"], **{k: cfg[k] for k in ("maxnreg",) if k in cfg})
