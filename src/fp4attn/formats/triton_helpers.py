@@ -246,7 +246,8 @@ def fake_quant_p_f16(p, BLOCK: tl.constexpr):
     Not the reference's bits: P̃ and the quotient carry float16's 11 significant bits instead of 24, so a
     code flips where a value lies within ~2^-11 (relative) of an E2M1 rounding boundary. Measured against
     the float32 rounding on N(0,1) attention (N = 1024-4096, D = 64/128): ~1.3e-2 relative L2 of the
-    output, and the same error against exact attention (1.0000x); SPEC §6 allows 0.05."""
+    output, and the same error against exact attention (1.0000x); SPEC §6 allows 0.05. Used by the Gluon attention
+    pass (single-level, P̃ <= 1) and the Triton pass's two-level P (sage3, P̃/s1 <= 2688: inside float16's range)."""
     R: tl.constexpr = p.shape[0]
     C: tl.constexpr = p.shape[1]
     pb = tl.reshape(p, (R, C // BLOCK, BLOCK)).to(tl.float16)

@@ -152,6 +152,7 @@ from ..formats.triton_helpers import (
     e4m3_to_bits,
     exp2i,
     fake_quant_p,
+    fake_quant_p_f16,
     mx_exponent,
     nvfp4_scale,
     p_block_scales,
@@ -824,7 +825,10 @@ def _pv_update(acc, p, pre, Vc, Vs, vexp, VH, start_n, NKP, IS_MX: tl.constexpr,
             vTw = tl.load(Vc + dd[:, None] * (NKP // 8) + (start_n // 8 + n8)[None, :])  # (DP, BLOCK_N/8) words
             vs = tl.load(Vs + dd[:, None] * (NKP // QB) + (start_n // QB + nq)[None, :])  # (DP, BLOCK_N/QB)
             vT16 = _fp4_tile_f16(unpack_nibbles_words(vTw), vs, vexp, QB, IS_MX)  # (DP, BLOCK_N)
-        pq = fake_quant_p(p, QB, IS_MX, PATH == 1 and not IS_MX)  # fp16 for the fp16 MMA
+        if TWO_LEVEL and PATH == 1 and not IS_MX:  # sage3: P̃/s1 rounded at float16 precision (attention_gluon)
+            pq = fake_quant_p_f16(p, QB)
+        else:
+            pq = fake_quant_p(p, QB, IS_MX, PATH == 1 and not IS_MX)  # fp16 for the fp16 MMA
         if IS_MX:
             if TWO_LEVEL:
                 pq = pq * 0.125  # ϕ(P̃/s1) <= 3072 -> <= 384
