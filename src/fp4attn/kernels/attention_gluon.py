@@ -25,7 +25,7 @@ rounding boundary; GPU tests).
 P̃ rounding (config ``P16``, default True): ``fake_quant_p_f16`` rounds P̃ at float16 precision, two values per
 instruction: P̃ and its quotient by the block scale are rounded to float16 before the E2M1 rounding. The loop
 is 530 SASS instructions per 64x64 tile per thread instead of 627 (``tools/sass_count.py attn_gl``, static), and
-the op 6-10% faster (BENCHMARKS.md, thirty-seventh session). The price: the
+the op 5-11% faster (BENCHMARKS.md, thirty-seventh session). The price: the
 output moves ~1.2e-2 relative L2 from the reference's ϕ(P̃) (codes flip where a value lies within float16's
 precision of a rounding boundary); its error against exact attention is unchanged (1.000x the float32
 rounding's), inside SPEC §6 (0.05 and 1.05x). ``P16=False`` is the shared float32 ``fake_quant_p``. The masks,
@@ -252,7 +252,7 @@ def supported(*, is_mx: bool, two_level: bool, smooth_q: bool, staged: bool, dp:
 def preferred(dp: int) -> bool:
     """Whether ``kernel="auto"`` picks it where it is supported: yes, at D = 64 and 128. With the float32 P̃
     rounding it was 5-7% faster than the Triton pass at D = 128 and ~1% slower at D = 64 (H200, seventeenth
-    session); with the float16 rounding it is 6-10% faster at both (H100, BENCHMARKS.md, thirty-seventh session)."""
+    session); with the float16 rounding the op is 5-11% faster at both (H100, BENCHMARKS.md, thirty-seventh session)."""
     return dp in (64, 128)
 
 
