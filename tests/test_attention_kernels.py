@@ -618,11 +618,13 @@ def test_gpu_gluon_attention_pass(case):
         pytest.skip("the Gluon attention pass needs an sm_90 GPU and Triton's Gluon")
     pk = A.quantize_qkv(q, k, v, fmt="nvfp4", staged=True)
     res = {}
-    for kern, cfg in (("triton", None), ("gluon", {**AG.DEFAULT, "P16": False}), ("gluon16", None), ("auto", None)):
+    runs = {"triton": ("triton", None), "gluon": ("gluon", {**AG.DEFAULT, "P16": False}),
+            "gluon16": ("gluon", None), "auto": ("auto", None)}
+    for name, (kern, cfg) in runs.items():
         out = torch.empty_like(q)
         lse = A.attention_packed(pk, causal=causal, scale=D ** -0.5, two_level_p=False, B=B, Hq=hq, Hkv=hkv,
-                                 out=out, kernel=kern.replace("16", ""), gluon_config=cfg)
-        res[kern] = out, lse[:, :, :nq]
+                                 out=out, kernel=kern, gluon_config=cfg)
+        res[name] = out, lse[:, :, :nq]
     (o_t, l_t), (o_g, l_g), (o_h, l_h) = res["triton"], res["gluon"], res["gluon16"]
     fin = torch.isfinite(l_t)
     assert torch.equal(fin, torch.isfinite(l_g)) and torch.equal(fin, torch.isfinite(l_h))

@@ -494,6 +494,13 @@ def test_cpu_e4m3_round_helper_against_the_format():
     assert torch.equal(y, want), (x[y != want][:8], y[y != want][:8], want[y != want][:8])
 
 
+def _device_or_skip(device):
+    if device == "cpu" and not _INTERPRETED:
+        pytest.skip("kernels were imported without TRITON_INTERPRET=1")
+    if device == "cuda" and (not torch.cuda.is_available() or _INTERPRETED):
+        pytest.skip("needs CUDA and compiled (non-interpreted) Triton kernels")
+
+
 @triton.jit
 def _fake_quant_p_f16_kernel(P, Y, Z, R: tl.constexpr, C: tl.constexpr):
     o = tl.arange(0, R)[:, None] * C + tl.arange(0, C)[None, :]
@@ -521,23 +528,13 @@ def test_fake_quant_p_f16_output_is_the_float32_rounding(device):
     """``fake_quant_p(..., F16=True)`` (E2M1 values to fp16, then one fp16 multiply by the scale: what the
     attention passes feed their fp16 P·V MMA) gives the bits of the float32 path converted to fp16: the
     product is exact in fp16 for every scale (0, subnormal E4M3 up to 448)."""
-    if device == "cpu" and not _INTERPRETED:
-        pytest.skip("kernels were imported without TRITON_INTERPRET=1")
-    if device == "cuda" and (not torch.cuda.is_available() or _INTERPRETED):
-        pytest.skip("needs CUDA and compiled (non-interpreted) Triton kernels")
+    _device_or_skip(device)
     for seed in range(3):
         p = _p_tiles(seed).to(device)
         y, z = (torch.empty(p.shape, dtype=torch.float16, device=device) for _ in range(2))
         _fake_quant_p_f16_kernel[(1,)](p, y, z, R=256, C=64)
         assert torch.equal(y.view(torch.int16), z.view(torch.int16)), (p[y != z][:8], y[y != z][:8], z[y != z][:8])
         assert (z != 0).float().mean() > 0.5  # the tiles are not mostly zeros
-
-
-def _device_or_skip(device):
-    if device == "cpu" and not _INTERPRETED:
-        pytest.skip("kernels were imported without TRITON_INTERPRET=1")
-    if device == "cuda" and (not torch.cuda.is_available() or _INTERPRETED):
-        pytest.skip("needs CUDA and compiled (non-interpreted) Triton kernels")
 
 
 @triton.jit
@@ -566,14 +563,20 @@ def _fake_quant_p16_kernel(P, Y, R: tl.constexpr, C: tl.constexpr):
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=gpu)])
 def test_fake_quant_p_f16_is_its_model(device):
-    """``fake_quant_p_f16`` bit for bit against its PyTorch model on P̃-like tiles (P̃ <= 1: block maxima from 0
-    and 2^-14 up to 1, values at the E2M1 decision points). On the GPU the reciprocal is rcp.approx (1 ulp):
-    rounded to float16 it is the same, since no E4M3 reciprocal 1/s lies within a float32 ulp of a float16
-    rounding boundary (1/s = 2^-e · 8/m, m = 8..15). Also: the model is not the float32 rounding (the test
-    would pass a kernel that ignored the float16 step only if the two agreed)."""
+    """``fake_quant_p_f16`` bit for bit against its PyTorch model on P̃-like tiles: block maxima from 0 and 2^-14
+    up to 1 (single-level P̃) and up to 2688 (sage3's two-level P̃/s1), values at the E2M1 decision points. On the
+    GPU the reciprocal is rcp.approx (within 1 ulp) where the model divides exactly: the two agree once rounded
+    to float16 because no E4M3 reciprocal lies within a float32 ulp of a float16 rounding boundary (checked here
+    for every scale). Also: the model is not the float32 rounding on these tiles."""
     _device_or_skip(device)
-    for seed in range(3):
-        p = _p_tiles(seed).clamp_max(1.0).to(device)
+    s = core.e4m3_round(torch.arange(0, 2 ** 16, dtype=torch.float32) * 2.0 ** -9).float().unique()
+    s = s[(s > 0) & (s <= 448)]
+    r = 1.0 / s
+    for ulps in (-1, 1):
+        near = (r.view(torch.int32) + ulps).view(torch.float32)
+        assert torch.equal(near.half(), r.half())
+    for seed, pmax in ((0, 1.0), (1, 1.0), (2, 2688.0)):
+        p = _p_tiles(seed).clamp_max(pmax).to(device)
         y = torch.empty(p.shape, dtype=torch.float16, device=device)
         _fake_quant_p16_kernel[(1,)](p, y, R=256, C=64)
         want = fake_quant_p_f16_model(p.cpu()).to(device)

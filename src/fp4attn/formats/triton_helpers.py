@@ -228,7 +228,7 @@ def e2m1_round_abs_f16(a):
     768 f lies in [2^(k+9), 2^(k+10)), whose float16 spacing 2^(k-1) is the E2M1 spacing of that binade (0.5
     below 2); M is an even number of spacings, so M + a rounds to the grid with ties to the even code, and
     subtracting M is exact. Exactly the E2M1 rounding of the float16 input (every float16 in [0, +inf]:
-    tests/test_formats.py)."""
+    tests/test_quantize_kernels.py)."""
     h = tl.float16  # (python floats would promote the operations to float32)
     a = tl.minimum(a, tl.cast(6.0, h))
     f = tl.maximum((a.to(tl.int16, bitcast=True) & 0x7C00).to(h, bitcast=True), tl.cast(1.0, h))
