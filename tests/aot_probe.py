@@ -8,13 +8,18 @@ uninitialized), and compiles every distinct recorded launch with ``triton.compil
 target=GPUTarget("cuda", cap, 32))`` down to a cubin with the ptxas bundled with Triton.
 
 Run as a script (``python tests/aot_probe.py [cap] [family ...]``); prints one JSON object
-{family: [compiled kernel names]}. Used by tests/test_aot_compile.py in a child process (the test
-session itself runs with TRITON_INTERPRET=1 on CPU machines).
+{family: [compiled kernel names]}, plus under "wgmma_serialized" {family: [kernel names]} the kernels whose
+asynchronous wgmma ptxas serializes (its C7514 "Potential Performance Loss" note: it then waits for every
+wgmma as soon as it is issued, a silent slowdown of the explicitly pipelined Gluon kernels). Used by
+tests/test_aot_compile.py in a child process (the test session itself runs with TRITON_INTERPRET=1 on CPU
+machines).
 """
 
 import json
 import os
+import subprocess
 import sys
+import tempfile
 from concurrent.futures import ProcessPoolExecutor
 
 os.environ["TRITON_INTERPRET"] = "0"
@@ -130,13 +135,15 @@ def fam_attention():
     sinks = torch.zeros(4)  # attention sinks: exact-max passes, and two-level (one pass) with smooth_k
     A.attention_fwd(q, k, v, causal=True, scale=0.1, path=A.PATH_HOPPER, sinks=sinks)
     A.attention_fwd(q, k, v, causal=True, scale=0.1, path=A.PATH_HOPPER, sinks=sinks, smooth_k=True, two_level_p=True)
-    # the Gluon attention pass (Hopper, nvfp4), D 128 and 64, causal or not
+    # the Gluon attention pass (Hopper): nvfp4, sage3 (two-level P, smooth_q) and nvfp4 with smooth_q, at D 128
+    # and 64, causal or not
     if A.attention_gluon.HAVE_GLUON:
         A.attention_gluon.supported = lambda **kw: True  # CPU tensors stand in for CUDA ones
-        os.environ["FP4ATTN_ATTN_KERNEL"] = "gluon"  # also at D = 64 (auto picks it at D = 128)
+        os.environ["FP4ATTN_ATTN_KERNEL"] = "gluon"  # also where auto would take the Triton pass
         for d, causal in ((128, False), (64, True)):
             qd, kd = torch.randn(1, 4, 256, d, dtype=torch.bfloat16), torch.randn(1, 2, 256, d, dtype=torch.bfloat16)
-            A.attention_fwd(qd, kd, kd, causal=causal, scale=0.1, path=A.PATH_HOPPER, staged=True)
+            for kw in ({}, dict(smooth_q=True, smooth_k=True, two_level_p=True), dict(smooth_q=True)):
+                A.attention_fwd(qd, kd, kd, causal=causal, scale=0.1, path=A.PATH_HOPPER, staged=True, **kw)
         del os.environ["FP4ATTN_ATTN_KERNEL"]
 
 
@@ -273,25 +280,45 @@ def fam_quartet():
 FAMILIES = {name[4:]: fn for name, fn in dict(globals()).items() if name.startswith("fam_")}
 
 
+def wgmma_serialized(ptx, cap):
+    """Whether ptxas (Triton's bundled one, run again with -v on the kernel's PTX) serializes its wgmma: note
+    C7514, e.g. "non wgmma instructions reading accumulator registers of a wgmma between start and end of the
+    pipeline stage". False for kernels without wgmma."""
+    if "wgmma.mma_async" not in ptx:
+        return False
+    ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
+    with tempfile.TemporaryDirectory() as d:
+        src = os.path.join(d, "k.ptx")
+        with open(src, "w") as f:
+            f.write(ptx)
+        r = subprocess.run([ptxas, f"-arch=sm_{cap}a", "-v", src, "-o", os.path.join(d, "k.cubin")],
+                           capture_output=True, text=True)
+    return "C7514" in r.stdout + r.stderr
+
+
 def compile_family(job):
     name, cap = job
     JITFunction.run = _record
     _RECORDED.clear()
     FAMILIES[name]()
-    done, seen = [], set()
+    done, serialized, seen = [], [], set()
     for fn, args, kwargs in _RECORDED:
         key = (fn.__name__, repr(sorted(kwargs.items())),
                repr([a for a, p in zip(args, fn.params) if p.is_constexpr]))
         if key not in seen:
             seen.add(key)
-            compile_launch(fn, args, kwargs, cap)
+            ck = compile_launch(fn, args, kwargs, cap)
             done.append(fn.__name__)
-    return name, sorted(set(done))
+            if cap == 90 and wgmma_serialized(ck.asm["ptx"], cap):
+                serialized.append(f"{fn.__name__} {key[1]}")
+    return name, sorted(set(done)), serialized
 
 
 if __name__ == "__main__":
     cap = int(sys.argv[1]) if len(sys.argv) > 1 else 90
     names = sys.argv[2:] or list(FAMILIES)
     with ProcessPoolExecutor(max_workers=max(1, min(len(names), os.cpu_count() or 1))) as ex:
-        out = dict(ex.map(compile_family, [(n, cap) for n in names]))
+        res = list(ex.map(compile_family, [(n, cap) for n in names]))
+    out = {n: done for n, done, _ in res}
+    out["wgmma_serialized"] = {n: ser for n, _, ser in res}
     print(json.dumps(out))

@@ -639,6 +639,87 @@ def test_gpu_gluon_attention_pass(case):
     assert A.attention_gluon.preferred(D)
     assert torch.equal(res["auto"][0], o_h) and torch.equal(res["auto"][1], l_h)
 
+GLUON_FLAGS = {"sage3": (True, True, True), "two_level": (False, False, True), "smooth_q": (True, False, False)}
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("flags", list(GLUON_FLAGS), ids=str)
+@pytest.mark.parametrize("case", GLUON_CASES, ids=str)
+def test_gpu_gluon_two_level_and_smooth_q(case, flags, monkeypatch):
+    """The Gluon attention pass with two-level P (sage3: one pass, ``_tiles.two_level_step``, the accumulator
+    rescaled before every P·V wgmma) and / or the smooth_q correction (one FP32 table value per key added to
+    S·scale in the fma), against the Triton pass on the same quantized operands and correction table.
+
+    Both passes round P̃/s1 at float16 precision for two-level P; for single-level smooth_q (row max from the
+    Triton row-max pass) the Gluon pass runs its float32 rounding (``P16=False``), as the Triton pass. They
+    differ where a value sits on an E2M1/E4M3 rounding boundary: the Gluon pass adds scale·c to S in one fma
+    where the Triton pass rounds S·scale and scale·c first (the single-level test's bound, 2e-4, ~1000x
+    below the FP4 error). The LSE sums the unrounded P̃ in both (1e-5). Then SPEC §6 against the reference.
+    sage3 also with the correction table one query block at a time (the chunked launches): bit-identical."""
+    from fp4attn.kernels import attention_gluon as AG
+    B, hq, hkv, nq, nk, D, causal = case
+    sq, sk, tlp = GLUON_FLAGS[flags]
+    q, k, v = make_qkv(B, hq, hkv, nq, nk, D, dtype=torch.bfloat16, seed=nq + 3 * nk + D)
+    if not A.attention_gluon.supported(is_mx=False, two_level=tlp, smooth_q=sq, staged=True, dp=D, device=q.device):
+        pytest.skip("the Gluon attention pass needs an sm_90 GPU and Triton's Gluon")
+    pk = A.quantize_qkv(q, k, v, fmt="nvfp4", staged=True, smooth_q=sq, smooth_k=sk)
+    res = {}
+    for kern, cfg in (("triton", None), ("gluon", None if tlp else {**AG.DEFAULT, "P16": False}), ("auto", None)):
+        out = torch.empty_like(q)
+        lse = A.attention_packed(pk, causal=causal, scale=D ** -0.5, two_level_p=tlp, B=B, Hq=hq, Hkv=hkv,
+                                 out=out, kernel=kern, gluon_config=cfg)
+        res[kern] = out, lse[:, :, :nq]
+    (o_t, l_t), (o_g, l_g) = res["triton"], res["gluon"]
+    fin = torch.isfinite(l_t)
+    assert torch.equal(fin, torch.isfinite(l_g))
+    assert (~fin).any() == (causal and nq > nk)
+    torch.testing.assert_close(l_g[fin], l_t[fin], rtol=0, atol=1e-5)
+    assert rel_l2(o_g.float(), o_t.float()) < 2e-4
+    assert torch.equal(o_g[~fin], o_t[~fin])  # rows without a key: 0
+    if tlp:  # auto takes the Gluon pass for two-level P at D = 128, the Triton pass at D = 64
+        o_a, l_a = res["gluon" if AG.preferred(D, True) else "triton"]
+        assert torch.equal(res["auto"][0], o_a) and torch.equal(res["auto"][1], l_a)
+        assert AG.preferred(D, True) == (D == 128)
+    if flags == "sage3" and nq > 128:
+        monkeypatch.setenv("FP4ATTN_SMOOTHQ_TABLE_BYTES", "1")
+        out = torch.empty_like(q)
+        lse = A.attention_packed(pk, causal=causal, scale=D ** -0.5, two_level_p=tlp, B=B, Hq=hq, Hkv=hkv,
+                                 out=out, kernel="gluon")
+        assert torch.equal(out, o_g) and torch.equal(lse[:, :, :nq], l_g)
+    kw = {"smooth_q": sq, "smooth_k": sk, "two_level_p": tlp}
+    spec_check(o_g.float(), q.float(), k.float(), v.float(), causal=causal, recipe="nvfp4", flags=kw)
+
+
+@gpu
+@pytest.mark.gpu
+def test_gpu_gluon_two_level_wide_score_range():
+    """The Gluon two-level pass on key tiles whose maxima jump by up to ~200 binades around the running max
+    (the interpreter test's inputs, here with D = 64 and 64-key tiles, the Gluon tiles): finite, and the same as
+    the Triton pass (the unit of the accumulator is clamped 64 binades below the running max in both; the
+    interpreter test checks that kernel against the reference)."""
+    B, hq, nq, D, nk = 1, 2, 100, 64, 6 * 64
+    q, k, v = make_qkv(B, hq, hq, nq, nk, D, dtype=torch.float32, seed=5)
+    q[..., 0] = 1.0
+    k[..., 1:] *= 0.05
+    offs = torch.tensor([0.0, -30.0, -80.0, 10.0, -200.0, 5.0], device=q.device).repeat_interleave(64)
+    k[..., 0] = (offs + torch.randn(nk, device=q.device)) / math.log2(math.e)
+    q, k, v = q.bfloat16(), k.bfloat16(), v.bfloat16()
+    if not A.attention_gluon.supported(is_mx=False, two_level=True, smooth_q=False, staged=True, dp=D,
+                                       device=q.device):
+        pytest.skip("the Gluon attention pass needs an sm_90 GPU and Triton's Gluon")
+    pk = A.quantize_qkv(q, k, v, fmt="nvfp4", staged=True)
+    res = []
+    for kern in ("triton", "gluon"):
+        out = torch.empty_like(q)
+        lse = A.attention_packed(pk, causal=False, scale=1.0, two_level_p=True, B=B, Hq=hq, Hkv=hq, out=out,
+                                 kernel=kern)
+        res.append((out, lse[:, :, :nq]))
+    assert torch.isfinite(res[1][0]).all() and torch.isfinite(res[1][1]).all()
+    assert rel_l2(res[1][0].float(), res[0][0].float()) < 2e-4
+    torch.testing.assert_close(res[1][1], res[0][1], rtol=0, atol=1e-5)
+
+
 def test_gluon_attention_kernel_choice_errors():
     """``kernel`` is validated; "gluon" where the Gluon pass cannot run (CPU tensors, mxfp4 / two-level /
     smooth_q, online softmax) raises instead of silently running the Triton pass."""

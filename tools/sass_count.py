@@ -26,7 +26,7 @@ their public launchers at benchmark-like shapes (B=8, Hq=32, Hkv=8, D=128 decode
 (8192, 1024) bf16 quantizer operands) through ``tests/aot_probe.py``'s launch recorder. ``SASS_PER_SM=n`` compiles
 the Gluon decode kernels under the register cap of n programs per SM instead of their config's; ``SASS_G=g`` with
 g query heads per kv head (default 4) and ``SASS_D=d`` at head dim d (default 128; Thrift at d <= 64 compiles the
-fused 16-bit tile, as the op runs it).
+fused 16-bit tile, as the op runs it; also the attention kernels' head dim).
 """
 
 import argparse
@@ -182,9 +182,9 @@ def recorded_cases(which, fmt="nvfp4", smooth=False):
             q = torch.randn(1, 2, 256, 128, dtype=torch.bfloat16)
             Ka.quantize_qkv(q, torch.randn_like(q), torch.randn_like(q), fmt=fmt, path=Ka.PATH_HOPPER,
                             staged=True, smooth_q=smooth, smooth_k=smooth)
-        if any(w in which for w in ("attn", "attnmax", "attn_gl", "attnwin")):  # attention / row-max pass, D = 128
+        if any(w in which for w in ("attn", "attnmax", "attn_gl", "attnwin")):  # attention / row-max pass
             from fp4attn.kernels import attention as Ka
-            q = torch.randn(1, 2, 256, 128, dtype=torch.bfloat16)
+            q = torch.randn(1, 2, 256, int(os.environ.get("SASS_D", 128)), dtype=torch.bfloat16)
             pk = Ka.quantize_qkv(q, q, q, fmt=fmt, path=Ka.PATH_HOPPER, staged=True, smooth_q=smooth,
                                  smooth_k=smooth, key_rows="attnwin" in which)
             Ka.attention_packed(pk, causal=False, scale=0.088, two_level_p=smooth, B=1, Hq=2, Hkv=2,
@@ -192,9 +192,9 @@ def recorded_cases(which, fmt="nvfp4", smooth=False):
             if "attnwin" in which:  # a causal sliding window (the attention pass)
                 Ka.attention_packed(pk, causal=True, scale=0.088, two_level_p=smooth, B=1, Hq=2, Hkv=2,
                                     out=torch.empty_like(q), kernel="triton", window=(127, 0))
-            if "attn_gl" in which:  # the Gluon attention pass (nvfp4); CPU tensors stand in for CUDA ones
+            if "attn_gl" in which:  # the Gluon attention pass (nvfp4; sage3 with --smooth); CPU tensors for CUDA
                 Ka.attention_gluon.supported = lambda **kw: True
-                Ka.attention_packed(pk, causal=False, scale=0.088, two_level_p=False, B=1, Hq=2, Hkv=2,
+                Ka.attention_packed(pk, causal=False, scale=0.088, two_level_p=smooth, B=1, Hq=2, Hkv=2,
                                     out=torch.empty_like(q), kernel="gluon")
         rec = list(aot_probe._RECORDED)
     finally:

@@ -103,8 +103,9 @@ reference on N(0,1) inputs, while the error against exact attention is unchanged
 runs two passes by default (``PMAX=1`` writes the exact row max, ``PMAX=2`` runs attention with it,
 no rescaling) and matches the reference's quantization decisions; ``online=True`` is the one-pass
 variant. Two-level P is max-invariant (P̃/s1 = 2688·exp(S − tile max)) and always runs one pass. On Hopper
-the single-level Gluon pass and the two-level Triton pass round P̃ at float16 precision (``fake_quant_p_f16``):
-~1.2e-2 relative L2 from the reference's decisions, the same error against exact attention.
+the Gluon pass (``attention_gluon``: single-level at D = 64 / 128, two-level at D = 128) and the two-level Triton
+pass round P̃ at float16 precision (``fake_quant_p_f16``): ~1.2e-2 relative L2 from the reference's decisions,
+the same error against exact attention.
 
 Non-finite inputs. SPEC §2: a block holding NaN or ±Inf dequantizes to NaN, never silently finite.
 Followed through the reference's arithmetic (S = Q̂K̂ᵀ, P̃, l, ϕ(P̃)·V̂, O = ·/l, LSE), that gives NaN in:
@@ -1021,9 +1022,9 @@ def attention_packed(pk: PackedQKV, *, causal: bool, scale: float, two_level_p: 
     against the reference (its error against exact attention is the same as the reference's). Two-level
     P is invariant to the max (P̃/s1 = 2688·exp(S − tile max)), so it always runs one pass.
 
-    ``kernel`` (default ``FP4ATTN_ATTN_KERNEL`` or "auto"): which kernel runs the attention pass with
-    the exact row max: "triton" (``_attn_fwd_kernel``), "gluon" (``attention_gluon``: asynchronous
-    wgmma, sm_90, the recipes it supports) or "auto" (Gluon where supported).
+    ``kernel`` (default ``FP4ATTN_ATTN_KERNEL`` or "auto"): which kernel runs the attention pass (with the
+    exact row max, or two-level P in one pass): "triton" (``_attn_fwd_kernel``), "gluon" (``attention_gluon``:
+    asynchronous wgmma, sm_90, NVFP4) or "auto" (Gluon where supported and ``attention_gluon.preferred``).
 
     ``window=(left, right)``: a sliding window (``fp4attn.attention``'s ``window_size``, normalized: -1 =
     unbounded, ``right == 0`` when ``causal``): query i sees keys i + Nk − Nq − left ... i + Nk − Nq + right.
@@ -1076,17 +1077,20 @@ def attention_packed(pk: PackedQKV, *, causal: bool, scale: float, two_level_p: 
     kernel = kernel or os.environ.get("FP4ATTN_ATTN_KERNEL", "auto")
     if kernel not in ("auto", "gluon", "triton"):
         raise ValueError(f"kernel: expected 'auto', 'gluon' or 'triton', got {kernel!r}")
-    gluon_ok = not online and window is None and sinks is None and pk.path == PATH_HOPPER and attention_gluon.supported(
-        is_mx=is_mx, two_level=two_level_p, smooth_q=smooth_q, staged=staged, dp=DP, device=out.device)
+    # the Gluon pass runs single-level P with the exact row max, and two-level P in one pass
+    gluon_ok = online == two_level_p and window is None and sinks is None and pk.path == PATH_HOPPER and \
+        attention_gluon.supported(is_mx=is_mx, two_level=two_level_p, smooth_q=smooth_q, staged=staged, dp=DP,
+                                  device=out.device)
     if kernel == "gluon" and not gluon_ok:
-        raise ValueError("kernel='gluon': the Gluon attention pass runs single-level nvfp4 on sm_90 "
-                         "(staged operands, 32 < D <= 128, no smooth_q, exact row max, no window, no sinks)")
-    use_gluon = gluon_ok and (kernel == "gluon" or (kernel == "auto" and attention_gluon.preferred(DP)))
+        raise ValueError("kernel='gluon': the Gluon attention pass runs nvfp4 (single-level P with the exact row "
+                         "max, or two-level P in one pass) on sm_90 (staged operands, 32 < D <= 128, no window, "
+                         "no sinks)")
+    use_gluon = gluon_ok and (kernel == "gluon" or (kernel == "auto" and attention_gluon.preferred(DP, two_level_p)))
 
     def launch(pmax, cfg, i0, n):
-        if pmax == 2 and use_gluon:
-            assert i0 == 0 and n == nqb  # no smooth_q table: one launch covers every query block
-            attention_gluon.launch(args, causal=causal, B=B, Hq=Hq, cfg=gluon_config or attention_gluon.DEFAULT)
+        if pmax != 1 and use_gluon:
+            attention_gluon.launch(args, causal=causal, two_level=two_level_p, smooth_q=smooth_q, i0=i0, n=n, B=B,
+                                   Hq=Hq, cfg=gluon_config or attention_gluon.default_config(DP))
             return
         c = dict(cfg)
         extra = {k: c.pop(k) for k in ("num_warps", "num_stages", "maxnreg") if k in c}

@@ -1,8 +1,11 @@
 """The attention pass of ``fp4attn.attention`` on Hopper written in Gluon (issue 4): asynchronous wgmma.
 
-Same inputs, numerics and outputs as ``attention._attn_fwd_kernel`` with ``PMAX=2`` (single-level P̃
-quantized against the exact row max from the row-max pass) on the staged operands of the Hopper path
-(K̂ and V̂ᵀ in fp16, exact NVFP4 values; see ``attention``'s module docstring). Triton 3.6 issues every
+Same inputs, numerics and outputs as ``attention._attn_fwd_kernel`` on the staged operands of the Hopper
+path (K̂ and V̂ᵀ in fp16, exact NVFP4 values; see ``attention``'s module docstring), for NVFP4 with
+``PMAX=2`` (single-level P̃ quantized against the exact row max from the row-max pass) or, with
+``TWO_LEVEL``, SageAttention3's two-level P in one pass (``PMAX=0``: P̃/s1 per key tile, the accumulator in
+units of the last tile's s1, ``_tiles.two_level_step``); ``SMOOTH_Q`` adds sage3's q̄·γ(K)ᵀ correction (one
+FP32 table value per key, ``attention.smooth_q_corr``) to S·scale in the same fma. Triton 3.6 issues every
 ``tl.dot`` as a wgmma it waits for at once, so per warp group QKᵀ, the P̃ rounding and P·V run one after
 the other and the pass is latency-bound (BENCHMARKS.md, issue 4, sixteenth session). Here every step is
 explicit. Per key tile t, in one warp group (64 query rows):
@@ -17,8 +20,13 @@ explicit. Per key tile t, in one warp group (64 query rows):
 5. wait for S(t+1) (all but the newest group) and refill its K̂ slot.
 
 With the exact row max (``PMAX=2``) nothing rescales the accumulator, so the P·V products chain on it
-without a wait. The score scale and the row max enter as one fma (S·scale − m), taken from the accumulator as
-soon as S is waited for (so the accumulator's registers take the next S without a copy); the Triton kernel
+without a wait. Two-level P rescales it every tile: there step 2 waits for every group and the accumulator is
+rescaled *before* step 1 (see ``_step``: otherwise ptxas serializes all wgmma of the kernel). On the same
+operands it gave bit-identical outputs to the Triton pass at the benchmark shapes (H100), 1.09-1.19x faster
+for the op at D = 128 (BENCHMARKS.md, thirty-eighth session).
+
+The score scale and the row max enter as one fma (S·scale − m), taken from the accumulator as soon as S is
+waited for (so the accumulator's registers take the next S without a copy); the Triton kernel
 rounds S·scale first, so ~1e-5 relative L2 of the outputs differ (a P̃ code flips where a value sits on a
 rounding boundary; GPU tests).
 
@@ -42,7 +50,7 @@ import torch
 
 from ..formats.triton_helpers import e2m1_decode_f16, e4m3_decode_f16, fake_quant_p, fake_quant_p_f16
 from ._launch import head_grid
-from ._tiles import causal_key_range, finish_rows, head_program, visible
+from ._tiles import causal_key_range, finish_rows, head_program, two_level_scale, two_level_step, visible
 
 try:  # Gluon ships with Triton >= 3.5
     from triton.experimental import gluon
@@ -63,27 +71,58 @@ except ImportError:  # pragma: no cover - older Triton: the Triton kernel serves
 if HAVE_GLUON:
 
     @gluon.jit
-    def _shifted(s_acc, qk_scale, m_use):
-        """S·scale − m (log2 domain) with one rounding, taken from the wgmma accumulator as soon as it is
-        waited for: the accumulator registers are free for the next S at once (no copy of the scores)."""
-        return gl.fma(s_acc, qk_scale, -m_use[:, None])
+    def _shifted(s_acc, qk_scale, m_use, cs, SMOOTH_Q: gl.constexpr, TWO_LEVEL: gl.constexpr):
+        """The scores of a tile in the log2 domain, taken from the wgmma accumulator as soon as it is waited
+        for (the accumulator registers are free for the next S at once: no copy of the scores). Single-level:
+        S·scale − m against the exact row max, with one rounding (an fma); two-level: S·scale (its row max is
+        the tile's). ``cs`` (SMOOTH_Q): the tile's scale·q̄ᵢ·γ(K)ᵀ, added in the same fma."""
+        if TWO_LEVEL:
+            if SMOOTH_Q:
+                x = gl.fma(s_acc, qk_scale, cs[None, :])
+            else:
+                x = s_acc * qk_scale
+        else:
+            if SMOOTH_Q:
+                x = gl.fma(s_acc, qk_scale, cs[None, :]) - m_use[:, None]
+            else:
+                x = gl.fma(s_acc, qk_scale, -m_use[:, None])
+        return x
 
     @gluon.jit
-    def _p_tile(s, l_i, start_n, offs_m, keys0, Nk, causal_off, full_end,
-                CAUSAL: gl.constexpr, QB: gl.constexpr, P_L: gl.constexpr, P16: gl.constexpr):
-        """P̃ of one tile of shifted scores ``s`` (``_shifted``) against the exact row max (masked past
-        ``full_end``), the row sums of the unquantized P̃, and ϕ(P̃) in fp16 in the layout of the P·V
-        wgmma's A operand."""
+    def _corr(CR, start_n, keys0, qk_scale, SMOOTH_Q: gl.constexpr):
+        """scale·q̄ᵢ·γ(K)ᵀ of the key tile at ``start_n`` (SageAttention3's smooth_q correction, one FP32 value
+        per key from ``attention.smooth_q_corr``'s table row); without SMOOTH_Q a dummy nothing reads."""
+        if SMOOTH_Q:
+            cs = gl.load(CR + start_n + keys0) * qk_scale
+        else:
+            cs = keys0.to(gl.float32)
+        return cs
+
+    @gluon.jit
+    def _p_tile(s, l_i, m_i, tau, start_n, offs_m, keys0, Nk, causal_off, full_end,
+                CAUSAL: gl.constexpr, TWO_LEVEL: gl.constexpr):
+        """P̃ of one tile of scores ``s`` (``_shifted``; masked past ``full_end``) and the row statistics.
+        Single-level: P̃ = exp2(s) against the exact row max, l += its row sums (unquantized), ``pre`` unused.
+        Two-level (``_tiles.two_level_step``): P̃/s1, the running max m, the unit ``tau`` of the accumulator
+        and ``pre``, the factor the accumulator takes before this tile's product."""
         if start_n >= full_end:
             s = gl.where(visible(start_n + keys0, offs_m, Nk, causal_off, CAUSAL, 0, False), s, float("-inf"))
-        p = gl.exp2(s)
-        l_i = l_i + gl.sum(p, 1)
+        if TWO_LEVEL:
+            p, pre, tau, m_i, l_i = two_level_step(s, m_i, l_i, tau, True)
+        else:
+            p = gl.exp2(s)
+            l_i = l_i + gl.sum(p, 1)
+            pre = l_i
+        return p, l_i, m_i, tau, pre
+
+    @gluon.jit
+    def _phi(p, QB: gl.constexpr, P_L: gl.constexpr, P16: gl.constexpr):
+        """ϕ(P̃) in fp16, in the layout of the P·V wgmma's A operand (registers)."""
         if P16:
             pq = fake_quant_p_f16(p, QB)
         else:
             pq = fake_quant_p(p, QB, False, True)
-        p16 = gl.convert_layout(pq, P_L)
-        return p16, l_i
+        return gl.convert_layout(pq, P_L)
 
     @gluon.jit
     def _load(desc, smem, bar, r, c, slot):
@@ -104,21 +143,37 @@ if HAVE_GLUON:
         return acc, p16
 
     @gluon.jit
-    def _step(t, s_cur, acc, p16, l_i, q_smem, k_desc, k_smem, k_bar, v_desc, v_smem, v_bar, krow, vrow, n_tiles,
-              zero_s, m_use, qk_scale, offs_m, keys0, Nk, causal_off, full_end, CAUSAL: gl.constexpr,
-              QB: gl.constexpr, P_L: gl.constexpr, BLOCK_N: gl.constexpr, NS: gl.constexpr, NV: gl.constexpr,
-              LAST: gl.constexpr, P16: gl.constexpr):
-        """Key tile t of the loop (its shifted scores are ``s_cur``): issue S of tile t + 1 (unless LAST),
-        round P̃ of tile t, issue its P·V; return the shifted scores of tile t + 1 (LAST: ``s_cur``; every
-        wgmma done)."""
+    def _step(t, s_cur, acc, p16, l_i, m_i, tau, q_smem, k_desc, k_smem, k_bar, v_desc, v_smem, v_bar, krow, vrow,
+              n_tiles, zero_s, m_use, qk_scale, CR, offs_m, keys0, Nk, causal_off, full_end, CAUSAL: gl.constexpr,
+              QB: gl.constexpr, P_L: gl.constexpr, O_ROW: gl.constexpr, BLOCK_N: gl.constexpr, NS: gl.constexpr,
+              NV: gl.constexpr, LAST: gl.constexpr, P16: gl.constexpr, SMOOTH_Q: gl.constexpr,
+              TWO_LEVEL: gl.constexpr):
+        """Key tile t of the loop (its scores are ``s_cur``, from ``_shifted``): issue S of tile t + 1 (unless
+        LAST), round P̃ of tile t, issue its P·V; return the scores of tile t + 1 (LAST: ``s_cur``; every
+        wgmma done) and the row statistics.
+
+        Two-level P rescales the accumulator by ``pre`` before the tile's P·V, and does so before issuing
+        S(t + 1), after waiting for all groups (P·V of tile t - 1). Rescaling after that issue (after a wait
+        that leaves S(t + 1) pending; in one trial even after a wait for all groups) made ptxas serialize every
+        wgmma of the kernel (C7514, "non wgmma instructions reading accumulator registers of a wgmma between
+        start and end of the pipeline stage"): the pass then ran no faster than the Triton one.
+        ``tests/test_aot_compile.py`` checks the compiled kernels for that note."""
         nxt = (t + 1) % NS
+        if TWO_LEVEL:  # P·V of tile t - 1 done; the accumulator into this tile's unit
+            p, l_i, m_i, tau, pre = _p_tile(s_cur, l_i, m_i, tau, t * BLOCK_N, offs_m, keys0, Nk, causal_off,
+                                            full_end, CAUSAL, TWO_LEVEL)
+            acc, p16 = _pv_done(acc, p16, v_desc, v_smem, v_bar, vrow, t, n_tiles, BLOCK_N, NV, 0)
+            acc = acc * gl.convert_layout(pre, O_ROW)[:, None]
         if not LAST:  # S of the next tile, on the tensor cores while this tile's P̃ is rounded
             mbarrier.wait(k_bar.index(nxt), ((t + 1) // NS) & 1)
             s_tok = warpgroup_mma(q_smem, k_smem.index(nxt).permute((1, 0)), zero_s, use_acc=False,
                                   is_async=True)
-        acc, p16 = _pv_done(acc, p16, v_desc, v_smem, v_bar, vrow, t, n_tiles, BLOCK_N, NV, 0 if LAST else 1)
-        p16, l_i = _p_tile(s_cur, l_i, t * BLOCK_N, offs_m, keys0, Nk, causal_off, full_end,
-                           CAUSAL, QB, P_L, P16)
+            cs = _corr(CR, (t + 1) * BLOCK_N, keys0, qk_scale, SMOOTH_Q)
+        if not TWO_LEVEL:  # P·V of tile t - 1 done (S(t + 1) may run on)
+            acc, p16 = _pv_done(acc, p16, v_desc, v_smem, v_bar, vrow, t, n_tiles, BLOCK_N, NV, 0 if LAST else 1)
+            p, l_i, m_i, tau, pre = _p_tile(s_cur, l_i, m_i, tau, t * BLOCK_N, offs_m, keys0, Nk, causal_off,
+                                            full_end, CAUSAL, TWO_LEVEL)
+        p16 = _phi(p, QB, P_L, P16)
         mbarrier.wait(v_bar.index(t % NV), (t // NV) & 1)
         acc = warpgroup_mma(p16, v_smem.index(t % NV).permute((1, 0)), acc, is_async=True)
         if LAST:
@@ -127,17 +182,17 @@ if HAVE_GLUON:
         else:
             # all but the newest group (this P·V) done: the next S; its K̂ slot is free
             s_next, acc = warpgroup_mma_wait(1, deps=[s_tok, acc])
-            s_next = _shifted(s_next, qk_scale, m_use)
+            s_next = _shifted(s_next, qk_scale, m_use, cs, SMOOTH_Q, TWO_LEVEL)
             gl.thread_barrier()
             if t + 1 + NS < n_tiles:
                 _load(k_desc, k_smem, k_bar, krow + (t + 1 + NS) * BLOCK_N, 0, nxt)
-        return s_next, acc, p16, l_i
+        return s_next, acc, p16, l_i, m_i, tau
 
     @gluon.jit
-    def _attn_fwd_kernel_gl(Qc, Qs, k_desc, v_desc, O, LSE, MBUF, QBAD, KVBAD,
+    def _attn_fwd_kernel_gl(Qc, Qs, k_desc, v_desc, QCORR, O, LSE, MBUF, QBAD, KVBAD,
                             so_b, so_h, so_n, so_d,
-                            qk_scale, Hq, GROUP, Nq, Nk, NQP, NKP, D,
-                            CAUSAL: gl.constexpr, QB: gl.constexpr,
+                            qk_scale, Hq, GROUP, Nq, Nk, NQP, NKP, D, I0, NQBC,
+                            CAUSAL: gl.constexpr, SMOOTH_Q: gl.constexpr, TWO_LEVEL: gl.constexpr, QB: gl.constexpr,
                             BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, DP: gl.constexpr, NS: gl.constexpr,
                             NV: gl.constexpr, UNROLL: gl.constexpr, Q_SL: gl.constexpr, P16: gl.constexpr,
                             num_warps: gl.constexpr):
@@ -148,12 +203,15 @@ if HAVE_GLUON:
         P_L: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=O_L, k_width=2)
         LQ: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [num_warps, 1], [1, 0])
         ROW: gl.constexpr = gl.SliceLayout(1, S_L)
+        O_ROW: gl.constexpr = gl.SliceLayout(1, O_L)
 
         start_m, pid_bh = head_program()
+        start_m = start_m + I0 * (128 // BLOCK_M)  # I0: first 128-query block of this launch (smooth_q chunks)
         b = pid_bh // Hq
         h = pid_bh % Hq
         kv_bh = b * (Hq // GROUP) + h // GROUP  # GQA: no repeated K/V in memory
         m0 = start_m * BLOCK_M
+        CR = QCORR + (pid_bh.to(gl.int64) * NQBC + m0 // 128 - I0) * NKP  # this query block's table row (smooth_q)
 
         # ---- Q̂ (exact fp16) into shared memory, once per program ------------------------------------
         qr = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, LQ))
@@ -190,8 +248,13 @@ if HAVE_GLUON:
 
         offs_m = m0 + gl.arange(0, BLOCK_M, layout=ROW)
         keys0 = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, S_L))
-        m_i = gl.load(MBUF + pid_bh.to(gl.int64) * NQP + offs_m)  # exact row max (log2 domain)
-        m_use = gl.where(m_i == float("-inf"), 0.0, m_i)
+        if TWO_LEVEL:  # one pass: the running max, and the unit of the accumulator (two_level_step)
+            m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, ROW)
+            m_use = m_i
+        else:
+            m_i = gl.load(MBUF + pid_bh.to(gl.int64) * NQP + offs_m)  # exact row max (log2 domain)
+            m_use = gl.where(m_i == float("-inf"), 0.0, m_i)
+        tau = gl.full([BLOCK_M], float("-inf"), gl.float32, ROW)
         l_i = gl.zeros([BLOCK_M], gl.float32, ROW)
         acc = gl.zeros([BLOCK_M, DP], gl.float32, O_L)
         zero_s = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, S_L)
@@ -199,7 +262,8 @@ if HAVE_GLUON:
         if n_tiles > 0:
             mbarrier.wait(k_bar.index(0), 0)
             s_tok = warpgroup_mma(q_smem, k_smem.index(0).permute((1, 0)), zero_s, use_acc=False, is_async=True)
-            s_cur = _shifted(warpgroup_mma_wait(0, deps=[s_tok]), qk_scale, m_use)
+            s_cur = _shifted(warpgroup_mma_wait(0, deps=[s_tok]), qk_scale, m_use,
+                             _corr(CR, 0, keys0, qk_scale, SMOOTH_Q), SMOOTH_Q, TWO_LEVEL)
             gl.thread_barrier()
             if NS < n_tiles:  # slot 0 is free: K̂ tile NS (the loop refills the slot of tile t + 1)
                 _load(k_desc, k_smem, k_bar, krow + NS * BLOCK_N, 0, 0)
@@ -208,19 +272,20 @@ if HAVE_GLUON:
             # alternating between two register sets instead of being copied back every tile
             for t in range(0, n_tiles - UNROLL, UNROLL):
                 for u in gl.static_range(UNROLL):
-                    s_cur, acc, p16, l_i = _step(t + u, s_cur, acc, p16, l_i, q_smem, k_desc, k_smem, k_bar,
-                                                 v_desc, v_smem, v_bar, krow, vrow, n_tiles, zero_s, m_use, qk_scale,
-                                                 offs_m, keys0, Nk, causal_off, full_end, CAUSAL, QB, P_L, BLOCK_N,
-                                                 NS, NV, False, P16)
+                    s_cur, acc, p16, l_i, m_i, tau = _step(
+                        t + u, s_cur, acc, p16, l_i, m_i, tau, q_smem, k_desc, k_smem, k_bar, v_desc, v_smem, v_bar,
+                        krow, vrow, n_tiles, zero_s, m_use, qk_scale, CR, offs_m, keys0, Nk, causal_off, full_end,
+                        CAUSAL, QB, P_L, O_ROW, BLOCK_N, NS, NV, False, P16, SMOOTH_Q, TWO_LEVEL)
             if UNROLL == 2:
                 if (n_tiles - 1) % 2 == 1:
-                    s_cur, acc, p16, l_i = _step(n_tiles - 2, s_cur, acc, p16, l_i, q_smem, k_desc, k_smem, k_bar,
-                                                 v_desc, v_smem, v_bar, krow, vrow, n_tiles, zero_s, m_use, qk_scale,
-                                                 offs_m, keys0, Nk, causal_off, full_end, CAUSAL, QB, P_L, BLOCK_N,
-                                                 NS, NV, False, P16)
-            s_cur, acc, p16, l_i = _step(n_tiles - 1, s_cur, acc, p16, l_i, q_smem, k_desc, k_smem, k_bar, v_desc,
-                                         v_smem, v_bar, krow, vrow, n_tiles, zero_s, m_use, qk_scale, offs_m, keys0,
-                                         Nk, causal_off, full_end, CAUSAL, QB, P_L, BLOCK_N, NS, NV, True, P16)
+                    s_cur, acc, p16, l_i, m_i, tau = _step(
+                        n_tiles - 2, s_cur, acc, p16, l_i, m_i, tau, q_smem, k_desc, k_smem, k_bar, v_desc, v_smem,
+                        v_bar, krow, vrow, n_tiles, zero_s, m_use, qk_scale, CR, offs_m, keys0, Nk, causal_off,
+                        full_end, CAUSAL, QB, P_L, O_ROW, BLOCK_N, NS, NV, False, P16, SMOOTH_Q, TWO_LEVEL)
+            s_cur, acc, p16, l_i, m_i, tau = _step(
+                n_tiles - 1, s_cur, acc, p16, l_i, m_i, tau, q_smem, k_desc, k_smem, k_bar, v_desc, v_smem, v_bar,
+                krow, vrow, n_tiles, zero_s, m_use, qk_scale, CR, offs_m, keys0, Nk, causal_off, full_end,
+                CAUSAL, QB, P_L, O_ROW, BLOCK_N, NS, NV, True, P16, SMOOTH_Q, TWO_LEVEL)
         for i in gl.static_range(NS):
             mbarrier.invalidate(k_bar.index(i))
         for i in gl.static_range(NV):
@@ -229,7 +294,9 @@ if HAVE_GLUON:
         # ---- epilogue: non-finite flags, LSE, O = acc / l (as the Triton kernel) -----------------------
         seen, inv_l, flags = finish_rows(l_i, m_i, offs_m, KVBAD, QBAD, pid_bh, NQP, Nk, causal_off, LSE, DP,
                                          CAUSAL, QBAD, NQP, 0, False)  # no window here
-        o = acc * gl.convert_layout(inv_l, gl.SliceLayout(1, O_L))[:, None]
+        if TWO_LEVEL:  # acc is in units of the last tile's s1
+            inv_l = inv_l * two_level_scale(tau, m_i)
+        o = acc * gl.convert_layout(inv_l, O_ROW)[:, None]
         dd = gl.arange(0, DP, layout=gl.SliceLayout(0, O_L))
         om = gl.convert_layout(offs_m, gl.SliceLayout(1, O_L))
         if gl.load(flags + 1) != 0:  # some V channel of the kv head is non-finite (rare)
@@ -242,18 +309,21 @@ if HAVE_GLUON:
 
 
 def supported(*, is_mx: bool, two_level: bool, smooth_q: bool, staged: bool, dp: int, device) -> bool:
-    """Whether this kernel can run the attention pass: single-level NVFP4 (``nvfp4``) on the staged fp16
-    operands, D padded to 64 or 128, an sm_90 GPU."""
-    if not (HAVE_GLUON and staged and not is_mx and not two_level and not smooth_q and dp in (64, 128)):
+    """Whether this kernel can run the attention pass: NVFP4 on the staged fp16 operands, single-level
+    (``nvfp4``) or two-level P (``sage3``), with or without the smooth_q correction, D padded to 64 or 128,
+    an sm_90 GPU."""
+    if not (HAVE_GLUON and staged and not is_mx and dp in (64, 128)):
         return False
     return device.type == "cuda" and torch.cuda.get_device_capability(device) == (9, 0)
 
 
-def preferred(dp: int) -> bool:
-    """Whether ``kernel="auto"`` picks it where it is supported: yes, at D = 64 and 128. With the float32 P̃
-    rounding it was 5-7% faster than the Triton pass at D = 128 and ~1% slower at D = 64 (H200, seventeenth
-    session); with the float16 rounding the op is 5-11% faster at both (H100, BENCHMARKS.md, thirty-seventh session)."""
-    return dp in (64, 128)
+def preferred(dp: int, two_level: bool = False) -> bool:
+    """Whether ``kernel="auto"`` picks it where it is supported. Single-level P: at D = 64 and 128 (with the
+    float32 P̃ rounding it was 5-7% faster than the Triton pass at D = 128 and ~1% slower at D = 64, H200,
+    seventeenth session; with the float16 rounding the op is 5-11% faster at both, H100, thirty-seventh session).
+    Two-level P (sage3): at D = 128 only, where the op is 1.09-1.19x faster than on the Triton pass; at D = 64
+    it was 1.04-1.06x slower (H100, BENCHMARKS.md, thirty-eighth session)."""
+    return dp == 128 if two_level else dp in (64, 128)
 
 
 @functools.lru_cache(maxsize=None)
@@ -273,10 +343,19 @@ def _smem_layouts(block_m: int, block_n: int, dp: int):
 DEFAULT = {"BLOCK_M": 64, "BLOCK_N": 64, "NS": 2, "NV": 1, "UNROLL": 1, "num_warps": 4, "maxnreg": 168}
 
 
-def launch(args, *, causal: bool, B: int, Hq: int, cfg: dict):
-    """The PMAX=2 pass of ``attention.attention_packed`` on this kernel (``args``: that launcher's
-    argument tuple, staged operands, no smooth_q)."""
-    (qc, qs, _kc, _ks, _vc, _vs, _vexp, _table, out, lse, mbuf, kh, vh, qbad, kvbad, _krows, _sink, so_b, so_h,
+def default_config(dp: int) -> dict:
+    """The config ``fp4attn.attention`` runs at head dim ``dp`` (padded): ``DEFAULT``; at D = 64 capped at 128
+    registers, 4 programs per SM (the accumulator is half as large), 3-4% faster for nvfp4 at (16,16,4096,64)
+    (H100, BENCHMARKS.md, thirty-eighth session)."""
+    return {**DEFAULT, "maxnreg": 128} if dp == 64 else DEFAULT
+
+
+def launch(args, *, causal: bool, two_level: bool, smooth_q: bool, i0: int, n: int, B: int, Hq: int, cfg: dict):
+    """The attention pass of ``attention.attention_packed`` on this kernel (``args``: that launcher's argument
+    tuple, staged operands) for 128-query blocks i0 ... i0 + n - 1: single-level P with the exact row max
+    (the Triton kernel's PMAX=2) or two-level P in one pass (PMAX=0); with smooth_q, the correction table of
+    those blocks."""
+    (qc, qs, _kc, _ks, _vc, _vs, _vexp, table, out, lse, mbuf, kh, vh, qbad, kvbad, _krows, _sink, so_b, so_h,
      so_n, so_d,
      qk_scale, _hq, group, nq, nk, nqp, nkp, d) = args
     bm, bn, ns, nv = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["NS"], cfg["NV"]
@@ -284,9 +363,10 @@ def launch(args, *, causal: bool, B: int, Hq: int, cfg: dict):
     q_sl, k_sl, v_sl = _smem_layouts(bm, bn, dp)
     k_desc = TensorDescriptor(kh, [kh.numel() // dp, dp], [dp, 1], [bn, dp], k_sl)
     v_desc = TensorDescriptor(vh, [vh.numel() // nkp, nkp], [nkp, 1], [dp, bn], v_sl)
-    grid = head_grid(nqp // bm, B * Hq)
-    _attn_fwd_kernel_gl[grid](qc.view(torch.uint8), qs, k_desc, v_desc, out, lse, mbuf, qbad, kvbad,
-                              so_b, so_h, so_n, so_d, qk_scale, Hq, group, nq, nk, nqp, nkp, d,
-                              CAUSAL=causal, QB=16, BLOCK_M=bm, BLOCK_N=bn, DP=dp, NS=ns, NV=nv,
+    grid = head_grid(n * (128 // bm), B * Hq)
+    _attn_fwd_kernel_gl[grid](qc.view(torch.uint8), qs, k_desc, v_desc, table, out, lse, mbuf, qbad, kvbad,
+                              so_b, so_h, so_n, so_d, qk_scale, Hq, group, nq, nk, nqp, nkp, d, i0, n,
+                              CAUSAL=causal, SMOOTH_Q=smooth_q, TWO_LEVEL=two_level, QB=16, BLOCK_M=bm, BLOCK_N=bn,
+                              DP=dp, NS=ns, NV=nv,
                               UNROLL=cfg["UNROLL"], Q_SL=q_sl, P16=cfg.get("P16", True),
                               num_warps=cfg["num_warps"], **{k: cfg[k] for k in ("maxnreg",) if k in cfg})
