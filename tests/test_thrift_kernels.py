@@ -106,3 +106,59 @@ def test_thrift_kernel_gpu(causal):
         assert _rel(out, exact) <= 1.05 * _rel(ref, exact) + 1e-3  # + bf16 output rounding
     full = fp4attn.thrift_attention(q, k, v, causal=causal, budget=1.0)
     assert _rel(full, reference.attention(q, k, v, causal=causal, recipe="bf16")) <= 1e-2
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("D", [128, 64])
+def test_thrift_gluon_fp4_phase_gpu(D, monkeypatch):
+    """The FP4 phase on the Gluon attention pass (``kernels.thrift.gluon_fp4_phase``: two-level P with the
+    selected tiles masked out, then the fused kernel's ``FP4_IN`` merge and its 16-bit phase), on sm_90.
+
+    - Nothing selected: the output is ``attention_fwd``'s two-level NVFP4 on the Gluon pass bit for bit (the
+      merge starts from its normalized rows with l = 1: a4 = 1), the LSE to float32 rounding.
+    - Everything selected (budget 1), with sinks: bit-identical to the fused Triton kernel
+      (``FP4ATTN_THRIFT_KERNEL=triton``): both start the 16-bit phase from the sink alone.
+    - Budgets 5% / 25%, causal, GQA: against the fused Triton kernel, which rounds P̃/s1 at float32 instead of
+      float16 precision: ~1e-2 relative L2 on N(0,1) inputs (sage3 measured 1.0-1.3e-2; bound 3e-2), with and
+      without sinks; and SPEC §6 against the reference."""
+    from fp4attn.kernels import attention as A
+    from fp4attn.kernels import thrift as T
+
+    q, k, v = _qkv(2, 8, 2, 1000, 1000, D, seed=7, dtype=torch.bfloat16, device="cuda")
+    if not T.gluon_fp4_phase(q):
+        pytest.skip("the Gluon attention pass needs an sm_90 GPU and Triton's Gluon")
+    scale = D ** -0.5
+    B, Hq, nqb = 2, 8, 16
+    none = (torch.full((B, Hq, nqb, 1), -1, dtype=torch.int32, device="cuda"),
+            torch.zeros(B, Hq, nqb, nqb, dtype=torch.bool, device="cuda"), 1)
+    o_t, l_t = T.thrift_fwd(q, k, v, causal=True, scale=scale, budget=0.05, selection=none)
+    monkeypatch.setenv("FP4ATTN_ATTN_KERNEL", "gluon")
+    o_a, l_a = A.attention_fwd(q, k, v, causal=True, scale=scale, fmt="nvfp4", two_level_p=True)
+    monkeypatch.delenv("FP4ATTN_ATTN_KERNEL")
+    assert torch.equal(o_t, o_a)
+    torch.testing.assert_close(l_t, l_a, rtol=0, atol=1e-5)
+
+    sinks = torch.linspace(-1.0, 3.0, Hq, device="cuda")
+    runs = {}
+    for kern in ("auto", "triton"):
+        monkeypatch.setenv("FP4ATTN_THRIFT_KERNEL", kern)
+        for budget in (1.0, 0.05, 0.25):
+            for sk in (None, sinks):
+                runs[kern, budget, sk is None] = T.thrift_fwd(q, k, v, causal=True, scale=scale, budget=budget,
+                                                              sinks=sk)
+    for nosink in (True, False):
+        assert torch.equal(runs["auto", 1.0, nosink][0], runs["triton", 1.0, nosink][0])
+        torch.testing.assert_close(runs["auto", 1.0, nosink][1], runs["triton", 1.0, nosink][1], rtol=0, atol=0)
+        for budget in (0.05, 0.25):
+            (o_g, l_g), (o_r, l_r) = runs["auto", budget, nosink], runs["triton", budget, nosink]
+            assert _rel(o_g, o_r) < 3e-2, (budget, nosink, _rel(o_g, o_r))
+            torch.testing.assert_close(l_g, l_r, rtol=0, atol=1e-4)  # l sums the unrounded P̃ in both
+    for budget in (0.05, 0.25):
+        out = runs["auto", budget, True][0]
+        ref = reference.thrift_attention(q, k, v, causal=True, budget=budget, selection=T.select(
+            q, k, causal=True, budget=budget)[1])
+        exact = reference.attention(q, k, v, causal=True, recipe="bf16")
+        cos = torch.nn.functional.cosine_similarity(out.double().flatten(), ref.double().flatten(), 0).item()
+        assert cos >= 0.998 and _rel(out, ref) <= 0.05
+        assert _rel(out, exact) <= 1.05 * _rel(ref, exact) + 1e-3  # + bf16 output rounding

@@ -1010,7 +1010,8 @@ def attention_packed(pk: PackedQKV, *, causal: bool, scale: float, two_level_p: 
                      Hkv: int, out: torch.Tensor, online: bool | None = None,
                      config: dict | None = None, max_config: dict | None = None,
                      kernel: str | None = None, gluon_config: dict | None = None,
-                     window: tuple[int, int] | None = None, sinks: torch.Tensor | None = None) -> torch.Tensor:
+                     window: tuple[int, int] | None = None, sinks: torch.Tensor | None = None,
+                     thrift_mask: torch.Tensor | None = None) -> torch.Tensor:
     """Main kernel on the pre-pass buffers; writes ``out`` (a bhsd view, any strides) and returns
     the padded LSE (B, Hq, NQP) float32 (natural log, relative to the smoothed K if smooth_k).
 
@@ -1034,6 +1035,10 @@ def attention_packed(pk: PackedQKV, *, causal: bool, scale: float, two_level_p: 
     ``sinks`` (Hq,): attention sinks in score units (``fp4attn.attention``'s); they join the row max (the
     one-shot max P̃ is quantized against), l and the LSE. With smooth_k the scores are shifted by scale·q·k̄
     per row, so the kernel's per-row sink is shifted by the same (the Triton pass runs it).
+
+    ``thrift_mask``: ThriftAttention's (B, Hq, nqb, nkb) int8 mask of the 64-token key blocks selected per
+    64-token query block (``kernels.thrift.select``): those key tiles are left out (the FP4 phase of
+    ``thrift.thrift_fwd``, whose 16-bit phase adds them). Two-level P on the Gluon pass only.
     """
     qb, is_mx = quant_block(pk.fmt)
     NQP, DP = pk.qc.shape[2], pk.qc.shape[3] * 2
@@ -1081,16 +1086,20 @@ def attention_packed(pk: PackedQKV, *, causal: bool, scale: float, two_level_p: 
     gluon_ok = online == two_level_p and window is None and sinks is None and pk.path == PATH_HOPPER and \
         attention_gluon.supported(is_mx=is_mx, two_level=two_level_p, smooth_q=smooth_q, staged=staged, dp=DP,
                                   device=out.device)
+    if thrift_mask is not None and not (gluon_ok and two_level_p and kernel != "triton"):
+        raise ValueError("thrift_mask: runs on the Gluon pass with two-level P only")
     if kernel == "gluon" and not gluon_ok:
         raise ValueError("kernel='gluon': the Gluon attention pass runs nvfp4 (single-level P with the exact row "
                          "max, or two-level P in one pass) on sm_90 (staged operands, 32 < D <= 128, no window, "
                          "no sinks)")
-    use_gluon = gluon_ok and (kernel == "gluon" or (kernel == "auto" and attention_gluon.preferred(DP, two_level_p)))
+    use_gluon = gluon_ok and (kernel == "gluon" or thrift_mask is not None
+                              or (kernel == "auto" and attention_gluon.preferred(DP, two_level_p)))
 
     def launch(pmax, cfg, i0, n):
         if pmax != 1 and use_gluon:
             attention_gluon.launch(args, causal=causal, two_level=two_level_p, smooth_q=smooth_q, i0=i0, n=n, B=B,
-                                   Hq=Hq, cfg=gluon_config or attention_gluon.default_config(DP))
+                                   Hq=Hq, cfg=gluon_config or attention_gluon.default_config(DP),
+                                   thrift_mask=thrift_mask)
             return
         c = dict(cfg)
         extra = {k: c.pop(k) for k in ("num_warps", "num_stages", "maxnreg") if k in c}

@@ -99,14 +99,18 @@ if HAVE_GLUON:
         return cs
 
     @gluon.jit
-    def _p_tile(s, l_i, m_i, tau, start_n, offs_m, keys0, Nk, causal_off, full_end,
-                CAUSAL: gl.constexpr, TWO_LEVEL: gl.constexpr):
+    def _p_tile(s, l_i, m_i, tau, start_n, offs_m, keys0, Nk, causal_off, full_end, SR,
+                CAUSAL: gl.constexpr, TWO_LEVEL: gl.constexpr, THRIFT: gl.constexpr, BLOCK_N: gl.constexpr):
         """P̃ of one tile of scores ``s`` (``_shifted``; masked past ``full_end``) and the row statistics.
         Single-level: P̃ = exp2(s) against the exact row max, l += its row sums (unquantized), ``pre`` unused.
         Two-level (``_tiles.two_level_step``): P̃/s1, the running max m, the unit ``tau`` of the accumulator
-        and ``pre``, the factor the accumulator takes before this tile's product."""
+        and ``pre``, the factor the accumulator takes before this tile's product. THRIFT: a key tile selected
+        for this query block (``SR``: its row of ThriftAttention's selection mask) is masked out whole."""
         if start_n >= full_end:
             s = gl.where(visible(start_n + keys0, offs_m, Nk, causal_off, CAUSAL, 0, False), s, float("-inf"))
+        if THRIFT:
+            if gl.load(SR + start_n // BLOCK_N) != 0:
+                s = gl.full(s.shape, float("-inf"), gl.float32, s.type.layout)
         if TWO_LEVEL:
             p, pre, tau, m_i, l_i = two_level_step(s, m_i, l_i, tau, True)
         else:
@@ -144,10 +148,10 @@ if HAVE_GLUON:
 
     @gluon.jit
     def _step(t, s_cur, acc, p16, l_i, m_i, tau, q_smem, k_desc, k_smem, k_bar, v_desc, v_smem, v_bar, krow, vrow,
-              n_tiles, zero_s, m_use, qk_scale, CR, offs_m, keys0, Nk, causal_off, full_end, CAUSAL: gl.constexpr,
+              n_tiles, zero_s, m_use, qk_scale, CR, SR, offs_m, keys0, Nk, causal_off, full_end, CAUSAL: gl.constexpr,
               QB: gl.constexpr, P_L: gl.constexpr, O_ROW: gl.constexpr, BLOCK_N: gl.constexpr, NS: gl.constexpr,
               NV: gl.constexpr, LAST: gl.constexpr, P16: gl.constexpr, SMOOTH_Q: gl.constexpr,
-              TWO_LEVEL: gl.constexpr):
+              TWO_LEVEL: gl.constexpr, THRIFT: gl.constexpr):
         """Key tile t of the loop (its scores are ``s_cur``, from ``_shifted``): issue S of tile t + 1 (unless
         LAST), round P̃ of tile t, issue its P·V; return the scores of tile t + 1 (LAST: ``s_cur``; every
         wgmma done) and the row statistics.
@@ -161,7 +165,7 @@ if HAVE_GLUON:
         nxt = (t + 1) % NS
         if TWO_LEVEL:  # P·V of tile t - 1 done; the accumulator into this tile's unit
             p, l_i, m_i, tau, pre = _p_tile(s_cur, l_i, m_i, tau, t * BLOCK_N, offs_m, keys0, Nk, causal_off,
-                                            full_end, CAUSAL, TWO_LEVEL)
+                                            full_end, SR, CAUSAL, TWO_LEVEL, THRIFT, BLOCK_N)
             acc, p16 = _pv_done(acc, p16, v_desc, v_smem, v_bar, vrow, t, n_tiles, BLOCK_N, NV, 0)
             acc = acc * gl.convert_layout(pre, O_ROW)[:, None]
         if not LAST:  # S of the next tile, on the tensor cores while this tile's P̃ is rounded
@@ -172,7 +176,7 @@ if HAVE_GLUON:
         if not TWO_LEVEL:  # P·V of tile t - 1 done (S(t + 1) may run on)
             acc, p16 = _pv_done(acc, p16, v_desc, v_smem, v_bar, vrow, t, n_tiles, BLOCK_N, NV, 0 if LAST else 1)
             p, l_i, m_i, tau, pre = _p_tile(s_cur, l_i, m_i, tau, t * BLOCK_N, offs_m, keys0, Nk, causal_off,
-                                            full_end, CAUSAL, TWO_LEVEL)
+                                            full_end, SR, CAUSAL, TWO_LEVEL, THRIFT, BLOCK_N)
         p16 = _phi(p, QB, P_L, P16)
         mbarrier.wait(v_bar.index(t % NV), (t // NV) & 1)
         acc = warpgroup_mma(p16, v_smem.index(t % NV).permute((1, 0)), acc, is_async=True)
@@ -189,10 +193,11 @@ if HAVE_GLUON:
         return s_next, acc, p16, l_i, m_i, tau
 
     @gluon.jit
-    def _attn_fwd_kernel_gl(Qc, Qs, k_desc, v_desc, QCORR, O, LSE, MBUF, QBAD, KVBAD,
+    def _attn_fwd_kernel_gl(Qc, Qs, k_desc, v_desc, QCORR, SELM, O, LSE, MBUF, QBAD, KVBAD,
                             so_b, so_h, so_n, so_d,
-                            qk_scale, Hq, GROUP, Nq, Nk, NQP, NKP, D, I0, NQBC,
-                            CAUSAL: gl.constexpr, SMOOTH_Q: gl.constexpr, TWO_LEVEL: gl.constexpr, QB: gl.constexpr,
+                            qk_scale, Hq, GROUP, Nq, Nk, NQP, NKP, D, I0, NQBC, NQB, NKB,
+                            CAUSAL: gl.constexpr, SMOOTH_Q: gl.constexpr, TWO_LEVEL: gl.constexpr,
+                            THRIFT: gl.constexpr, QB: gl.constexpr,
                             BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, DP: gl.constexpr, NS: gl.constexpr,
                             NV: gl.constexpr, UNROLL: gl.constexpr, Q_SL: gl.constexpr, P16: gl.constexpr,
                             num_warps: gl.constexpr):
@@ -212,6 +217,9 @@ if HAVE_GLUON:
         kv_bh = b * (Hq // GROUP) + h // GROUP  # GQA: no repeated K/V in memory
         m0 = start_m * BLOCK_M
         CR = QCORR + (pid_bh.to(gl.int64) * NQBC + m0 // 128 - I0) * NKP  # this query block's table row (smooth_q)
+        # THRIFT: this query block's row of the (B, Hq, NQB, NKB) selection mask (64-token blocks; the padding
+        # programs past Nq read the last row)
+        SR = SELM + (pid_bh.to(gl.int64) * NQB + gl.minimum(start_m, NQB - 1)) * NKB
 
         # ---- Q̂ (exact fp16) into shared memory, once per program ------------------------------------
         qr = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, LQ))
@@ -274,18 +282,18 @@ if HAVE_GLUON:
                 for u in gl.static_range(UNROLL):
                     s_cur, acc, p16, l_i, m_i, tau = _step(
                         t + u, s_cur, acc, p16, l_i, m_i, tau, q_smem, k_desc, k_smem, k_bar, v_desc, v_smem, v_bar,
-                        krow, vrow, n_tiles, zero_s, m_use, qk_scale, CR, offs_m, keys0, Nk, causal_off, full_end,
-                        CAUSAL, QB, P_L, O_ROW, BLOCK_N, NS, NV, False, P16, SMOOTH_Q, TWO_LEVEL)
+                        krow, vrow, n_tiles, zero_s, m_use, qk_scale, CR, SR, offs_m, keys0, Nk, causal_off, full_end,
+                        CAUSAL, QB, P_L, O_ROW, BLOCK_N, NS, NV, False, P16, SMOOTH_Q, TWO_LEVEL, THRIFT)
             if UNROLL == 2:
                 if (n_tiles - 1) % 2 == 1:
                     s_cur, acc, p16, l_i, m_i, tau = _step(
                         n_tiles - 2, s_cur, acc, p16, l_i, m_i, tau, q_smem, k_desc, k_smem, k_bar, v_desc, v_smem,
-                        v_bar, krow, vrow, n_tiles, zero_s, m_use, qk_scale, CR, offs_m, keys0, Nk, causal_off,
-                        full_end, CAUSAL, QB, P_L, O_ROW, BLOCK_N, NS, NV, False, P16, SMOOTH_Q, TWO_LEVEL)
+                        v_bar, krow, vrow, n_tiles, zero_s, m_use, qk_scale, CR, SR, offs_m, keys0, Nk, causal_off,
+                        full_end, CAUSAL, QB, P_L, O_ROW, BLOCK_N, NS, NV, False, P16, SMOOTH_Q, TWO_LEVEL, THRIFT)
             s_cur, acc, p16, l_i, m_i, tau = _step(
                 n_tiles - 1, s_cur, acc, p16, l_i, m_i, tau, q_smem, k_desc, k_smem, k_bar, v_desc, v_smem, v_bar,
-                krow, vrow, n_tiles, zero_s, m_use, qk_scale, CR, offs_m, keys0, Nk, causal_off, full_end,
-                CAUSAL, QB, P_L, O_ROW, BLOCK_N, NS, NV, True, P16, SMOOTH_Q, TWO_LEVEL)
+                krow, vrow, n_tiles, zero_s, m_use, qk_scale, CR, SR, offs_m, keys0, Nk, causal_off, full_end,
+                CAUSAL, QB, P_L, O_ROW, BLOCK_N, NS, NV, True, P16, SMOOTH_Q, TWO_LEVEL, THRIFT)
         for i in gl.static_range(NS):
             mbarrier.invalidate(k_bar.index(i))
         for i in gl.static_range(NV):
@@ -350,11 +358,13 @@ def default_config(dp: int) -> dict:
     return {**DEFAULT, "maxnreg": 128} if dp == 64 else DEFAULT
 
 
-def launch(args, *, causal: bool, two_level: bool, smooth_q: bool, i0: int, n: int, B: int, Hq: int, cfg: dict):
+def launch(args, *, causal: bool, two_level: bool, smooth_q: bool, i0: int, n: int, B: int, Hq: int, cfg: dict,
+           thrift_mask: torch.Tensor | None = None):
     """The attention pass of ``attention.attention_packed`` on this kernel (``args``: that launcher's argument
     tuple, staged operands) for 128-query blocks i0 ... i0 + n - 1: single-level P with the exact row max
     (the Triton kernel's PMAX=2) or two-level P in one pass (PMAX=0); with smooth_q, the correction table of
-    those blocks."""
+    those blocks. ``thrift_mask`` (two-level P, 64-row tiles): ThriftAttention's (B, Hq, nqb, nkb) int8 selection
+    mask of 64-token blocks; the selected key tiles of each query block are left out (``thrift``'s FP4 phase)."""
     (qc, qs, _kc, _ks, _vc, _vs, _vexp, table, out, lse, mbuf, kh, vh, qbad, kvbad, _krows, _sink, so_b, so_h,
      so_n, so_d,
      qk_scale, _hq, group, nq, nk, nqp, nkp, d) = args
@@ -364,9 +374,15 @@ def launch(args, *, causal: bool, two_level: bool, smooth_q: bool, i0: int, n: i
     k_desc = TensorDescriptor(kh, [kh.numel() // dp, dp], [dp, 1], [bn, dp], k_sl)
     v_desc = TensorDescriptor(vh, [vh.numel() // nkp, nkp], [nkp, 1], [dp, bn], v_sl)
     grid = head_grid(n * (128 // bm), B * Hq)
-    _attn_fwd_kernel_gl[grid](qc.view(torch.uint8), qs, k_desc, v_desc, table, out, lse, mbuf, qbad, kvbad,
-                              so_b, so_h, so_n, so_d, qk_scale, Hq, group, nq, nk, nqp, nkp, d, i0, n,
-                              CAUSAL=causal, SMOOTH_Q=smooth_q, TWO_LEVEL=two_level, QB=16, BLOCK_M=bm, BLOCK_N=bn,
+    thrift = thrift_mask is not None
+    if thrift:
+        assert two_level and not smooth_q and bm == bn == 64 and thrift_mask.dtype == torch.int8, cfg
+        assert thrift_mask.is_contiguous() and thrift_mask.shape[:2] == (B, Hq)
+    selm, nqb, nkb = (thrift_mask, thrift_mask.shape[2], thrift_mask.shape[3]) if thrift else (qbad, 1, 1)
+    _attn_fwd_kernel_gl[grid](qc.view(torch.uint8), qs, k_desc, v_desc, table, selm, out, lse, mbuf, qbad, kvbad,
+                              so_b, so_h, so_n, so_d, qk_scale, Hq, group, nq, nk, nqp, nkp, d, i0, n, nqb, nkb,
+                              CAUSAL=causal, SMOOTH_Q=smooth_q, TWO_LEVEL=two_level, THRIFT=thrift, QB=16,
+                              BLOCK_M=bm, BLOCK_N=bn,
                               DP=dp, NS=ns, NV=nv,
                               UNROLL=cfg["UNROLL"], Q_SL=q_sl, P16=cfg.get("P16", True),
                               num_warps=cfg["num_warps"], **{k: cfg[k] for k in ("maxnreg",) if k in cfg})

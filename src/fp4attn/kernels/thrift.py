@@ -34,6 +34,8 @@
 
 from __future__ import annotations
 
+import os
+
 import torch
 import triton
 import triton.language as tl
@@ -42,6 +44,7 @@ from ..formats import triton_helpers as _th
 from ..formats.triton_helpers import fake_quant_p
 from ..ops._dispatch import interpreting as _interpret
 from ..reference.thrift import selected_per_block
+from . import attention as _attention
 from ._launch import cdiv, fast, head_grid, next_pow2
 from ._tiles import (
     LOG2E,
@@ -171,11 +174,33 @@ def _fp4_tile(start_n, acc, l_i, m_i, tau, q, Kf, Vf, SELM, kv_off, sel_base, of
 
 
 @triton.jit
-def _thrift_fwd_kernel(Qf, Kf, Vf, Qx, Kx, Vx, SELI, SELM, O, LSE, SINK,
+def _fp4_phase(acc, l_i, m_i, tau, Qf, Kf, Vf, SELM, q_off, kv_off, sel_base, offs_m, lo, hi, Nk, NKB, COFF, LOFF,
+               qk_scale, CAUSAL: tl.constexpr, WINDOW: tl.constexpr, DP: tl.constexpr, DOT_F32: tl.constexpr,
+               N_KT: tl.constexpr):
+    """The FP4 phase in this kernel: every visible key tile (``lo`` .. ``hi``), the ones selected for this
+    query block masked out; returns (acc, l, m) with acc back in the online softmax's units (relative to m)."""
+    BLOCK_N: tl.constexpr = 64
+    offs_d = tl.arange(0, DP)
+    q = tl.load(Qf + q_off + offs_m[:, None] * DP + offs_d[None, :])
+    if DOT_F32:
+        # the interpreter cannot loop over program-id dependent bounds: fixed trip count + guard
+        for it in range(0, N_KT):
+            if (it * BLOCK_N >= lo) & (it * BLOCK_N < hi):
+                acc, l_i, m_i, tau = _fp4_tile(it * BLOCK_N, acc, l_i, m_i, tau, q, Kf, Vf, SELM, kv_off, sel_base,
+                                               offs_m, Nk, NKB, COFF, LOFF, qk_scale, CAUSAL, WINDOW, DP)
+    else:
+        for start_n in range(lo, hi, BLOCK_N):
+            acc, l_i, m_i, tau = _fp4_tile(start_n, acc, l_i, m_i, tau, q, Kf, Vf, SELM, kv_off, sel_base, offs_m,
+                                           Nk, NKB, COFF, LOFF, qk_scale, CAUSAL, WINDOW, DP)
+    return acc * two_level_scale(tau, m_i)[:, None], l_i, m_i
+
+
+@triton.jit
+def _thrift_fwd_kernel(Qf, Kf, Vf, Qx, Kx, Vx, SELI, SELM, O, LSE, SINK, O4, LSE4,
                        so_b, so_h, so_n, so_d,
                        qk_scale, Hq, GROUP, Nq, Nk, NQP, NKP, NQB, NKB, D, KSEL, COFF, LOFF,
                        CAUSAL: tl.constexpr, WINDOW: tl.constexpr, SINKS: tl.constexpr, KMAX_P2: tl.constexpr,
-                       DP: tl.constexpr, DOT_F32: tl.constexpr, N_KT: tl.constexpr):
+                       DP: tl.constexpr, DOT_F32: tl.constexpr, N_KT: tl.constexpr, FP4_IN: tl.constexpr = False):
     BLOCK_M: tl.constexpr = 64
     BLOCK_N: tl.constexpr = 64
     i, pid_bh = head_program()
@@ -200,19 +225,25 @@ def _thrift_fwd_kernel(Qf, Kf, Vf, Qx, Kx, Vx, SELI, SELM, O, LSE, SINK,
     acc = tl.zeros([BLOCK_M, DP], tl.float32)
     tau = tl.full([BLOCK_M], float("-inf"), tl.float32)  # two-level P: the last FP4 tile's row max
     sel_base = (pid_bh.to(tl.int64) * NQB + i)
-    # ---- FP4 phase: every visible key tile, the selected ones masked out --------------------------
-    q = tl.load(Qf + q_off + offs_m[:, None] * DP + offs_d[None, :])
-    if DOT_F32:
-        # the interpreter cannot loop over program-id dependent bounds: fixed trip count + guard
-        for it in range(0, N_KT):
-            if (it * BLOCK_N >= lo) & (it * BLOCK_N < hi):
-                acc, l_i, m_i, tau = _fp4_tile(it * BLOCK_N, acc, l_i, m_i, tau, q, Kf, Vf, SELM, kv_off, sel_base,
-                                               offs_m, Nk, NKB, COFF, LOFF, qk_scale, CAUSAL, WINDOW, DP)
+    if FP4_IN:
+        # ---- the FP4 phase ran before (the Gluon pass, ``thrift_mask``): its normalized rows O4 and their
+        # LSE4 are the same online softmax state as (acc = O4, m = LSE4 in log2 units, l = 1), merged here
+        # with the sink (if any) as one more key with no value
+        ok_m = offs_m < Nq
+        lse4 = tl.load(LSE4 + pid_bh.to(tl.int64) * NQP + offs_m) * LOG2E_K
+        o4 = tl.load(O4 + b.to(tl.int64) * so_b + h.to(tl.int64) * so_h + offs_m[:, None].to(tl.int64) * so_n
+                     + offs_d[None, :] * so_d, mask=ok_m[:, None] & (offs_d[None, :] < D), other=0.0)
+        m_new = tl.maximum(m_i, lse4)
+        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+        a4 = tl.math.exp2(lse4 - m_use)  # 0 for rows that saw no FP4 key (LSE4 = -inf)
+        a0 = tl.math.exp2(m_i - m_use)  # the sink's share (0 without one)
+        acc = o4 * a4[:, None]
+        l_i = l_i * a0 + a4
+        m_i = m_new
     else:
-        for start_n in range(lo, hi, BLOCK_N):
-            acc, l_i, m_i, tau = _fp4_tile(start_n, acc, l_i, m_i, tau, q, Kf, Vf, SELM, kv_off, sel_base, offs_m,
-                                           Nk, NKB, COFF, LOFF, qk_scale, CAUSAL, WINDOW, DP)
-    acc = acc * two_level_scale(tau, m_i)[:, None]  # back to the online softmax's units (relative to m)
+        acc, l_i, m_i = _fp4_phase(acc, l_i, m_i, tau, Qf, Kf, Vf, SELM, q_off, kv_off, sel_base, offs_m, lo, hi,
+                                   Nk, NKB, COFF, LOFF, qk_scale, CAUSAL, WINDOW, DP, DOT_F32, N_KT)
+    # ---- 16-bit phase: only the selected tiles; the 16-bit Q tile lives here ----------------------
     # ---- 16-bit phase: only the selected tiles; the 16-bit Q tile lives here ----------------------
     q16 = tl.load(Qx + q_off + offs_m[:, None] * DP + offs_d[None, :])
     for t in range(0, KMAX_P2):
@@ -249,7 +280,14 @@ def thrift_fwd(q, k, v, *, causal: bool, scale: float, budget: float, selection=
 
     ``selection``: optional (indices, mask, k) from :func:`select` (else computed here). ``window``: a
     normalized sliding window (``reference.common.normalize_window``) or None; ``sinks``: (Hq,) attention
-    sinks in score units or None."""
+    sinks in score units or None.
+
+    Where :func:`gluon_fp4_phase` says so, the FP4 phase runs first on the Gluon attention pass (two-level P,
+    the selected tiles masked out: ``attention.attention_packed(..., thrift_mask=...)``), which writes its
+    normalized rows in FP32 and their LSE; this kernel (``FP4_IN``) then starts from that state and runs the
+    16-bit phase. Two-level P̃/s1 does not depend on the running max, so the split changes no quantization
+    decision; the FP4 phase then rounds P̃/s1 at float16 precision as the attention pass does
+    (``fake_quant_p_f16``, ~1e-2 relative L2 from the float32 rounding of the fused kernel)."""
     B, Hq, Nq, D = q.shape
     Hkv, Nk = k.shape[1], k.shape[2]
     interp = _interpret()
@@ -261,20 +299,43 @@ def thrift_fwd(q, k, v, *, causal: bool, scale: float, budget: float, selection=
         selection = select(q, k, causal=causal, budget=budget, window=window)
     seli, selm, kk = selection
     selm8 = selm.to(torch.int8).contiguous()
-    qf, kf, vf = prep(q, 1, "nvfp4", dot_dtype), prep(k, 1, "nvfp4", dot_dtype), prep(v, 2, "nvfp4", dot_dtype)
     qx, kx, vx = prep(q, 0, "nvfp4", dot_dtype), prep(k, 0, "nvfp4", dot_dtype), prep(v, 0, "nvfp4", dot_dtype)
     NQP, NKP, DP = pad_tokens(Nq), pad_tokens(Nk), head_dim_padded(D)
     nqb, nkb = cdiv(Nq, BLOCK), cdiv(Nk, BLOCK)
     out = torch.empty(B, Hq, Nq, D, device=q.device, dtype=q.dtype)
     lse = torch.empty(B, Hq, NQP, device=q.device, dtype=torch.float32)
+    fp4_in = gluon_fp4_phase(q, window)
+    if fp4_in:  # the FP4 phase on the Gluon attention pass; the fused kernel below adds the 16-bit phase
+        pk = _attention.quantize_qkv(q, k, v, fmt="nvfp4", path=_attention.PATH_HOPPER, staged=True)
+        o4 = torch.empty(B, Hq, Nq, D, device=q.device, dtype=torch.float32)  # out's strides
+        lse4 = _attention.attention_packed(pk, causal=causal, scale=scale, two_level_p=True, B=B, Hq=Hq, Hkv=Hkv,
+                                           out=o4, thrift_mask=selm8)
+        assert lse4.shape[2] == NQP  # both pad tokens to 128
+        qf = kf = vf = qx  # (unused pointers)
+    else:
+        qf, kf, vf = prep(q, 1, "nvfp4", dot_dtype), prep(k, 1, "nvfp4", dot_dtype), prep(v, 2, "nvfp4", dot_dtype)
+        o4, lse4 = out, lse  # (unused pointers)
     right, coff, left, loff = window_offsets(window, causal, Nq, Nk)
     sink = sinks.contiguous() if sinks is not None else lse  # (lse: an unused pointer)
     fast(_thrift_fwd_kernel)[head_grid(nqb, B * Hq)](
-        qf, kf, vf, qx, kx, vx, seli, selm8, out, lse, sink, *out.stride(),
+        qf, kf, vf, qx, kx, vx, seli, selm8, out, lse, sink, o4, lse4, *out.stride(),
         scale * LOG2E, Hq, Hq // Hkv, Nq, Nk, NQP, NKP, nqb, nkb, D, kk, coff, loff,
         CAUSAL=right, WINDOW=left, SINKS=sinks is not None, KMAX_P2=seli.shape[-1], DP=DP, DOT_F32=interp,
-        N_KT=nkb if interp else 0, num_warps=num_warps, num_stages=num_stages)
+        N_KT=nkb if interp else 0, FP4_IN=fp4_in, num_warps=num_warps, num_stages=num_stages)
     return out, lse[:, :, :Nq]
+
+
+def gluon_fp4_phase(q: torch.Tensor, window=None) -> bool:
+    """Whether ``thrift_fwd`` runs its FP4 phase on the Gluon attention pass: an sm_90 GPU with Triton's
+    Gluon, D padded to 64 or 128, no sliding window (the Gluon pass has none), and ``FP4ATTN_THRIFT_KERNEL``
+    not "triton" (which keeps both phases in the fused Triton kernel)."""
+    kernel = os.environ.get("FP4ATTN_THRIFT_KERNEL", "auto")
+    if kernel not in ("auto", "triton"):
+        raise ValueError(f"FP4ATTN_THRIFT_KERNEL: expected 'auto' or 'triton', got {kernel!r}")
+    if kernel == "triton" or window is not None or _interpret() or q.device.type != "cuda":
+        return False
+    return _attention.attention_gluon.supported(is_mx=False, two_level=True, smooth_q=False, staged=True,
+                                                dp=_attention.head_dim_padded(q.shape[-1]), device=q.device)
 
 
 __all__ = ["select", "thrift_fwd"]
@@ -282,18 +343,20 @@ __all__ = ["select", "thrift_fwd"]
 
 def compile_for_target(capability: int = 90, *, causal: bool = True, dp: int = 128, kmax: int = 16,
                        dtype: str = "bf16", num_warps: int = 4, num_stages: int = 2, window: bool = False,
-                       sinks: bool = False):
+                       sinks: bool = False, fp4_in: bool = False):
     """Compile the fused kernel for ``cuda:capability`` with Triton's AOT API (no GPU needed)."""
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
     ptrs = {"Qf": f"*{dtype}", "Kf": f"*{dtype}", "Vf": f"*{dtype}", "Qx": f"*{dtype}", "Kx": f"*{dtype}",
-            "Vx": f"*{dtype}", "SELI": "*i32", "SELM": "*i8", "O": f"*{dtype}", "LSE": "*fp32", "SINK": "*fp32"}
+            "Vx": f"*{dtype}", "SELI": "*i32", "SELM": "*i8", "O": f"*{dtype}", "LSE": "*fp32", "SINK": "*fp32",
+            "O4": "*fp32", "LSE4": "*fp32"}
     ints = ("so_b", "so_h", "so_n", "so_d")
     sig = {**ptrs, **{n: "i32" for n in ints}, "qk_scale": "fp32",
            **{n: "i32" for n in ("Hq", "GROUP", "Nq", "Nk", "NQP", "NKP", "NQB", "NKB", "D", "KSEL", "COFF",
                                  "LOFF")}}
-    consts = dict(CAUSAL=causal, WINDOW=window, SINKS=sinks, KMAX_P2=kmax, DP=dp, DOT_F32=False, N_KT=0)
+    consts = dict(CAUSAL=causal, WINDOW=window, SINKS=sinks, KMAX_P2=kmax, DP=dp, DOT_F32=False, N_KT=0,
+                  FP4_IN=fp4_in)
     sig.update({k: "constexpr" for k in consts})
     attrs = {(i,): [["tt.divisibility", 16]] for i in range(len(ptrs))}
     src = ASTSource(_thrift_fwd_kernel, sig, consts, attrs)
