@@ -29,6 +29,13 @@
    softmax at the sink:
    m = sink, l = 1 (the two-level P̃/s1 of a tile does not depend on m, so the FP4 values do not move).
 
+   On sm_90 (D padded to 64 / 128, no window; ``gluon_fp4_phase``) the FP4 phase runs first, on the Gluon
+   attention pass (``attention_gluon``: two-level P, the selected tiles masked out, FP32 output rows and their
+   LSE), and this kernel (``FP4_IN``) starts from that state: acc = O, m = LSE (log2 units), l = 1, the sink
+   merged in as one more key. Two-level P̃/s1 does not depend on the running max, so the split moves no
+   quantization decision (that pass rounds P̃/s1 at float16 precision). 1.35x -> 1.04x the nvfp4 op's time at
+   (4,16,16384,128) causal, 5% (H100, BENCHMARKS.md, thirty-eighth session).
+
 ``DOT_F32`` (the interpreter) runs the same values through FP32 dots.
 """
 
