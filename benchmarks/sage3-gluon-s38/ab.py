@@ -16,6 +16,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from triton.testing import do_bench
 
 import fp4attn
+from fp4attn.bench.attention import _sdpa_fn
 from fp4attn.kernels import attention_gluon as ag
 
 SHAPES = [tuple(int(x) for x in s.split(",")) for s in os.environ.get(
@@ -48,12 +49,7 @@ def run_all(B, H, N, D, causal):
     torch.manual_seed(0)
     q, k, v = (torch.randn(B, H, N, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     fl = 4 * B * H * N * N * D / (2 if causal else 1)
-    fns = {}
-    for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)):
-        def f(backend=backend):
-            with sdpa_kernel([backend]):
-                return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
-        fns[name] = (None, f)
+    fns = {name: (None, _sdpa_fn(q, k, v, causal, name)) for name in ("cudnn", "flash")}
     for r in RUNS:
         recipe, kern, cfg = parse(r)
         mod = fp4attn
