@@ -5,7 +5,9 @@ path (K̂ and V̂ᵀ in fp16, exact NVFP4 values; see ``attention``'s module doc
 ``PMAX=2`` (single-level P̃ quantized against the exact row max from the row-max pass) or, with
 ``TWO_LEVEL``, SageAttention3's two-level P in one pass (``PMAX=0``: P̃/s1 per key tile, the accumulator in
 units of the last tile's s1, ``_tiles.two_level_step``); ``SMOOTH_Q`` adds sage3's q̄·γ(K)ᵀ correction (one
-FP32 table value per key, ``attention.smooth_q_corr``) to S·scale in the same fma. Triton 3.6 issues every
+FP32 table value per key, ``attention.smooth_q_corr``) to S·scale in the same fma; ``THRIFT`` (two-level)
+leaves out the key tiles ThriftAttention selected for each 64-row query block (``thrift.thrift_fwd``'s FP4
+phase, whose 16-bit phase adds them). Triton 3.6 issues every
 ``tl.dot`` as a wgmma it waits for at once, so per warp group QKᵀ, the P̃ rounding and P·V run one after
 the other and the pass is latency-bound (BENCHMARKS.md, issue 4, sixteenth session). Here every step is
 explicit. Per key tile t, in one warp group (64 query rows):
