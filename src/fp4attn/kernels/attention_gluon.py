@@ -355,7 +355,7 @@ DEFAULT = {"BLOCK_M": 64, "BLOCK_N": 64, "NS": 2, "NV": 1, "UNROLL": 1, "num_war
 
 def default_config(dp: int) -> dict:
     """The config ``fp4attn.attention`` runs at head dim ``dp`` (padded): ``DEFAULT``; at D = 64 capped at 128
-    registers, 4 programs per SM (the accumulator is half as large), 3-4% faster for nvfp4 at (16,16,4096,64)
+    registers, 4 programs per SM (the accumulator is half as large), 2-7% faster for nvfp4 at (16,16,4096,64)
     (H100, BENCHMARKS.md, thirty-eighth session)."""
     return {**DEFAULT, "maxnreg": 128} if dp == 64 else DEFAULT
 
