@@ -11,12 +11,12 @@ import sys
 
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
-from triton.testing import do_bench
 
 sys.path.insert(0, os.environ.get("OLD_SRC", ".ab_old/src"))
 import fp4attn_old  # noqa: E402
 
 import fp4attn  # noqa: E402
+from fp4attn.bench.common import interleaved_min_ms  # noqa: E402
 from fp4attn.kernels import attention_gluon as ag  # noqa: E402
 
 SHAPES = [tuple(int(x) for x in s.split(",")) for s in os.environ.get(
@@ -71,11 +71,7 @@ def run_all(B, H, N, D, causal):
             o = f()[0]
             torch.cuda.synchronize()
             acc[n] = (rl2(o, o_old), rl2(o[sl], exact) / e_old)
-    t = {n: float("inf") for n in fns}
-    for _ in range(ROUNDS):
-        for n, (vv, f) in fns.items():
-            use(vv)
-            t[n] = min(t[n], do_bench(f, warmup=10, rep=60))
+    t = interleaved_min_ms({n: f for n, (_, f) in fns.items()}, ROUNDS, prepare=lambda n: use(fns[n][0]))
     use("")
     sh = f"({B},{H},{N},{D}){' causal' if causal else ''}"
     print(f"\n## {RECIPE} {sh}: cuDNN {t['cudnn']:.3f} ms, flash {t['flash']:.3f} ms; old error vs exact {e_old:.4f}")

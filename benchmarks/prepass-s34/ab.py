@@ -10,12 +10,12 @@ import sys
 
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
-from triton.testing import do_bench
 
 sys.path.insert(0, os.environ.get("OLD_SRC", ".ab_old/src"))
 import fp4attn_old  # noqa: E402
 
 import fp4attn  # noqa: E402
+from fp4attn.bench.common import interleaved_min_ms  # noqa: E402
 from fp4attn.kernels import attention_gluon as ag  # noqa: E402
 
 SHAPES = [tuple(int(x) for x in s.split(",")) for s in os.environ.get(
@@ -57,11 +57,7 @@ def run_all(B, H, N, D, causal):
             torch.cuda.synchronize()
             same[n] = (torch.equal(o, o0) and torch.equal(lse, lse0),
                        ((o.float() - o0.float()).norm() / o0.float().norm()).item())
-    t = {n: float("inf") for n in fns}
-    for _ in range(ROUNDS):
-        for n, (vv, f) in fns.items():
-            gl_cfg(vv or "")
-            t[n] = min(t[n], do_bench(f, warmup=10, rep=60))
+    t = interleaved_min_ms({n: f for n, (_, f) in fns.items()}, ROUNDS, prepare=lambda n: gl_cfg(fns[n][0] or ""))
     gl_cfg("")
     sh = f"({B},{H},{N},{D}){' causal' if causal else ''}"
     print(f"\n## {sh}: cuDNN {t['cudnn']:.3f} ms, flash {t['flash']:.3f} ms")

@@ -13,10 +13,10 @@ import sys
 
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
-from triton.testing import do_bench
 
 import fp4attn
 from fp4attn.bench.attention import _sdpa_fn
+from fp4attn.bench.common import interleaved_min_ms
 from fp4attn.kernels import attention_gluon as ag
 
 SHAPES = [tuple(int(x) for x in s.split(",")) for s in os.environ.get(
@@ -73,12 +73,8 @@ def run_all(B, H, N, D, causal):
         rec = n.split(":")[0].removeprefix("old-")
         first.setdefault(rec, o)
         acc[n] = (rl2(o, first[rec]), rl2(o[sl], exact))
-    t = {n: float("inf") for n in fns}
-    for _ in range(ROUNDS):
-        for n, (kc, f) in fns.items():
-            if kc is not None:
-                use(*kc)
-            t[n] = min(t[n], do_bench(f, warmup=10, rep=60))
+    t = interleaved_min_ms({n: f for n, (_, f) in fns.items()}, ROUNDS,
+                           prepare=lambda n: fns[n][0] is not None and use(*fns[n][0]))
     base = t[RUNS[0]]
     sh = f"({B},{H},{N},{D}){' causal' if causal else ''}"
     print(f"\n## {sh}: cuDNN {t['cudnn']:.3f} ms, flash {t['flash']:.3f} ms")

@@ -389,12 +389,14 @@ class KVCache:
             return
         if _use_append_kernel(self.device, self.head_dim):  # one pass over the tokens (kernels.kvcache.head_amax)
             from .kernels import kvcache as kk
+            from .kernels._launch import device_ints
             from .ops._dispatch import on_device
 
             with on_device(k):
                 amax = kk.head_amax(k, v, [c if b in todo else 0 for b, c in enumerate(counts)])
-                # (every sequence, as in a prefill: no index tensor, whose host-to-device copy would wait on the GPU)
-                idx = slice(None) if len(todo) == self.batch_size else torch.tensor(todo, device=self.device)
+                # (every sequence, as in a prefill: a slice; else indices made without a host-to-device copy that
+                # waits on the GPU where they allow, device_ints)
+                idx = slice(None) if len(todo) == self.batch_size else device_ints(todo, self.device, torch.long)
                 for a, dst in zip(amax, (self.k_global_scale, self.v_global_scale)):
                     dst[idx] = _power_of_two_decode_scale(a[idx], self.scale_headroom)
         else:

@@ -30,6 +30,25 @@ def time_ms(fn: Callable[[], object], *, warmup_ms: float = 100.0, rep_ms: float
                                          return_mode="median"))
 
 
+def interleaved_min_ms(fns: dict[str, Callable[[], object]], rounds: int, *,
+                       prepare: Callable[[str], object] | None = None, warmup_ms: float = 10.0,
+                       rep_ms: float = 60.0) -> dict[str, float]:
+    """In-process A/B timing (the benchmarks/*/ab.py scripts): ``rounds`` rounds, each timing every fn once in
+    order (``prepare(name)`` first, e.g. to switch a kernel config); per fn the minimum over the rounds of
+    ``do_bench``'s mean time in ms. Interleaving keeps clock and thermal drift out of the ratios, but the order
+    inside a round still cost the later of two equal kernels ~5% on a 24 ms shape (BENCHMARKS.md,
+    thirty-eighth session): swap the order to check a small difference."""
+    import triton.testing
+
+    t = {n: float("inf") for n in fns}
+    for _ in range(rounds):
+        for n, f in fns.items():
+            if prepare is not None:
+                prepare(n)
+            t[n] = min(t[n], triton.testing.do_bench(f, warmup=warmup_ms, rep=rep_ms))
+    return t
+
+
 def graph_time_ms(fn: Callable[[], object], rep_ms: float) -> float | None:
     """Median time of ``fn`` replayed from a CUDA graph: the GPU's time without the host's launch work
     (None if capture fails, with the reason on stderr)."""
