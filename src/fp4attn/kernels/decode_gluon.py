@@ -354,7 +354,7 @@ if HAVE_GLUON:
                                 D: gl.constexpr, PS: gl.constexpr, BLOCK_M: gl.constexpr,
                                 BLOCK_N: gl.constexpr, THRIFT: gl.constexpr,
                                 LQ: gl.constexpr, LH: gl.constexpr, LKS: gl.constexpr, LV: gl.constexpr,
-                                MMA: gl.constexpr, LK16: gl.constexpr, LV16: gl.constexpr,
+                                MMA: gl.constexpr, LK16: gl.constexpr, LV16: gl.constexpr, LOUT: gl.constexpr,
                                 PDL_TRIGGER: gl.constexpr = False, WINDOW: gl.constexpr = False,
                                 SINKS: gl.constexpr = False, DR: gl.constexpr = 0, L2_PREFETCH: gl.constexpr = False,
                                 FUSED16: gl.constexpr = False, FOLD: gl.constexpr = 1):
@@ -383,7 +383,6 @@ if HAVE_GLUON:
             kq = gl.arange(0, D, layout=gl.SliceLayout(0, qf.type.layout))
             qf = gl.where((mq % FOLD)[:, None] == (kq // (D // FOLD))[None, :], qf, 0.0)
         qT = gl.convert_layout(gl.permute(qf, (1, 0)), BOP)
-        cols = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
         zf = _fold_cols(gl.zeros([BLOCK_N, BLOCK_M], gl.float32, layout=MMA), FOLD)  # Sᵀ's (keys, rows) layout
         rows = gl.arange(0, R, layout=gl.SliceLayout(0, zf.type.layout))
         last_key = L - NQ + rows % NQ  # bottom-right causal: query i sees keys <= L - NQ + i
@@ -460,12 +459,16 @@ if HAVE_GLUON:
                                           BLOCK_M, LH, MMA, THRIFT, WINDOW, LK16, LV16, PAD, FUSED16, FOLD)
         if not THRIFT:
             accT = accT * vg  # (Thrift scales each tile's product by s1·vg in _tile)
-        # partials in physical channel order: logical row m = r + 8a + 16(2w + z) is (D/8)·r + 4w + 2z + a
-        m = gl.arange(0, D, layout=gl.SliceLayout(1, MMA))
-        dphys = (D // 8) * (m % 8) + 4 * (m // 32) + 2 * ((m // 16) % 2) + (m // 8) % 2
-        col_ok = cols < G * NQ
-        prow = (pid_bh.to(gl.int64) * NS + pid_s) * BLOCK_M + cols
-        gl.store(OP + prow[None, :] * D + dphys[:, None], accT, mask=col_ok[None, :])
+        # partials in physical channel order: logical row m = r + 8a + 16(2w + z) is channel (D/8)·r + 4w + 2z + a (a
+        # relabelling of the accumulator's registers), then through shared memory into rows of consecutive channels
+        # (LOUT), so that the stores write whole sectors: the fragment's own 4-byte stores, scattered over a sector
+        # each, cost ~11 us of a decode step at (8,32,8,32k,128) on the H100 (benchmarks/decode-s39/)
+        x = gl.reshape(accT, (D // 32, 2, 2, 8, BLOCK_M))  # (w, z, a, r, column)
+        x = gl.convert_layout(gl.reshape(gl.permute(x, (4, 3, 0, 1, 2)), (BLOCK_M, D)), LOUT)
+        n = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, LOUT))
+        dp = gl.arange(0, D, layout=gl.SliceLayout(0, LOUT))
+        prow = (pid_bh.to(gl.int64) * NS + pid_s) * BLOCK_M + n
+        gl.store(OP + prow[:, None] * D + dp[None, :], x, mask=(n < G * NQ)[:, None])
         rrow = (pid_bh.to(gl.int64) * NS + pid_s) * BLOCK_M + rows
         gl.store(MP + rrow, gl.convert_layout(m_i, rows.type.layout), mask=rows < G * NQ)
         gl.store(LP + rrow, gl.convert_layout(l_i, rows.type.layout), mask=rows < G * NQ)
@@ -503,7 +506,12 @@ def _layouts(D: int, BLOCK_N: int, BLOCK_M: int) -> dict:
         shape=[BLOCK_N, 4, 4])
     # ... and its 16-bit V in chunks of 16 keys: LV's layout of 8 token pairs
     LV16 = LV if BLOCK_N == 16 else _layouts(D, 16, BLOCK_M)["LV"]
-    return dict(LQ=LQ, LH=LH, LKS=LKS, LV=LV, MMA=MMA, LK16=LK16, LV16=LV16)
+    # the partial outputs (BLOCK_M rows, D channels) as stored: 4 consecutive channels per thread, a warp's lanes along
+    # a row's channels
+    tp = min(32, D // 4)
+    LOUT = gl.BlockedLayout(size_per_thread=[1, 4], threads_per_warp=[32 // tp, tp], warps_per_cta=[1, 1],
+                            order=[1, 0])
+    return dict(LQ=LQ, LH=LH, LKS=LKS, LV=LV, MMA=MMA, LK16=LK16, LV16=LV16, LOUT=LOUT)
 
 
 def fused16_fits(D: int, rows: int, dtype) -> bool:
