@@ -261,7 +261,8 @@ def main():
                 with open(os.path.join(a.dump, f"{name}_{a.fmt}.{ext}"), "w") as f:
                     f.write(txt)
         ins = parse(sass)
-        print(f"== {name} {a.fmt}: {len(ins)} instructions, {resources(ck)}")
+        print(f"== {name} {a.fmt}: {len(ins)} instructions, {resources(ck)}, shared memory per program "
+              f"{ck.metadata.shared} bytes")
         if per_thread:  # a straight-line quantizer: one tile per program
             print(f"  {per_thread:.0f} values per thread: {len(ins) / per_thread:.1f} instructions per value")
             print("   ", classes(ins))

@@ -202,7 +202,7 @@ if HAVE_GLUON:
                             THRIFT: gl.constexpr, QB: gl.constexpr,
                             BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, DP: gl.constexpr, NS: gl.constexpr,
                             NV: gl.constexpr, UNROLL: gl.constexpr, Q_SL: gl.constexpr, P16: gl.constexpr,
-                            num_warps: gl.constexpr):
+                            STAGE_O: gl.constexpr, O_SL: gl.constexpr, O_ST: gl.constexpr, num_warps: gl.constexpr):
         S_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
                                                       instr_shape=[16, BLOCK_N, 16])
         O_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
@@ -313,9 +313,20 @@ if HAVE_GLUON:
             col_nan = gl.load(flags + 2 + dd) != 0
             seen_o = gl.convert_layout(seen, gl.SliceLayout(1, O_L))
             o = gl.where(seen_o[:, None] & col_nan[None, :], float("nan"), o)
+        o = o.to(O.dtype.element_ty)
+        if STAGE_O:  # the tile through shared memory (the K̂ ring, idle after the loop) into rows of 16-byte vectors:
+            # the accumulator fragment's own stores (4 or 8 bytes per lane) made up ~3% of a causal op (H100,
+            # BENCHMARKS.md, thirty-ninth session)
+            gl.thread_barrier()
+            o_smem = k_smem._reinterpret(O.dtype.element_ty, [BLOCK_M, DP], O_SL)
+            o_smem.store(o)
+            gl.thread_barrier()
+            o = o_smem.load(O_ST)
+            dd = gl.arange(0, DP, layout=gl.SliceLayout(0, O_ST))
+            om = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, O_ST))
         o_ptrs = (O + b.to(gl.int64) * so_b + h.to(gl.int64) * so_h + om[:, None].to(gl.int64) * so_n
                   + dd[None, :] * so_d)
-        gl.store(o_ptrs, o.to(O.dtype.element_ty), mask=(om[:, None] < Nq) & (dd[None, :] < D))
+        gl.store(o_ptrs, o, mask=(om[:, None] < Nq) & (dd[None, :] < D))
 
 
 def supported(*, is_mx: bool, two_level: bool, smooth_q: bool, staged: bool, dp: int, device) -> bool:
@@ -342,6 +353,24 @@ def _smem_layouts(block_m: int, block_n: int, dp: int):
     return (gl.NVMMASharedLayout.get_default_for([block_m, dp], f16),
             gl.NVMMASharedLayout.get_default_for([block_n, dp], f16),
             gl.NVMMASharedLayout.get_default_for([dp, block_n], f16))
+
+
+_GL_DTYPES = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32"}
+
+
+@functools.lru_cache(maxsize=None)
+def _out_staging(block_m: int, block_n: int, dp: int, ns: int, dtype: torch.dtype, num_warps: int):
+    """(STAGE_O, its shared layout, its store layout): the output tile is staged through the K̂ ring's shared memory
+    when it fits there (BLOCK_M x DP elements of ``dtype`` in NS slots of BLOCK_N x DP fp16) and stored as rows of
+    16-byte vectors."""
+    esize = torch.empty((), dtype=dtype).element_size()
+    gdt = getattr(gl, _GL_DTYPES.get(dtype, "float32"))
+    vec = 16 // esize
+    tpd = max(1, min(32, dp // vec))
+    o_st = gl.BlockedLayout(size_per_thread=[1, vec], threads_per_warp=[32 // tpd, tpd],
+                            warps_per_cta=[num_warps, 1], order=[1, 0])
+    fits = dtype in _GL_DTYPES and block_m * dp * esize <= ns * block_n * dp * 2
+    return fits, gl.NVMMASharedLayout.get_default_for([block_m, dp], gdt), o_st
 
 
 # 64x64 tiles, one warp group, a 2-slot K̂ ring and one V̂ᵀ slot (loaded while P̃ is rounded): 168 registers
@@ -381,10 +410,12 @@ def launch(args, *, causal: bool, two_level: bool, smooth_q: bool, i0: int, n: i
         assert two_level and not smooth_q and bm == bn == 64 and thrift_mask.dtype == torch.int8, cfg
         assert thrift_mask.is_contiguous() and thrift_mask.shape[:2] == (B, Hq)
     selm, nqb, nkb = (thrift_mask, thrift_mask.shape[2], thrift_mask.shape[3]) if thrift else (qbad, 1, 1)
+    stage_o, o_sl, o_st = _out_staging(bm, bn, dp, ns, out.dtype, cfg["num_warps"])
     _attn_fwd_kernel_gl[grid](qc.view(torch.uint8), qs, k_desc, v_desc, table, selm, out, lse, mbuf, qbad, kvbad,
                               so_b, so_h, so_n, so_d, qk_scale, Hq, group, nq, nk, nqp, nkp, d, i0, n, nqb, nkb,
                               CAUSAL=causal, SMOOTH_Q=smooth_q, TWO_LEVEL=two_level, THRIFT=thrift, QB=16,
                               BLOCK_M=bm, BLOCK_N=bn,
                               DP=dp, NS=ns, NV=nv,
                               UNROLL=cfg["UNROLL"], Q_SL=q_sl, P16=cfg.get("P16", True),
+                              STAGE_O=stage_o, O_SL=o_sl, O_ST=o_st,
                               num_warps=cfg["num_warps"], **{k: cfg[k] for k in ("maxnreg",) if k in cfg})
