@@ -360,16 +360,17 @@ _GL_DTYPES = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float3
 
 @functools.lru_cache(maxsize=None)
 def _out_staging(block_m: int, block_n: int, dp: int, ns: int, dtype: torch.dtype, num_warps: int):
-    """(STAGE_O, its shared layout, its store layout): the output tile is staged through the K̂ ring's shared memory
-    when it fits there (BLOCK_M x DP elements of ``dtype`` in NS slots of BLOCK_N x DP fp16) and stored as rows of
-    16-byte vectors."""
+    """(STAGE_O, its shared layout, its store layout): at D = 128 the output tile is staged through the K̂ ring's
+    shared memory when it fits there (BLOCK_M x DP elements of ``dtype`` in NS slots of BLOCK_N x DP fp16) and stored
+    as rows of 16-byte vectors. At D = 64 the op ran 1-4% slower with it (H100, both run orders; BENCHMARKS.md,
+    thirty-ninth session), so the fragment stores stay there."""
     esize = torch.empty((), dtype=dtype).element_size()
     gdt = getattr(gl, _GL_DTYPES.get(dtype, "float32"))
     vec = 16 // esize
     tpd = max(1, min(32, dp // vec))
     o_st = gl.BlockedLayout(size_per_thread=[1, vec], threads_per_warp=[32 // tpd, tpd],
                             warps_per_cta=[num_warps, 1], order=[1, 0])
-    fits = dtype in _GL_DTYPES and block_m * dp * esize <= ns * block_n * dp * 2
+    fits = dp == 128 and dtype in _GL_DTYPES and block_m * dp * esize <= ns * block_n * dp * 2
     return fits, gl.NVMMASharedLayout.get_default_for([block_m, dp], gdt), o_st
 
 
