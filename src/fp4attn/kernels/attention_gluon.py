@@ -30,7 +30,8 @@ for the op at D = 128 (BENCHMARKS.md, thirty-eighth session).
 The score scale and the row max enter as one fma (S·scale − m), taken from the accumulator as soon as S is
 waited for (so the accumulator's registers take the next S without a copy); the Triton kernel
 rounds S·scale first, so ~1e-5 relative L2 of the outputs differ (a P̃ code flips where a value sits on a
-rounding boundary; GPU tests).
+rounding boundary; GPU tests). At D = 128 the output tile leaves through shared memory (the idle K̂ ring,
+``STAGE_O``) as rows of 16-byte vectors: the fragment's own stores cost 2-4% of a causal op (thirty-ninth session).
 
 P̃ rounding (config ``P16``, default True): ``fake_quant_p_f16`` rounds P̃ at float16 precision, two values per
 instruction: P̃ and its quotient by the block scale are rounded to float16 before the E2M1 rounding. The loop

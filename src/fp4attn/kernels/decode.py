@@ -535,7 +535,8 @@ _GLUON_WIDE = {False: dict(block_n=32, num_warps=1, num_stages=1, per_sm=12, max
 # FP4 programs of 16 query rows (G·n_q 9..16) at D <= 128: the 128-register cap of 16 programs per SM spills (ptxas,
 # sm_90: 176 bytes of stack), 168 registers do not: 12 per SM ran 1.07x / 1.07x faster than 16 at (8,32,8,32k,128)
 # with 4 new tokens (H100 / H200, benchmarks/f2fp-s29/). At D <= 64 the unmasked tiles' next tile is prefetched
-# into L2 (`decode_gluon`'s L2_PREFETCH): 1.04x at (8,32,8,32k,64) on both; 0.81-0.98x at D = 128 and 256.
+# into L2 (`decode_gluon`'s L2_PREFETCH): 1.04x at (8,32,8,32k,64) on both; 0.81-0.98x at D = 128 and 256. Into L1
+# (`prefetch.global.L1`, one line per lane) at D = 128: 0.92-0.94x (H100, benchmarks/decode-s39/).
 _GLUON_ROWS16 = dict(_GLUON_CONFIG[False], per_sm=12)
 _GLUON_L2_PREFETCH_MAX_D = 64
 

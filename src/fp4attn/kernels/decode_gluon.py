@@ -22,7 +22,9 @@ through shared memory; the profile showed those round trips bound the loop. Here
   (SPEC §5), so a byte decodes into exactly one fragment register (two keys): ``E2M1_BYTE_PAIRS_F16HI_PTX``.
   The output's channels run in a logical order too (thread r holds the D/8 consecutive physical
   channels r·D/8 ..: one 16-byte load per token pair); the partial outputs are stored back in
-  physical order: logical m = r + 8a + 16(2w + z) is channel (D/8)·r + 4w + 2z + a.
+  physical order: logical m = r + 8a + 16(2w + z) is channel (D/8)·r + 4w + 2z + a, through shared memory
+  as rows of 16-byte vectors (the fragment's own 4-byte stores cost ~11 us per step when every program
+  stores at once, benchmarks/decode-s39/).
 * ϕ(P̃)ᵀ (B of the P·V product) comes from the Sᵀ accumulator layout through Triton's layout
   conversion (warp shuffles, no shared memory); ϕ(q)ᵀ is converted once per program (through 512 bytes
   of shared memory, outside the loop).
