@@ -7,11 +7,11 @@ per variant, outputs compared bit for bit with the first variant (thirty-ninth s
 import os
 
 import torch
+from torch.nn.attention import SDPBackend
 
 import fp4attn
 from fp4attn.bench.common import graph_time_ms
-from fp4attn.bench.decode import sdpa_fn
-from torch.nn.attention import SDPBackend
+from fp4attn.bench.decode import decode_inputs, sdpa_fn
 
 SHAPES = [tuple(int(x) for x in s.split(",")) for s in os.environ.get(
     "SHAPES", "8,32,8,32768,128;1,32,8,131072,128").split(";")]
@@ -21,11 +21,8 @@ ROUNDS = int(os.environ.get("ROUNDS", "3"))
 REP = float(os.environ.get("REP_MS", "40"))
 
 for (B, Hq, Hkv, C, D) in SHAPES:
-    g = torch.Generator(device="cuda").manual_seed(0)
-    kw = dict(device="cuda", dtype=torch.bfloat16, generator=g)
-    k, v = torch.randn(B, Hkv, C, D, **kw), torch.randn(B, Hkv, C, D, **kw)
+    q, k, v = decode_inputs(B, Hq, Hkv, C, D)
     cache = fp4attn.KVCache.from_dense(k, v)
-    q = torch.randn(B, Hq, 1, D, **kw)
     cu = graph_time_ms(sdpa_fn(SDPBackend.CUDNN_ATTENTION, q, k, v), REP) * 1e3
     del k, v
     best = {name: float("inf") for name, _ in VARIANTS}

@@ -5,12 +5,13 @@ splits; 8 heads x 264 splits). A straight-line fit T = a + b·tiles gives the pe
     PYTHONPATH=src python benchmarks/decode-s39/fixed_probe.py
 """
 import os
+import sys
 
-import torch
-
-import fp4attn
 from fp4attn.bench.common import graph_time_ms
 from fp4attn.kernels import decode as Dk
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _case import case  # noqa: E402
 
 REP = float(os.environ.get("REP_MS", "40"))
 GEOMS = [(8, 32, 8, 32), (1, 32, 8, 264)]  # (B, Hq, Hkv, splits)
@@ -19,15 +20,11 @@ for (B, Hq, Hkv, ns) in GEOMS:
     pts = []
     for tiles in (1, 2, 4, 8, 16, 32):
         C = ns * tiles * 32
-        g = torch.Generator(device="cuda").manual_seed(0)
-        kw = dict(device="cuda", dtype=torch.bfloat16, generator=g)
-        cache = fp4attn.KVCache.from_dense(torch.randn(B, Hkv, C, 128, **kw), torch.randn(B, Hkv, C, 128, **kw))
-        q = torch.randn(B, Hq, 1, 128, **kw)
-        t = graph_time_ms(lambda: Dk.decode_fwd(q, cache, scale=128 ** -0.5, num_splits=ns), REP) * 1e3
+        q, cache, scale = case(B, Hq, Hkv, C, 128)
+        t = graph_time_ms(lambda: Dk.decode_fwd(q, cache, scale=scale, num_splits=ns), REP) * 1e3
         pts.append((tiles, t))
         print(f"B={B} Hkv={Hkv} splits={ns} ({B * Hkv * ns} programs) tiles/program {tiles:3d} ctx {C}: {t:.1f} us",
               flush=True)
-        del cache
     n = len(pts)
     mx = sum(p[0] for p in pts) / n
     my = sum(p[1] for p in pts) / n

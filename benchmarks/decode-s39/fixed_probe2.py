@@ -1,7 +1,8 @@
 """What the Gluon split kernel's fixed cost is made of (thirty-ninth session): CUDA-graph times at one and at 32 tiles
 per program (64 heads x 32 splits) of the step, the split kernel alone, the reduce alone, the split kernel without
-the q quantization (FP4ATTN_PROBE=1) and without its tile loop (FP4ATTN_PROBE=2; 3: nor the store of its partial outputs; probe knobs, not in src), and
-empty kernels on the same grid (the floor of a graph replay).
+the q quantization (FP4ATTN_PROBE=1) and without its tile loop (FP4ATTN_PROBE=2; 3: nor the store of its partial
+outputs; probe knobs in decode_gluon.py that were never committed), and empty kernels on the same grid (the floor of
+a graph replay).
 
     PYTHONPATH=src python benchmarks/decode-s39/fixed_probe2.py
 """
@@ -12,11 +13,11 @@ import torch
 import triton
 import triton.language as tl
 
-import fp4attn
 from fp4attn.bench.common import graph_time_ms
 from fp4attn.kernels import decode as Dk
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _case import case  # noqa: E402
 from reduce_probe import captured, patched, real_fast  # noqa: E402
 
 REP = float(os.environ.get("REP_MS", "40"))
@@ -34,10 +35,7 @@ e2 = graph_time_ms(lambda: (_empty[(32, 64)](x, num_warps=1), _empty[(256, 4)](x
 print(f"empty kernel (32, 64) x 1 warp: {e1:.1f} us; it and an empty (256, 4) x 4 warps: {e2:.1f} us")
 for tiles in (1, 32):
     C = 32 * tiles * 32
-    g = torch.Generator(device="cuda").manual_seed(0)
-    kw = dict(device="cuda", dtype=torch.bfloat16, generator=g)
-    cache = fp4attn.KVCache.from_dense(torch.randn(8, 8, C, 128, **kw), torch.randn(8, 8, C, 128, **kw))
-    q = torch.randn(8, 32, 1, 128, **kw)
+    q, cache, _ = case(8, 32, 8, C, 128)
 
     def step():
         return Dk.decode_fwd(q, cache, scale=128 ** -0.5, num_splits=32)

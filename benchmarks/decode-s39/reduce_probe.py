@@ -5,13 +5,14 @@ same partials, and of the step without PDL.
     PYTHONPATH=src python benchmarks/decode-s39/reduce_probe.py
 """
 import os
+import sys
 
-import torch
-
-import fp4attn
 from fp4attn.bench.common import graph_time_ms
 from fp4attn.kernels import _launch
 from fp4attn.kernels import decode as Dk
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _case import case  # noqa: E402
 
 SHAPES = [tuple(int(x) for x in s.split(",")) for s in os.environ.get(
     "SHAPES", "8,32,8,32768,128;1,32,8,131072,128").split(";")]
@@ -43,11 +44,7 @@ def patched(skip):
 
 def main():
     for (B, Hq, Hkv, C, D) in SHAPES:
-        g = torch.Generator(device="cuda").manual_seed(0)
-        kw = dict(device="cuda", dtype=torch.bfloat16, generator=g)
-        cache = fp4attn.KVCache.from_dense(torch.randn(B, Hkv, C, D, **kw), torch.randn(B, Hkv, C, D, **kw))
-        q = torch.randn(B, Hq, 1, D, **kw)
-        scale = D ** -0.5
+        q, cache, scale = case(B, Hq, Hkv, C, D)
         step = lambda: Dk.decode_fwd(q, cache, scale=scale)  # noqa: E731
         res = {"step": graph_time_ms(step, REP)}
         Dk.fast = patched(True)

@@ -4,15 +4,16 @@
 
     PYTHONPATH=src python benchmarks/decode-s39/splits_probe.py
 """
-import collections
 import os
+import sys
 
-import torch
-from torch.profiler import ProfilerActivity, profile
-
-import fp4attn
 from fp4attn.bench.common import graph_time_ms
 from fp4attn.kernels import decode as Dk
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [HERE, os.path.join(HERE, "..", "session6-2026-11-22", "probes")]
+from _case import case  # noqa: E402
+from _util import kernel_times_us  # noqa: E402  (the session-6 probes' profiler helper)
 
 SHAPES = [tuple(int(x) for x in s.split(",")) for s in os.environ.get(
     "SHAPES", "8,32,8,32768,128;1,32,8,131072,128").split(";")]
@@ -20,30 +21,11 @@ SPLITS = {32768: [8, 16, 24, 32, 40, 48, 64], 131072: [66, 132, 198, 264, 330, 3
 REP = float(os.environ.get("REP_MS", "60"))
 
 
-def kernel_us(fn, n=20):
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(n):
-            fn()
-        torch.cuda.synchronize()
-    agg = collections.defaultdict(float)
-    for e in prof.events():
-        if e.device_type == torch.autograd.DeviceType.CUDA:
-            agg[e.name[:60]] += e.device_time / n
-    return dict(agg)
-
-
 for (B, Hq, Hkv, C, D) in SHAPES:
-    g = torch.Generator(device="cuda").manual_seed(0)
-    kw = dict(device="cuda", dtype=torch.bfloat16, generator=g)
-    cache = fp4attn.KVCache.from_dense(torch.randn(B, Hkv, C, D, **kw), torch.randn(B, Hkv, C, D, **kw))
-    q = torch.randn(B, Hq, 1, D, **kw)
-    scale = D ** -0.5
+    q, cache, scale = case(B, Hq, Hkv, C, D)
     print(f"## ({B},{Hq},{Hkv},{C},{D})", flush=True)
-    print("default step, per kernel (us):", {k: round(v, 1) for k, v in
-                                               kernel_us(lambda: Dk.decode_fwd(q, cache, scale=scale)).items()})
+    per = kernel_times_us(lambda: Dk.decode_fwd(q, cache, scale=scale), n=20)
+    print("default step, per kernel (us):", {k: round(v, 1) for k, v in per.items()})
     t0 = graph_time_ms(lambda: Dk.decode_fwd(q, cache, scale=scale), REP)
     print(f"default graph: {t0 * 1e3:.1f} us")
     for ns in SPLITS.get(C, []):
