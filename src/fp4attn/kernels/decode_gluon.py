@@ -23,8 +23,8 @@ through shared memory; the profile showed those round trips bound the loop. Here
   The output's channels run in a logical order too (thread r holds the D/8 consecutive physical
   channels r·D/8 ..: one 16-byte load per token pair); the partial outputs are stored back in
   physical order: logical m = r + 8a + 16(2w + z) is channel (D/8)·r + 4w + 2z + a, through shared memory
-  as rows of 16-byte vectors (the fragment's own 4-byte stores cost ~11 us per step when every program
-  stores at once, benchmarks/decode-s39/).
+  as rows of 16-byte vectors (the fragment's own 4-byte stores cost up to ~11 us per step, when every
+  program stores at once; benchmarks/decode-s39/).
 * ϕ(P̃)ᵀ (B of the P·V product) comes from the Sᵀ accumulator layout through Triton's layout
   conversion (warp shuffles, no shared memory); ϕ(q)ᵀ is converted once per program (through 512 bytes
   of shared memory, outside the loop).
@@ -464,7 +464,8 @@ if HAVE_GLUON:
         # partials in physical channel order: logical row m = r + 8a + 16(2w + z) is channel (D/8)·r + 4w + 2z + a (a
         # relabelling of the accumulator's registers), then through shared memory into rows of consecutive channels
         # (LOUT), so that the stores write whole sectors: the fragment's own 4-byte stores, scattered over a sector
-        # each, cost ~11 us of a decode step at (8,32,8,32k,128) on the H100 (benchmarks/decode-s39/)
+        # each, cost ~11 us of a step where every program stored at once (one tile per program, (8,32,8,*,128), H100),
+        # 1-3% of it at the lengths, 11% with 8 query rows (benchmarks/decode-s39/)
         x = gl.reshape(accT, (D // 32, 2, 2, 8, BLOCK_M))  # (w, z, a, r, column)
         x = gl.convert_layout(gl.reshape(gl.permute(x, (4, 3, 0, 1, 2)), (BLOCK_M, D)), LOUT)
         n = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, LOUT))
