@@ -251,7 +251,6 @@ def _thrift_fwd_kernel(Qf, Kf, Vf, Qx, Kx, Vx, SELI, SELM, O, LSE, SINK, O4, LSE
         acc, l_i, m_i = _fp4_phase(acc, l_i, m_i, tau, Qf, Kf, Vf, SELM, q_off, kv_off, sel_base, offs_m, lo, hi,
                                    Nk, NKB, COFF, LOFF, qk_scale, CAUSAL, WINDOW, DP, DOT_F32, N_KT)
     # ---- 16-bit phase: only the selected tiles; the 16-bit Q tile lives here ----------------------
-    # ---- 16-bit phase: only the selected tiles; the 16-bit Q tile lives here ----------------------
     q16 = tl.load(Qx + q_off + offs_m[:, None] * DP + offs_d[None, :])
     for t in range(0, KMAX_P2):
         j = tl.load(SELI + sel_base * KMAX_P2 + t)
