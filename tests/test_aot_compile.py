@@ -15,7 +15,8 @@ import pytest
 EXPECTED = {
     "quantize": {"_rows_kernel", "_amax_kernel"},
     "attn_qat": {"_prep_kernel", "_fwd_kernel", "_bwd_pre_kernel", "_bwd_dkdv_kernel", "_bwd_dq_kernel"},
-    "attention": {"_prep_qk_kernel", "_prep_v_kernel", "_attn_fwd_kernel", "_stage_kernel", "_attn_fwd_kernel_gl"},
+    "attention": {"_prep_qk_kernel", "_prep_v_kernel", "_attn_fwd_kernel", "_stage_kernel", "_attn_fwd_kernel_gl",
+                  "_rowmax_kernel_gl"},
     "thrift": {"_block_mean_kernel", "_select_kernel", "_thrift_fwd_kernel", "_attn_fwd_kernel_gl"},
     "decode": {"_decode_split_kernel", "_decode_reduce_kernel", "_page_scores_kernel", "_page_topk_kernel",
                "_append_one_kernel", "_decode_split_kernel_gl", "_decode_16bit_kernel"},

@@ -720,6 +720,49 @@ def test_gpu_gluon_two_level_wide_score_range():
     torch.testing.assert_close(res[1][1], res[0][1], rtol=0, atol=1e-5)
 
 
+@gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("cfg", [None, {"BLOCK_M": 256, "BLOCK_N": 64, "NS": 3, "Q_REG": False, "num_warps": 8}],
+                         ids=["default", "256rows"])
+@pytest.mark.parametrize("case", GLUON_CASES, ids=str)
+def test_gpu_gluon_row_max_pass(case, cfg, monkeypatch):
+    """The row-max pass on the Gluon kernel (``attention_gluon._rowmax_kernel_gl``: asynchronous wgmma, the maxima
+    of S scaled once per row) gives the Triton pass's row maxima bit for bit: equal LSEs (m + log l) and outputs,
+    with the attention pass on the Gluon kernel in both runs. Also with 256-row programs (Q̂ in shared memory), whose
+    last program overhangs the padded query rows; at D = 64 and 128, causal with Nq > Nk, GQA, a single key tile."""
+    B, hq, hkv, nq, nk, D, causal = case
+    q, k, v = make_qkv(B, hq, hkv, nq, nk, D, dtype=torch.bfloat16, seed=nq * 7 + nk + D)
+    if not A.attention_gluon.supported(is_mx=False, two_level=False, smooth_q=False, staged=True, dp=D,
+                                       device=q.device):
+        pytest.skip("the Gluon kernels need an sm_90 GPU and Triton's Gluon")
+    pk = A.quantize_qkv(q, k * 2.0, v, fmt="nvfp4", staged=True)  # (scores over a wider range)
+    res = []
+    for choice in ("triton", "gluon"):
+        monkeypatch.setenv("FP4ATTN_ROWMAX_KERNEL", choice)
+        out = torch.empty_like(q)
+        lse = A.attention_packed(pk, causal=causal, scale=D ** -0.5, two_level_p=False, B=B, Hq=hq, Hkv=hkv,
+                                 out=out, kernel="gluon", gluon_max_config=cfg)
+        res.append((out, lse[:, :, :nq]))
+    assert torch.equal(res[1][0], res[0][0])
+    assert torch.equal(res[1][1], res[0][1])
+    assert torch.isfinite(res[0][1]).any()
+
+
+def test_rowmax_kernel_choice(monkeypatch):
+    """``FP4ATTN_ROWMAX_KERNEL`` picks the row-max pass's kernel where the attention pass is the Gluon one (auto: the
+    Gluon kernel at D = 64 and 128) and is validated."""
+    ag = A.attention_gluon
+    monkeypatch.delenv("FP4ATTN_ROWMAX_KERNEL", raising=False)
+    assert ag.rowmax_preferred(128) and ag.rowmax_preferred(64) and not ag.rowmax_preferred(256)
+    monkeypatch.setenv("FP4ATTN_ROWMAX_KERNEL", "triton")
+    assert not ag.rowmax_preferred(128)
+    monkeypatch.setenv("FP4ATTN_ROWMAX_KERNEL", "gluon")
+    assert ag.rowmax_preferred(128)
+    monkeypatch.setenv("FP4ATTN_ROWMAX_KERNEL", "cuda")
+    with pytest.raises(ValueError, match="FP4ATTN_ROWMAX_KERNEL"):
+        ag.rowmax_preferred(128)
+
+
 def test_gluon_attention_kernel_choice_errors():
     """``kernel`` is validated; "gluon" where the Gluon pass cannot run (CPU tensors, mxfp4 / two-level /
     smooth_q, online softmax) raises instead of silently running the Triton pass."""

@@ -182,7 +182,7 @@ def recorded_cases(which, fmt="nvfp4", smooth=False):
             q = torch.randn(1, 2, 256, 128, dtype=torch.bfloat16)
             Ka.quantize_qkv(q, torch.randn_like(q), torch.randn_like(q), fmt=fmt, path=Ka.PATH_HOPPER,
                             staged=True, smooth_q=smooth, smooth_k=smooth)
-        if any(w in which for w in ("attn", "attnmax", "attn_gl", "attnwin")):  # attention / row-max pass
+        if any(w in which for w in ("attn", "attnmax", "attn_gl", "attnmax_gl", "attnwin")):  # attention / row-max pass
             from fp4attn.kernels import attention as Ka
             q = torch.randn(1, 2, 256, int(os.environ.get("SASS_D", 128)), dtype=torch.bfloat16)
             pk = Ka.quantize_qkv(q, q, q, fmt=fmt, path=Ka.PATH_HOPPER, staged=True, smooth_q=smooth,
@@ -192,7 +192,8 @@ def recorded_cases(which, fmt="nvfp4", smooth=False):
             if "attnwin" in which:  # a causal sliding window (the attention pass)
                 Ka.attention_packed(pk, causal=True, scale=0.088, two_level_p=smooth, B=1, Hq=2, Hkv=2,
                                     out=torch.empty_like(q), kernel="triton", window=(127, 0))
-            if "attn_gl" in which:  # the Gluon attention pass (nvfp4; sage3 with --smooth); CPU tensors for CUDA
+            if "attn_gl" in which or "attnmax_gl" in which:  # the Gluon passes (nvfp4; sage3 with --smooth); CPU
+                # tensors stand in for CUDA ones
                 Ka.attention_gluon.supported = lambda **kw: True
                 Ka.attention_packed(pk, causal=False, scale=0.088, two_level_p=smooth, B=1, Hq=2, Hkv=2,
                                     out=torch.empty_like(q), kernel="gluon")
@@ -205,7 +206,8 @@ def recorded_cases(which, fmt="nvfp4", smooth=False):
              "queste5": "_quest_mxfp4_kernel", "sr": "_sr_mxfp4_kernel",
              "fp8conv": "_mx_to_fp8_kernel", "prepq": "_prep_qk_kernel", "prepk": "_prep_qk_kernel",
              "prepv": "_prep_v_kernel", "attn": "_attn_fwd_kernel", "attnmax": "_attn_fwd_kernel",
-             "attn_gl": "_attn_fwd_kernel_gl", "attnwin": "_attn_fwd_kernel", "quant": "_rows_kernel",
+             "attn_gl": "_attn_fwd_kernel_gl", "attnmax_gl": "_rowmax_kernel_gl",
+             "attnwin": "_attn_fwd_kernel", "quant": "_rows_kernel",
              "quantg": "_rows_kernel", "quantc": "_cols_loop_kernel", "quantcg": "_cols_loop_kernel"}
     for w in which:
         hits = [(fn, args, kwargs) for fn, args, kwargs in rec if fn.__name__ == names.get(w)]
@@ -250,7 +252,8 @@ def main():
     a = ap.parse_args()
     cases = [(*c, None) for c in kernel_cases(a.fmt, a.which)]
     ap_rec = ("decode", "decode_rowm", "decode_gl", "decode_gl_thrift", "quest", "queste5", "sr", "fp8conv", "prepq",
-              "prepk", "prepv", "attn", "attnmax", "attn_gl", "attnwin", "quant", "quantg", "quantc", "quantcg")
+              "prepk", "prepv", "attn", "attnmax", "attn_gl", "attnmax_gl", "attnwin", "quant", "quantg", "quantc",
+              "quantcg")
     cases += list(recorded_cases([w for w in a.which if w in ap_rec], a.fmt, a.smooth))
     for name, fn, args, meta, per_thread in cases:
         ck = compile_like_launch(fn, args, meta)

@@ -1010,7 +1010,8 @@ def attention_packed(pk: PackedQKV, *, causal: bool, scale: float, two_level_p: 
                      Hkv: int, out: torch.Tensor, online: bool | None = None,
                      config: dict | None = None, max_config: dict | None = None,
                      kernel: str | None = None, gluon_config: dict | None = None,
-                     window: tuple[int, int] | None = None, sinks: torch.Tensor | None = None,
+                     gluon_max_config: dict | None = None, window: tuple[int, int] | None = None,
+                     sinks: torch.Tensor | None = None,
                      thrift_mask: torch.Tensor | None = None) -> torch.Tensor:
     """Main kernel on the pre-pass buffers; writes ``out`` (a bhsd view, any strides) and returns
     the padded LSE (B, Hq, NQP) float32 (natural log, relative to the smoothed K if smooth_k).
@@ -1026,6 +1027,9 @@ def attention_packed(pk: PackedQKV, *, causal: bool, scale: float, two_level_p: 
     ``kernel`` (default ``FP4ATTN_ATTN_KERNEL`` or "auto"): which kernel runs the attention pass (with the
     exact row max, or two-level P in one pass): "triton" (``_attn_fwd_kernel``), "gluon" (``attention_gluon``:
     asynchronous wgmma, sm_90, NVFP4) or "auto" (Gluon where supported and ``attention_gluon.preferred``).
+    Where it is the Gluon pass and there is no smooth_q, the row-max pass runs on ``attention_gluon``'s row-max
+    kernel as well (the same maxima; ``attention_gluon.rowmax_preferred``, ``FP4ATTN_ROWMAX_KERNEL``), with
+    ``gluon_max_config`` overriding its tiles.
 
     ``window=(left, right)``: a sliding window (``fp4attn.attention``'s ``window_size``, normalized: -1 =
     unbounded, ``right == 0`` when ``causal``): query i sees keys i + Nk − Nq − left ... i + Nk − Nq + right.
@@ -1095,7 +1099,13 @@ def attention_packed(pk: PackedQKV, *, causal: bool, scale: float, two_level_p: 
     use_gluon = gluon_ok and (kernel == "gluon" or thrift_mask is not None
                               or (kernel == "auto" and attention_gluon.preferred(DP, two_level_p)))
 
+    # the row-max pass on the Gluon kernel too, where the attention pass runs there (not with smooth_q)
+    gluon_max = use_gluon and not smooth_q and attention_gluon.rowmax_preferred(DP)
+
     def launch(pmax, cfg, i0, n):
+        if pmax == 1 and gluon_max:
+            attention_gluon.launch_rowmax(args, causal=causal, i0=i0, n=n, B=B, Hq=Hq, cfg=gluon_max_config)
+            return
         if pmax != 1 and use_gluon:
             attention_gluon.launch(args, causal=causal, two_level=two_level_p, smooth_q=smooth_q, i0=i0, n=n, B=B,
                                    Hq=Hq, cfg=gluon_config or attention_gluon.default_config(DP),

@@ -33,6 +33,13 @@ rounds S·scale first, so ~1e-5 relative L2 of the outputs differ (a P̃ code fl
 rounding boundary; GPU tests). At D = 128 the output tile leaves through shared memory (the idle K̂ ring,
 ``STAGE_O``) as rows of 16-byte vectors: the fragment's own stores cost 2-4% of a causal op (thirty-ninth session).
 
+The row-max pass before it (``_rowmax_kernel_gl``, the Triton kernel's ``PMAX=1``; ``FP4ATTN_ROWMAX_KERNEL=triton``
+selects that one) is a GEMM with a max epilogue: S of key tile t + 1 is issued asynchronously into one of two register
+sets, each reused in place, while the row maxima are taken from the other; K̂ comes by TMA through a 6-slot ring, Q̂
+stays in registers, and the maxima of S are scaled once per row (max(S)·scale = max(S·scale) bit for bit). Two
+programs of 128 rows per SM at D = 128 (four of 64 at D = 64). Same maxima as the Triton pass, bit for bit (GPU test);
+1.08-1.16x faster than it, the op 1.5-4% (H100, BENCHMARKS.md, fortieth session).
+
 P̃ rounding (config ``P16``, default True): ``fake_quant_p_f16`` rounds P̃ at float16 precision, two values per
 instruction: P̃ and its quotient by the block scale are rounded to float16 before the E2M1 rounding. The loop
 is 530 SASS instructions per 64x64 tile per thread instead of 627 (``tools/sass_count.py attn_gl``, static), and
@@ -48,6 +55,7 @@ with the Triton pass and the float16 one with its PyTorch model (``tests/p16_mod
 from __future__ import annotations
 
 import functools
+import os
 
 import torch
 
@@ -330,6 +338,118 @@ if HAVE_GLUON:
         gl.store(o_ptrs, o, mask=(om[:, None] < Nq) & (dd[None, :] < D))
 
 
+    @gluon.jit
+    def _rowmax_issue(q_op, k_smem, k_bar, s, t, NS: gl.constexpr):
+        """Wait for K̂ tile t and issue its S = Q̂K̂ᵀ asynchronously into the registers of ``s`` (not accumulated)."""
+        mbarrier.wait(k_bar.index(t % NS), (t // NS) & 1)
+        return warpgroup_mma(q_op, k_smem.index(t % NS).permute((1, 0)), s, use_acc=False, is_async=True)
+
+    @gluon.jit
+    def _rowmax_refill(k_desc, k_smem, k_bar, krow, t, n_tiles, BLOCK_N: gl.constexpr, NS: gl.constexpr):
+        """S of tile t is in: once every warp group is, its slot takes tile t + NS."""
+        gl.thread_barrier()
+        if t + NS < n_tiles:
+            _load(k_desc, k_smem, k_bar, krow + (t + NS) * BLOCK_N, 0, t % NS)
+
+    @gluon.jit
+    def _tile_rowmax(s, m_i, start_n, full_end, keys0, offs_m, Nk, causal_off, CAUSAL: gl.constexpr):
+        """m_i and the row maxima of the score tile ``s`` at key ``start_n`` (its visible keys: masked from
+        ``full_end`` on), leaving ``s`` as it is (its registers take the next S)."""
+        if start_n >= full_end:
+            mx = gl.max(gl.where(visible(start_n + keys0, offs_m, Nk, causal_off, CAUSAL, 0, False), s,
+                                 float("-inf")), 1)
+        else:
+            mx = gl.max(s, 1)
+        return gl.maximum(m_i, mx)
+
+    @gluon.jit
+    def _rowmax_kernel_gl(Qc, Qs, k_desc, MBUF, qk_scale, Hq, GROUP, Nq, Nk, NQP, NKP, I0, ROWS_END,
+                          CAUSAL: gl.constexpr, QB: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                          DP: gl.constexpr, NS: gl.constexpr, Q_REG: gl.constexpr, Q_SL: gl.constexpr,
+                          num_warps: gl.constexpr):
+        """The row-max pass (the Triton kernel's ``PMAX=1``, single-level NVFP4 on the staged K̂, no smooth_q, window
+        or sinks): m = max over the visible keys of S·scale (log2 domain), per query row, into MBUF. A GEMM with a
+        max epilogue, so the tensor cores set its pace; here S of tile t + 1 runs (asynchronous wgmma) while the
+        row maxima of tile t are taken, K̂ arrives by TMA into an ``NS``-slot ring, and Q̂ stays in registers
+        (``Q_REG``; else shared memory). The maxima are taken of S itself and scaled once at the end:
+        max(S)·scale = max(S·scale) bit for bit (rounding is monotone), one multiply per row instead of per score.
+        The wgmma accumulates the same k-steps in the same order as the attention pass's, so the maxima are those
+        of its scores. Rows from ``ROWS_END`` on (past this launch's 128-query blocks, from I0) are neither read nor
+        written (programs of 256 rows may overhang)."""
+        S_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                      instr_shape=[16, BLOCK_N, 16])
+        LQ: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [num_warps, 1], [1, 0])
+        ROW: gl.constexpr = gl.SliceLayout(1, S_L)
+
+        pid_m, pid_bh = head_program()
+        b = pid_bh // Hq
+        h = pid_bh % Hq
+        kv_bh = b * (Hq // GROUP) + h // GROUP
+        m0 = I0 * 128 + pid_m * BLOCK_M  # I0: the launch's first 128-query block
+
+        # ---- Q̂ (exact fp16), once per program -----------------------------------------------------
+        qr = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, LQ))
+        qd = gl.arange(0, DP, layout=gl.SliceLayout(0, LQ))
+        qrow = pid_bh.to(gl.int64) * NQP + gl.minimum(qr, ROWS_END - 1)  # (overhanging rows: repeat the last)
+        byte = gl.load(Qc + qrow[:, None] * (DP // 2) + (qd // 2)[None, :]).to(gl.int32)
+        code = (byte >> ((qd % 2) * 4)[None, :]) & 0xF  # element 2i: low nibble of byte i
+        sb = gl.load(Qs + qrow[:, None] * (DP // QB) + (qd // QB)[None, :])
+        q16 = e2m1_decode_f16(code) * e4m3_decode_f16(sb)
+        if Q_REG:
+            q_op = gl.convert_layout(q16, gl.DotOperandLayout(operand_index=0, parent=S_L, k_width=2))
+        else:
+            q_op = gl.allocate_shared_memory(gl.float16, [BLOCK_M, DP], Q_SL, q16)
+
+        k_smem = gl.allocate_shared_memory(gl.float16, [NS, BLOCK_N, DP], k_desc.layout)
+        k_bar = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())
+        for i in gl.static_range(NS):
+            mbarrier.init(k_bar.index(i), count=1)
+        fence_async_shared()
+
+        causal_off = Nk - Nq
+        hi, full_end = causal_key_range(m0, causal_off, Nk, BLOCK_M, BLOCK_N, CAUSAL)
+        n_tiles = gl.cdiv(hi, BLOCK_N)
+        krow = kv_bh * NKP
+        for i in gl.static_range(NS):
+            if i < n_tiles:
+                _load(k_desc, k_smem, k_bar, krow + i * BLOCK_N, 0, i)
+
+        offs_m = m0 + gl.arange(0, BLOCK_M, layout=ROW)
+        keys0 = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, S_L))
+        m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, ROW)
+        zero_s = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, S_L)
+        if n_tiles > 0:
+            # two register sets of S, each reused in place: S of tile t + 1 is issued into one while the maxima of
+            # tile t are taken from the other. (A score tile carried across the loop's back edge while its wgmma
+            # runs would need a copy of registers the wgmma writes, and ptxas then serializes every wgmma: C7514.)
+            mbarrier.wait(k_bar.index(0), 0)
+            s_a = warpgroup_mma(q_op, k_smem.index(0).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+            s_a = warpgroup_mma_wait(1, deps=[s_a])  # (no wait: makes the carried S a tensor)
+            s_b = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, S_L)
+            for t in range(0, n_tiles - 2, 2):  # tiles t (in s_a) and t + 1 (s_b), each with a next tile
+                s_b = _rowmax_issue(q_op, k_smem, k_bar, s_b, t + 1, NS)
+                s_a, s_b = warpgroup_mma_wait(1, deps=[s_a, s_b])
+                _rowmax_refill(k_desc, k_smem, k_bar, krow, t, n_tiles, BLOCK_N, NS)
+                m_i = _tile_rowmax(s_a, m_i, t * BLOCK_N, full_end, keys0, offs_m, Nk, causal_off, CAUSAL)
+                s_a = _rowmax_issue(q_op, k_smem, k_bar, s_a, t + 2, NS)
+                s_b, s_a = warpgroup_mma_wait(1, deps=[s_b, s_a])
+                _rowmax_refill(k_desc, k_smem, k_bar, krow, t + 1, n_tiles, BLOCK_N, NS)
+                m_i = _tile_rowmax(s_b, m_i, (t + 1) * BLOCK_N, full_end, keys0, offs_m, Nk, causal_off, CAUSAL)
+            t0 = (n_tiles - 1) // 2 * 2  # the tile in s_a; one or two tiles left
+            if t0 + 1 < n_tiles:
+                s_b = _rowmax_issue(q_op, k_smem, k_bar, s_b, t0 + 1, NS)
+                s_a, s_b = warpgroup_mma_wait(1, deps=[s_a, s_b])
+                m_i = _tile_rowmax(s_a, m_i, t0 * BLOCK_N, full_end, keys0, offs_m, Nk, causal_off, CAUSAL)
+                s_b = warpgroup_mma_wait(0, deps=[s_b])
+                m_i = _tile_rowmax(s_b, m_i, (t0 + 1) * BLOCK_N, full_end, keys0, offs_m, Nk, causal_off, CAUSAL)
+            else:
+                s_a = warpgroup_mma_wait(0, deps=[s_a])
+                m_i = _tile_rowmax(s_a, m_i, t0 * BLOCK_N, full_end, keys0, offs_m, Nk, causal_off, CAUSAL)
+        for i in gl.static_range(NS):
+            mbarrier.invalidate(k_bar.index(i))
+        gl.store(MBUF + pid_bh.to(gl.int64) * NQP + offs_m, m_i * qk_scale, mask=offs_m < ROWS_END)
+
+
 def supported(*, is_mx: bool, two_level: bool, smooth_q: bool, staged: bool, dp: int, device) -> bool:
     """Whether this kernel can run the attention pass: NVFP4 on the staged fp16 operands, single-level
     (``nvfp4``) or two-level P (``sage3``), with or without the smooth_q correction, D padded to 64 or 128,
@@ -421,3 +541,36 @@ def launch(args, *, causal: bool, two_level: bool, smooth_q: bool, i0: int, n: i
                               UNROLL=cfg["UNROLL"], Q_SL=q_sl, P16=cfg.get("P16", True),
                               STAGE_O=stage_o, O_SL=o_sl, O_ST=o_st,
                               num_warps=cfg["num_warps"], **{k: cfg[k] for k in ("maxnreg",) if k in cfg})
+
+
+# The row-max pass (H100 sweep, benchmarks/rowmax-s40): at D = 128, 128 query rows on two warp groups, 64-key tiles,
+# a 6-slot K̂ ring and Q̂ in registers (122 registers, 96 KiB: 2 programs per SM); at D = 64, 64 rows on one warp group,
+# 4 slots (106 registers, 32 KiB: 4 programs per SM).
+ROWMAX_CONFIGS = {128: {"BLOCK_M": 128, "BLOCK_N": 64, "NS": 6, "Q_REG": True, "num_warps": 8},
+                  64: {"BLOCK_M": 64, "BLOCK_N": 64, "NS": 4, "Q_REG": True, "num_warps": 4}}
+
+
+def rowmax_preferred(dp: int) -> bool:
+    """Whether ``kernel="auto"`` runs the row-max pass on ``_rowmax_kernel_gl`` (where the attention pass is this
+    module's and there is no smooth_q): ``FP4ATTN_ROWMAX_KERNEL`` = triton / gluon overrides."""
+    choice = os.environ.get("FP4ATTN_ROWMAX_KERNEL", "auto")
+    if choice not in ("auto", "triton", "gluon"):
+        raise ValueError(f"FP4ATTN_ROWMAX_KERNEL: expected 'auto', 'triton' or 'gluon', got {choice!r}")
+    return choice == "gluon" or (choice == "auto" and dp in (64, 128))
+
+
+def launch_rowmax(args, *, causal: bool, i0: int, n: int, B: int, Hq: int, cfg: dict | None = None):
+    """The row-max pass of ``attention.attention_packed`` (single-level NVFP4, staged operands, no smooth_q) on
+    ``_rowmax_kernel_gl`` for 128-query blocks i0 ... i0 + n - 1: the exact row maxima into the launcher's MBUF."""
+    (qc, qs, _kc, _ks, _vc, _vs, _vexp, _table, _out, _lse, mbuf, kh, _vh, _qbad, _kvbad, _krows, _sink, *_so,
+     qk_scale, _hq, group, nq, nk, nqp, nkp, _d) = args
+    dp = kh.shape[-1]
+    cfg = cfg or ROWMAX_CONFIGS[dp]
+    bm, bn = cfg["BLOCK_M"], cfg["BLOCK_N"]
+    q_sl, k_sl, _ = _smem_layouts(bm, bn, dp)
+    k_desc = TensorDescriptor(kh, [kh.numel() // dp, dp], [dp, 1], [bn, dp], k_sl)
+    grid = head_grid(-(-n * 128 // bm), B * Hq)
+    _rowmax_kernel_gl[grid](qc.view(torch.uint8), qs, k_desc, mbuf, qk_scale, Hq, group, nq, nk, nqp, nkp, i0,
+                            (i0 + n) * 128, CAUSAL=causal, QB=16, BLOCK_M=bm, BLOCK_N=bn, DP=dp, NS=cfg["NS"],
+                            Q_REG=cfg["Q_REG"], Q_SL=q_sl, num_warps=cfg["num_warps"],
+                            **{k: cfg[k] for k in ("maxnreg",) if k in cfg})
