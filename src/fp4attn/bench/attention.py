@@ -15,7 +15,8 @@ For each shape (B, H, N, D, causal) it times, on the current GPU, with bf16 inpu
   (``FP4ATTN_ATTN_OPERANDS=packed``), several times slower on Hopper.
 
 TF/s use the FlashAttention convention (4·B·H·N²·D, halved for causal) with the *total* time unless
-the column says otherwise. Each FP4 row's tile config is the fastest of a small sweep (reported).
+the column says otherwise. Each FP4 row's tile config is the fastest of a small sweep of the Triton kernels
+(reported), or "gluon" where the passes run on the Gluon kernels with their own tiles (``runs_gluon``).
 Outputs: a markdown table (stdout and ``attention.md``), ``attention.csv`` and ``attention.png``.
 """
 
@@ -57,6 +58,22 @@ def recipe_args(recipe: str) -> dict:
     fmt, _, sq, sk, tlp = reference.recipe_flags(base)
     online = True if "-online" in recipe else None
     return dict(fmt=fmt, smooth_q=sq, smooth_k=sk, two_level_p=tlp, online=online, staged="-staged" in recipe)
+
+
+def runs_gluon(recipe: str, D: int) -> bool:
+    """Whether ``fp4attn.attention`` runs this recipe's passes on the Gluon kernels of the GPU in use
+    (``attention_gluon``: sm_90, staged nvfp4 / sage3 where ``preferred``; FP4ATTN_ATTN_KERNEL unset): their tiles
+    are their own, so the Triton config sweep would time the same kernels five times."""
+    from ..kernels import attention as A
+
+    a = recipe_args(recipe)
+    online = a["two_level_p"] if a["online"] is None else a["online"]
+    dp = A.head_dim_padded(D)
+    return (torch.cuda.is_available() and a["staged"] and online == a["two_level_p"]
+            and os.environ.get("FP4ATTN_ATTN_KERNEL", "auto") == "auto"
+            and A.attention_gluon.supported(is_mx=a["fmt"] == "mxfp4", two_level=a["two_level_p"],
+                                            smooth_q=a["smooth_q"], staged=True, dp=dp, device=torch.device("cuda"))
+            and A.attention_gluon.preferred(dp, a["two_level_p"]))
 
 
 def _fp4_fns(q, k, v, recipe, causal, config):
@@ -148,7 +165,7 @@ def run(recipes, shapes, *, warmup_ms=50.0, rep_ms=200.0, log=print):
             log(f"{shape} sdpa-{be}: {t}")
         for r in recipes:
             best = None
-            for cfg in configs_for(r, D):
+            for cfg in ([None] if runs_gluon(r, D) else configs_for(r, D)):
                 try:
                     _, attn, _ = _fp4_fns(q, k, v, r, causal, cfg)
                     t = time_ms(attn, warmup_ms=warmup_ms, rep_ms=rep_ms)
@@ -164,7 +181,8 @@ def run(recipes, shapes, *, warmup_ms=50.0, rep_ms=200.0, log=print):
             quant, _, total = _fp4_fns(q, k, v, r, causal, cfg)
             t_q = time_ms(quant, warmup_ms=warmup_ms, rep_ms=rep_ms)
             t_tot = time_ms(total, warmup_ms=warmup_ms, rep_ms=rep_ms)
-            cfg_s = f"{cfg['BLOCK_M']}x{cfg['BLOCK_N']} w{cfg['num_warps']} s{cfg['num_stages']}"
+            cfg_s = ("gluon" if cfg is None else
+                     f"{cfg['BLOCK_M']}x{cfg['BLOCK_N']} w{cfg['num_warps']} s{cfg['num_stages']}")
             rows.append(dict(shape=shape, provider=r, total_ms=t_tot, attn_ms=t_attn, quant_ms=t_q,
                              tflops=flops / t_tot / 1e9, attn_tflops=flops / t_attn / 1e9, config=cfg_s))
             log(f"{shape} {r}: total {t_tot:.3f} ms (quant {t_q:.3f}, attn {t_attn:.3f}) {cfg_s}")
