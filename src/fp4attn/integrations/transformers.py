@@ -63,6 +63,7 @@ full mask suffices). What runs:
 
 from __future__ import annotations
 
+import inspect
 import math
 import weakref
 
@@ -356,6 +357,12 @@ def register(recipe: str = "nvfp4", name: str | None = None, mode: str = "auto",
 # -------------------------------------------------------------------------------------------------
 # FP4 KV cache for generation
 # -------------------------------------------------------------------------------------------------
+def _transformers_version() -> tuple[int, int]:
+    import transformers
+
+    return tuple(int(x) for x in transformers.__version__.split(".")[:2])
+
+
 def _cache_classes():
     from transformers.cache_utils import Cache, DynamicLayer
 
@@ -372,17 +379,18 @@ def _cache_classes():
         (Dequantizing on every read of ``keys`` instead made decode steps ~2x slower: transformers reads them
         during a step.)"""
 
-        # crop() works (rolling back speculative decoding's rejected drafts), but transformers >= 5.2x also reads
-        # is_croppable to choose a generation loop that crops one-token steps, which a cache that quantizes
-        # completed slots can undo only when it recorded them: kept False, that loop is not chosen
-        is_croppable = False
+        # crop() works (rolling back speculative decoding's rejected drafts), but transformers 5.2x up to 5.23 also
+        # reads is_croppable to choose a generation loop that crops one-token steps, which a cache that quantizes
+        # completed slots can undo only when it recorded them: kept False there, that loop is not chosen. From 5.24
+        # that loop runs on mps devices only, and assisted decoding refuses a cache that is not croppable
+        is_croppable = _transformers_version() >= (5, 24)
         record_past = False  # transformers' assisted generation sets it (activate_past_recording)
 
         def _placeholder(self):
             if self.kv is None:
                 return None
             shape = (self.kv.batch_size, self.kv.num_kv_heads, self.kv.get_seq_length(), self.kv.head_dim)
-            return torch.zeros((), dtype=self.dtype, device=self.kv.device).expand(shape)
+            return torch.zeros((), dtype=self._ph_dtype, device=self.kv.device).expand(shape)
 
         @property
         def keys(self):
@@ -407,6 +415,9 @@ def _cache_classes():
 
         def lazy_initialization(self, key_states, value_states):
             super().lazy_initialization(key_states, value_states)
+            # the placeholders' dtype (DynamicLayer's lazy_initialization set self.dtype up to transformers 5.23,
+            # 5.24 no longer does; set here for both)
+            self._ph_dtype = self.dtype = key_states.dtype
             B, H, _, D = key_states.shape
             dtype = key_states.dtype if key_states.dtype in (torch.float16, torch.bfloat16, torch.float32) \
                 else torch.float32
@@ -510,7 +521,8 @@ def _cache_classes():
                 src = [c.layers[i] for c in caches]
                 layer = FP4CacheLayer(**kvcache_kwargs)
                 layer.kv = KVCache.cat([x.kv for x in src])
-                layer.dtype, layer.device, layer.is_initialized = src[0].dtype, layer.kv.device, True
+                layer._ph_dtype, layer.device, layer.is_initialized = src[0]._ph_dtype, layer.kv.device, True
+                layer.dtype = layer._ph_dtype  # (as DynamicLayer's lazy_initialization set it up to 5.23)
                 out.layers.append(layer)
             return out
 
@@ -630,22 +642,25 @@ def generate(model, input_ids: torch.Tensor, max_new_tokens: int, *, do_sample: 
     def more():  # another token wanted (with EOS ids: one host sync)
         return len(out) - 1 < max_new_tokens and (eos is None or not bool(done.all()))
 
+    # the model's cache argument: ``cache`` from transformers 5.24 (``past_key_values`` deprecated there), else
+    # ``past_key_values``
+    ck = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
     with torch.no_grad():
         if ragged:  # each prompt alone, then one cache of the batch
             parts, last = [], []
             for b in range(B):
                 parts.append(fp4_cache(model.config, **kvcache_kwargs))
                 row = input_ids[b:b + 1, am[b].bool()]
-                last.append(model(row, past_key_values=parts[b], use_cache=True).logits[:, -1:])
+                last.append(model(row, **{ck: parts[b]}, use_cache=True).logits[:, -1:])
             cache = __getattr__("FP4Cache").cat(parts, **kvcache_kwargs)
             del parts
             tok = choose(torch.cat(last))
         else:
             cache = fp4_cache(model.config, **kvcache_kwargs)
-            tok = choose(model(input_ids, past_key_values=cache, use_cache=True).logits)
+            tok = choose(model(input_ids, **{ck: cache}, use_cache=True).logits)
         pos = lens.view(B, 1).clone()  # each sequence's next position
         if more():
-            tok = choose(model(tok, past_key_values=cache, position_ids=pos, use_cache=True).logits)
+            tok = choose(model(tok, **{ck: cache}, position_ids=pos, use_cache=True).logits)
             pos += 1
         if more():
             n = int(lens.max())
@@ -655,7 +670,7 @@ def generate(model, input_ids: torch.Tensor, max_new_tokens: int, *, do_sample: 
             cpos = torch.tensor([n + 1], dtype=torch.long, device=dev)
 
             def step():
-                return model(tok, past_key_values=cache, position_ids=pos, cache_position=cpos, use_cache=True).logits
+                return model(tok, **{ck: cache}, position_ids=pos, cache_position=cpos, use_cache=True).logits
 
             run = step
             if cuda_graph:
