@@ -766,13 +766,14 @@ def test_rowmax_kernel_choice(monkeypatch):
 def test_bench_reports_gluon_passes(monkeypatch):
     """``fp4attn bench attention`` times the recipes that run on the Gluon kernels once, as "gluon", instead of
     sweeping Triton configs those kernels do not use: staged nvfp4 (D = 64, 128) and sage3 (D = 128) on an sm_90
-    device, not the packed, online or mxfp4 rows, nor with FP4ATTN_ATTN_KERNEL set."""
+    device, not the packed, online or mxfp4 rows, nor with FP4ATTN_ATTN_KERNEL=triton, nor on sm_100."""
     from fp4attn.bench.attention import runs_gluon
     if not A.attention_gluon.HAVE_GLUON:
         pytest.skip("this Triton has no Gluon")
     monkeypatch.delenv("FP4ATTN_ATTN_KERNEL", raising=False)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    monkeypatch.setattr(A, "_interpret", lambda: False)  # (the bench's path is the GPU's)
     assert runs_gluon("nvfp4-staged", 128) and runs_gluon("nvfp4-staged", 64) and runs_gluon("sage3-staged", 128)
     assert not any(runs_gluon(r, 128) for r in ("nvfp4", "sage3", "mxfp4-staged", "nvfp4-online-staged"))
     assert not runs_gluon("sage3-staged", 64) and not runs_gluon("nvfp4-staged", 256)

@@ -62,18 +62,19 @@ def recipe_args(recipe: str) -> dict:
 
 def runs_gluon(recipe: str, D: int) -> bool:
     """Whether ``fp4attn.attention`` runs this recipe's passes on the Gluon kernels of the GPU in use
-    (``attention_gluon``: sm_90, staged nvfp4 / sage3 where ``preferred``; FP4ATTN_ATTN_KERNEL unset): their tiles
-    are their own, so the Triton config sweep would time the same kernels five times."""
+    (``attention.gluon_pass_choice``): their tiles are their own, so the Triton config sweep would time the same
+    kernels five times."""
     from ..kernels import attention as A
 
+    if not torch.cuda.is_available():
+        return False
     a = recipe_args(recipe)
-    online = a["two_level_p"] if a["online"] is None else a["online"]
-    dp = A.head_dim_padded(D)
-    return (torch.cuda.is_available() and a["staged"] and online == a["two_level_p"]
-            and os.environ.get("FP4ATTN_ATTN_KERNEL", "auto") == "auto"
-            and A.attention_gluon.supported(is_mx=a["fmt"] == "mxfp4", two_level=a["two_level_p"],
-                                            smooth_q=a["smooth_q"], staged=True, dp=dp, device=torch.device("cuda"))
-            and A.attention_gluon.preferred(dp, a["two_level_p"]))
+    dev = torch.device("cuda")
+    return A.gluon_pass_choice(os.environ.get("FP4ATTN_ATTN_KERNEL", "auto"), is_mx=a["fmt"] == "mxfp4",
+                               two_level_p=a["two_level_p"],
+                               online=a["two_level_p"] if a["online"] is None else a["online"],
+                               smooth_q=a["smooth_q"], staged=a["staged"], dp=A.head_dim_padded(D),
+                               path=A.default_path(dev), device=dev)[1]
 
 
 def _fp4_fns(q, k, v, recipe, causal, config):

@@ -390,7 +390,7 @@ def _cache_classes():
             if self.kv is None:
                 return None
             shape = (self.kv.batch_size, self.kv.num_kv_heads, self.kv.get_seq_length(), self.kv.head_dim)
-            return torch.zeros((), dtype=self._ph_dtype, device=self.kv.device).expand(shape)
+            return torch.zeros((), dtype=self.dtype, device=self.kv.device).expand(shape)
 
         @property
         def keys(self):
@@ -415,9 +415,7 @@ def _cache_classes():
 
         def lazy_initialization(self, key_states, value_states):
             super().lazy_initialization(key_states, value_states)
-            # the placeholders' dtype (DynamicLayer's lazy_initialization set self.dtype up to transformers 5.23,
-            # 5.24 no longer does; set here for both)
-            self._ph_dtype = self.dtype = key_states.dtype
+            self.dtype = key_states.dtype  # the placeholders' (DynamicLayer set it up to transformers 5.23, not 5.24)
             B, H, _, D = key_states.shape
             dtype = key_states.dtype if key_states.dtype in (torch.float16, torch.bfloat16, torch.float32) \
                 else torch.float32
@@ -521,8 +519,7 @@ def _cache_classes():
                 src = [c.layers[i] for c in caches]
                 layer = FP4CacheLayer(**kvcache_kwargs)
                 layer.kv = KVCache.cat([x.kv for x in src])
-                layer._ph_dtype, layer.device, layer.is_initialized = src[0]._ph_dtype, layer.kv.device, True
-                layer.dtype = layer._ph_dtype  # (as DynamicLayer's lazy_initialization set it up to 5.23)
+                layer.dtype, layer.device, layer.is_initialized = src[0].dtype, layer.kv.device, True
                 out.layers.append(layer)
             return out
 

@@ -1006,6 +1006,18 @@ def default_max_config(dp: int, path: int, is_mx: bool = False) -> dict | None:
     return None
 
 
+def gluon_pass_choice(kernel: str, *, is_mx: bool, two_level_p: bool, online: bool, smooth_q: bool, staged: bool,
+                      dp: int, path: int, device, window=None, sinks=None, thrift: bool = False) -> tuple[bool, bool]:
+    """(can, does): whether the Gluon attention pass can run these passes (single-level P with the exact row max,
+    or two-level P in one pass; ``attention_gluon.supported``), and whether ``kernel`` ("auto" / "gluon" / "triton")
+    runs them there (auto: where ``attention_gluon.preferred``; a Thrift mask always)."""
+    can = (online == two_level_p and window is None and sinks is None and path == PATH_HOPPER
+           and attention_gluon.supported(is_mx=is_mx, two_level=two_level_p, smooth_q=smooth_q, staged=staged, dp=dp,
+                                         device=device))
+    does = can and (kernel == "gluon" or thrift or (kernel == "auto" and attention_gluon.preferred(dp, two_level_p)))
+    return can, does
+
+
 def attention_packed(pk: PackedQKV, *, causal: bool, scale: float, two_level_p: bool, B: int, Hq: int,
                      Hkv: int, out: torch.Tensor, online: bool | None = None,
                      config: dict | None = None, max_config: dict | None = None,
@@ -1086,18 +1098,15 @@ def attention_packed(pk: PackedQKV, *, causal: bool, scale: float, two_level_p: 
     kernel = kernel or os.environ.get("FP4ATTN_ATTN_KERNEL", "auto")
     if kernel not in ("auto", "gluon", "triton"):
         raise ValueError(f"kernel: expected 'auto', 'gluon' or 'triton', got {kernel!r}")
-    # the Gluon pass runs single-level P with the exact row max, and two-level P in one pass
-    gluon_ok = online == two_level_p and window is None and sinks is None and pk.path == PATH_HOPPER and \
-        attention_gluon.supported(is_mx=is_mx, two_level=two_level_p, smooth_q=smooth_q, staged=staged, dp=DP,
-                                  device=out.device)
+    gluon_ok, use_gluon = gluon_pass_choice(kernel, is_mx=is_mx, two_level_p=two_level_p, online=online,
+                                            smooth_q=smooth_q, staged=staged, dp=DP, path=pk.path, device=out.device,
+                                            window=window, sinks=sinks, thrift=thrift_mask is not None)
     if thrift_mask is not None and not (gluon_ok and two_level_p and kernel != "triton"):
         raise ValueError("thrift_mask: runs on the Gluon pass with two-level P only")
     if kernel == "gluon" and not gluon_ok:
         raise ValueError("kernel='gluon': the Gluon attention pass runs nvfp4 (single-level P with the exact row "
                          "max, or two-level P in one pass) on sm_90 (staged operands, 32 < D <= 128, no window, "
                          "no sinks)")
-    use_gluon = gluon_ok and (kernel == "gluon" or thrift_mask is not None
-                              or (kernel == "auto" and attention_gluon.preferred(DP, two_level_p)))
 
     # the row-max pass on the Gluon kernel too, where the attention pass runs there (not with smooth_q)
     gluon_max = use_gluon and not smooth_q and attention_gluon.rowmax_preferred(DP)
