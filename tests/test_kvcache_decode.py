@@ -19,6 +19,7 @@ from fp4attn.ops.decode import decode_reference, thrift_select  # noqa: E402
 
 INTERP = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 needs_interp = pytest.mark.skipif(not INTERP, reason="interpreter tests run with TRITON_INTERPRET=1")
+gpu = pytest.mark.skipif(not torch.cuda.is_available() or INTERP, reason="needs CUDA (and TRITON_INTERPRET unset)")
 
 
 def _kv(B, H, N, D, dtype=torch.bfloat16, seed=0, scale=1.0):
@@ -973,6 +974,25 @@ def test_page_topk_interpreter_rounding_ties_and_specials():
     clamp), 2, 2; 0.05·50 is 2.5 in float64 (2.50000000000000014 exactly) -> 2), exact ties to the lower
     index, -0.0 tying with +0.0, NaN first (several in index order, the sign bit ignored), ±inf; pages
     past n_b never selected (garbage there: NaN)."""
+    _check_page_topk_crafted("cpu")
+
+
+@pytest.mark.gpu
+@gpu
+def test_page_topk_gpu_rounding_ties_and_specials():
+    """The same on the GPU, where the kernel's f·n was once fused with the subtraction of its floor into one fma:
+    the unrounded 0.05·50 = 2.50000000000000014 gave k = 3 (and 0.1·65 gave 7 pages where thrift_select takes 6)."""
+    _check_page_topk_crafted("cuda")
+    from fp4attn.kernels.decode import page_topk
+
+    for n, f, want in ((65, 0.1, 6), (25, 0.1, 2), (15, 0.1, 2), (30, 0.05, 2), (50, 0.05, 2), (70, 0.05, 4)):
+        assert _k_of(f, n) == want
+        s = torch.randn(2, 4, n, generator=torch.Generator().manual_seed(n), device="cpu").cuda()
+        sel = page_topk(s, torch.tensor([64 * n - 5, 64 * n], dtype=torch.int32, device="cuda"), 64, f, n)
+        assert sel.sum(-1).tolist() == [[want] * 4] * 2, (n, f)
+
+
+def _check_page_topk_crafted(device):
     from fp4attn.kernels.decode import page_topk
     from fp4attn.ops.decode import top_pages
 
@@ -992,13 +1012,14 @@ def test_page_topk_interpreter_rounding_ties_and_specials():
     s[6, 0, :7] = float("-inf")  # a row of -inf: the lowest k pages
     for b, n in enumerate(n_b):
         s[b, :, n:] = float("nan")  # past the sequence: never read
+    s_dev, lens = s.to(device), lens.to(device)
     for f, ks in ((0.25, [1, 2, 2, 12, 8, 1, 2]), (0.05, [1, 1, 1, 2, 2, 1, 1]), (1.0, n_b)):
         assert [_k_of(f, n) for n in n_b] == ks
-        sel = page_topk(s, lens, 64, f, W)
-        ref = top_pages(s, torch.tensor(n_b), f, W)
+        sel = page_topk(s_dev, lens, 64, f, W).cpu()
+        ref = top_pages(s, torch.tensor(n_b), f, W)  # (on the CPU: CUDA's sort orders these NaNs otherwise)
         assert torch.equal(sel.bool(), ref), f
         assert sel.sum(-1).tolist() == [[k] * Hq for k in ks]
-    assert page_topk(s, lens, 64, 0.25, W)[2, 0, [1, 4, 7]].tolist() == [1, 1, 0]  # NaN first, lower index
+    assert page_topk(s_dev, lens, 64, 0.25, W)[2, 0, [1, 4, 7]].tolist() == [1, 1, 0]  # NaN first, lower index
 
 
 @needs_interp
@@ -1106,7 +1127,6 @@ def test_fp16_decode_helpers_are_exact():
 # ------------------------------------------------------------------------------------------------
 # GPU
 # ------------------------------------------------------------------------------------------------
-gpu = pytest.mark.skipif(not torch.cuda.is_available() or INTERP, reason="needs CUDA (and TRITON_INTERPRET unset)")
 
 
 @pytest.mark.gpu

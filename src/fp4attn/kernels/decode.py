@@ -914,8 +914,10 @@ def _page_topk_kernel(S, LENS, SEL, Hq, NPG, W, budget_bits, NQ, WL, PS: tl.cons
         offs = tl.arange(0, BLOCK)
     x = n_c.to(tl.float64) * budget_bits.to(tl.float64, bitcast=True)
     fl = x.to(tl.int64)  # x >= 0: truncation is the floor
-    fr = x - fl.to(tl.float64)  # exact
-    kk = fl + ((fr > 0.5) | ((fr == 0.5) & (fl % 2 == 1))).to(tl.int64)
+    # x against fl + 0.5 (exact) by comparisons only: the fraction x − fl was contracted with the product into
+    # one fma on the GPU, the unrounded f·n (0.1·65 = 6.50000000000000036: k = 7 where round(6.5) = 6)
+    half = fl.to(tl.float64) + 0.5
+    kk = fl + ((x > half) | ((x == half) & (fl % 2 == 1))).to(tl.int64)
     kk = tl.minimum(tl.maximum(kk, 1), n_c.to(tl.int64)).to(tl.int32)
     valid = offs < n_b
     s = tl.load(S + r.to(tl.int64) * NPG + offs, mask=valid, other=0.0)
