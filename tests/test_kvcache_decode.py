@@ -567,6 +567,33 @@ def test_thrift_select_top_k_pages():
         assert set(torch.nonzero(sel[0, h]).flatten().tolist()) == want
 
 
+def test_thrift_share_group_is_the_union_of_the_kv_groups_selections():
+    """thrift_share="group" (the default): a query head computes in 16 bits the pages that any head of its kv
+    group selected. Its output equals the reference run on that union explicitly, the union holds every
+    head's own selection (so budget 1 is still all pages), and where the heads of a group chose differently the
+    output differs from "head"'s; without GQA (one query head per kv head) the two rules are the same."""
+    B, Hkv, G, D = 2, 2, 3, 32
+    lens = [64 * 6 + 9, 64 * 3]
+    k, v = _kv(B, Hkv, max(lens), D, dtype=torch.float32, seed=14)
+    c = KVCache.from_dense(k, v, lengths=lens, keep_16bit=True, dtype=torch.float32)
+    q = torch.randn(B, Hkv * G, 2, D, generator=torch.Generator().manual_seed(15))
+    own = thrift_select(q, c, 0.25, share="head")
+    union = own.view(B, Hkv, G, -1).any(dim=2, keepdim=True).expand(B, Hkv, G, own.shape[-1]).reshape(own.shape)
+    assert torch.equal(thrift_select(q, c, 0.25, share="group"), union)
+    assert (union >= own).all() and union.sum() > own.sum()
+    want, _ = decode_reference(q, c, scale=D ** -0.5, selection=union)
+    got = fp4attn.decode(q, c, thrift_budget=0.25)
+    assert torch.equal(got, want) and torch.equal(got, fp4attn.decode(q, c, thrift_budget=0.25, thrift_share="group"))
+    head = fp4attn.decode(q, c, thrift_budget=0.25, thrift_share="head")
+    assert torch.equal(head, decode_reference(q, c, scale=D ** -0.5, selection=own)[0])
+    assert _rel(got, head) > 1e-4
+    # MHA: the same bits
+    q1 = q[:, ::G].contiguous()
+    c1 = KVCache.from_dense(k, v, lengths=lens, keep_16bit=True, dtype=torch.float32)
+    assert torch.equal(fp4attn.decode(q1, c1, thrift_budget=0.25),
+                       fp4attn.decode(q1, c1, thrift_budget=0.25, thrift_share="head"))
+
+
 def test_decode_errors():
     c = KVCache.from_dense(*_kv(1, 2, 20, 16))
     q = torch.randn(1, 4, 1, 16)
@@ -582,6 +609,9 @@ def test_decode_errors():
         fp4attn.decode(q, KVCache.from_dense(*_kv(1, 2, 20, 16), keep_16bit=True), thrift_budget=0.0)
     with pytest.raises(ValueError, match="recipe"):
         fp4attn.decode(q, c, recipe="mxfp4")
+    with pytest.raises(ValueError, match="thrift_share"):
+        fp4attn.decode(q, KVCache.from_dense(*_kv(1, 2, 20, 16), keep_16bit=True), thrift_budget=0.5,
+                       thrift_share="union")
 
 
 @pytest.mark.parametrize("nq", [1, 3])
@@ -935,15 +965,18 @@ def _assert_margin(s64, lens, budget, ps=64, margin=1e-4):
 
 
 @needs_interp
-@pytest.mark.parametrize("G,nq,D", [(1, 1, 32), (1, 3, 32), (2, 3, 32), (4, 1, 32), (2, 3, 48)])
+@pytest.mark.parametrize("G,nq,D", [(1, 1, 32), (1, 3, 32), (2, 3, 32), (4, 1, 32), (2, 3, 48), (3, 2, 32)])
 def test_select_pages_interpreter_equals_thrift_select(G, nq, D):
     """Ragged lengths: a partial last page with committed tokens and a tail (0), the tail only (1, 4), a
     sequence shorter than a page (2), a multiple of the page size (3), a partial page without a tail
     (5); the longest sequence's last page holds only tail tokens, so the page table is narrower than
-    the page count (width 3 < 4 pages). D = 48: the kernels' padded 64-channel tiles."""
+    the page count (width 3 < 4 pages). D = 48: the kernels' padded 64-channel tiles. share="group" (the
+    top-k kernel's rows of a kv group side by side, G = 3 padded to 4, two kv groups): each row the union of
+    its group's per-head selections."""
     from fp4attn.kernels.decode import page_scores, select_pages
+    from fp4attn.ops.decode import share_selection
 
-    Hkv = 1
+    Hkv = 2 if G == 3 else 1
     lens = [64 * 3 + 5, 10, 128, 64 * 2 + 16, 70, 64 * 2 + 20]
     B = len(lens)
     k, v = _kv(B, Hkv, max(lens), D, dtype=torch.float32, seed=40 + G + nq)
@@ -965,6 +998,14 @@ def test_select_pages_interpreter_equals_thrift_select(G, nq, D):
         # k pages per row (those past the page table are selected but not stored)
         got = torch.tensor([[_k_of(f, n)] * (Hkv * G) for n in n_b])
         assert torch.equal(ref.sum(-1), got)
+        # share="group": the union over each kv group's G rows, written to each of them
+        union = ref.view(B, Hkv, G, -1).any(dim=2, keepdim=True).expand(B, Hkv, G, ref.shape[-1]).reshape(ref.shape)
+        ref_g = thrift_select(q, c, f, share="group")
+        assert torch.equal(ref_g, union) and torch.equal(share_selection(ref, Hkv), union)
+        sel_g = select_pages(q, c, f, share="group")
+        assert sel_g.dtype == torch.int8 and torch.equal(sel_g.bool(), union[..., :3]), f
+        if G > 1 and f < 1.0:  # (the test data: the heads of a group disagree somewhere)
+            assert ref_g.sum() > ref.sum()
 
 
 @needs_interp
@@ -1019,6 +1060,9 @@ def _check_page_topk_crafted(device):
         ref = top_pages(s, torch.tensor(n_b), f, W)  # (on the CPU: CUDA's sort orders these NaNs otherwise)
         assert torch.equal(sel.bool(), ref), f
         assert sel.sum(-1).tolist() == [[k] * Hq for k in ks]
+        # the 3 rows of a sequence as one kv group (padded to a (4, W) tile): each the union of the 3
+        grp = page_topk(s_dev, lens, 64, f, W, group=Hq).cpu()
+        assert torch.equal(grp.bool(), ref.any(dim=1, keepdim=True).expand_as(ref)), f
     assert page_topk(s_dev, lens, 64, 0.25, W)[2, 0, [1, 4, 7]].tolist() == [1, 1, 0]  # NaN first, lower index
 
 
@@ -1256,7 +1300,7 @@ def _thrift_gpu_case(seed):
 @gpu
 def test_thrift_decode_kernel_gpu():
     q, c, D = _thrift_gpu_case(20)
-    sel = thrift_select(q, c, 0.05)
+    sel = thrift_select(q, c, 0.05, share="group")  # the op's default thrift_share
     out = fp4attn.decode(q, c, thrift_budget=0.05)
     ref, _ = decode_reference(q, c, scale=D ** -0.5, selection=sel)
     cos = torch.nn.functional.cosine_similarity(out.double().flatten(), ref.double().flatten(), dim=0).item()
@@ -1308,8 +1352,8 @@ def test_thrift_decode_kernel_gpu_head_dim_96():
     q = torch.randn(B, Hkv * G, 1, D, generator=torch.Generator().manual_seed(94)).to("cuda", torch.bfloat16)
     from fp4attn.kernels.decode import select_pages
 
-    sel = thrift_select(q, c, 0.05)
-    assert torch.equal(select_pages(q, c, 0.05).bool(), sel[..., :c.page_table.shape[1]])
+    sel = thrift_select(q, c, 0.05, share="group")  # the op's default thrift_share
+    assert torch.equal(select_pages(q, c, 0.05, share="group").bool(), sel[..., :c.page_table.shape[1]])
     out = fp4attn.decode(q, c, thrift_budget=0.05)
     ref, _ = decode_reference(q, c, scale=D ** -0.5, selection=sel)
     cos = torch.nn.functional.cosine_similarity(out.double().flatten(), ref.double().flatten(), dim=0).item()
@@ -1408,10 +1452,17 @@ def test_select_pages_gpu_equals_thrift_select(nq):
         ref = thrift_select(q, c, f)
         assert sel.dtype == torch.int8 and sel.shape == (4, 32, width)
         assert torch.equal(sel.bool(), ref[..., :width]), f
-    # the op's CUDA path (select_pages) == the kernel with thrift_select's selection, bit for bit
-    out = fp4attn.decode(q, c, thrift_budget=0.05)
-    ref_out, _ = decode_fwd(q, c, scale=1.0 / math.sqrt(128), selection=thrift_select(q, c, 0.05))
-    assert torch.equal(out, ref_out)
+        sel_g = select_pages(q, c, f, share="group")
+        assert torch.equal(sel_g.bool(), thrift_select(q, c, f, share="group")[..., :width]), f
+    # the op's CUDA path (select_pages) == the kernel with thrift_select's selection, bit for bit, for both
+    # thrift_share rules (the default: "group")
+    outs = {}
+    for share in ("group", "head"):
+        outs[share] = fp4attn.decode(q, c, thrift_budget=0.05, thrift_share=share)
+        ref_out, _ = decode_fwd(q, c, scale=1.0 / math.sqrt(128), selection=thrift_select(q, c, 0.05, share=share))
+        assert torch.equal(outs[share], ref_out)
+    assert torch.equal(fp4attn.decode(q, c, thrift_budget=0.05), outs["group"])
+    assert not torch.equal(outs["group"], outs["head"])  # G = 4 heads per kv head: the rules differ
 
 
 @pytest.mark.gpu
@@ -1982,7 +2033,7 @@ def test_cache_built_with_device_cuda_accepts_cuda0_tensors():
     c.append(k.to("cuda"), v.to("cuda"))
     q = torch.randn(B, 2 * H, 1, D, device="cuda", dtype=torch.bfloat16)
     out = fp4attn.decode(q, c, thrift_budget=0.25)
-    ref, _ = decode_reference(q, c, scale=D ** -0.5, selection=thrift_select(q, c, 0.25))
+    ref, _ = decode_reference(q, c, scale=D ** -0.5, selection=thrift_select(q, c, 0.25, share="group"))
     assert _rel(out, ref) <= 0.02
 
 

@@ -22,7 +22,7 @@ import torch  # noqa: E402
 import fp4attn  # noqa: E402
 from fp4attn import reference  # noqa: E402
 from fp4attn.kvcache import KVCache  # noqa: E402
-from fp4attn.ops.decode import decode_reference, thrift_select, top_pages  # noqa: E402
+from fp4attn.ops.decode import decode_reference, share_selection, thrift_select, top_pages  # noqa: E402
 
 # helpers of the decode tests (tests/ is on sys.path under pytest's default rootdir import mode)
 from test_kvcache_decode import (  # noqa: E402
@@ -126,13 +126,15 @@ def test_top_pages_window_ranks_among_the_candidates_only():
 @pytest.mark.parametrize("window", [0, 5, 40, 130, 1000])
 def test_thrift_window_reference_matches_float64(nq, window):
     """decode_reference with a Thrift budget and a window == an independent float64 materialization with the
-    same selection and window (ragged, GQA, raw tails)."""
+    same selection and window (ragged, GQA, raw tails), for both thrift_share rules (the default "group": each
+    head computes its kv group's union of selections)."""
     c, k, v, q = _case([300, 77, 20], 2, nq, seed=102)
-    sel = thrift_select(q, c, 0.3, window)
-    out, _ = decode_reference(q, c, scale=32 ** -0.5, thrift_budget=0.3, window=window)
-    assert _rel(out, _decode_f64(q, c, 32 ** -0.5, selection=sel, window=window)) <= 1e-4
-    # the public op (CPU: the reference) computes the same
-    assert torch.equal(fp4attn.decode(q, c, thrift_budget=0.3, window_size=(window, 0)), out)
+    for share in ("group", "head"):
+        sel = thrift_select(q, c, 0.3, window, share=share)
+        out, _ = decode_reference(q, c, scale=32 ** -0.5, thrift_budget=0.3, window=window, thrift_share=share)
+        assert _rel(out, _decode_f64(q, c, 32 ** -0.5, selection=sel, window=window)) <= 1e-4
+        # the public op (CPU: the reference) computes the same
+        assert torch.equal(fp4attn.decode(q, c, thrift_budget=0.3, window_size=(window, 0), thrift_share=share), out)
 
 
 @pytest.mark.parametrize("window", [0, 40, 130])
@@ -143,8 +145,9 @@ def test_thrift_window_budget_one_is_16bit_window_attention(window):
     out = fp4attn.decode(q, c, thrift_budget=1.0, window_size=(window, 0))
     assert _rel(out, _exact_window(q, k, v, lens, window)) <= 1e-5
     # a smaller budget is not the same where a sequence has several candidate pages (the FP4 ones); with w = 0 each
-    # has one (k = 1: the same bits)
-    small = fp4attn.decode(q, c, thrift_budget=0.2, window_size=(window, 0))
+    # has one (k = 1: the same bits). Per-head selections: the default union of a kv group's selections can cover
+    # every candidate page of these short windows
+    small = fp4attn.decode(q, c, thrift_budget=0.2, window_size=(window, 0), thrift_share="head")
     if window:
         assert _rel(small, out) > 1e-3
     else:
@@ -199,6 +202,10 @@ def test_select_pages_window_interpreter_equals_thrift_select(G, nq):
             ref = thrift_select(q, c, f, w)
             assert torch.equal(sel.bool(), ref[..., :width]), (w, f)
             assert torch.equal(ref[..., :want.shape[-1]], want)
+            # share="group": the kv group's rows side by side in the windowed top-k tile, their union in each
+            union = share_selection(ref, 1)
+            assert torch.equal(thrift_select(q, c, f, w, share="group"), union)
+            assert torch.equal(select_pages(q, c, f, window=w, share="group").bool(), union[..., :width]), (w, f)
 
 
 @needs_interp
@@ -482,7 +489,11 @@ def test_thrift_window_decode_gpu(nq):
             want = _select_f64(q.cpu(), k, c.lengths, f, w)  # (asserts no near-tie in the data)
             assert torch.equal(ref_sel[..., :want.shape[-1]].cpu(), want), (w, f)
         out, lse = fp4attn.decode(q, c, thrift_budget=0.05, window_size=(w, 0), return_lse=True)
-        ref, ref_lse = decode_reference(q, c, scale=D ** -0.5, selection=ref_sel, window=w)
+        # (the op's default thrift_share: each head the union of its kv group's selections)
+        assert torch.equal(select_pages(q, c, 0.05, window=w, share="group").bool(),
+                           share_selection(ref_sel, c.num_kv_heads)[..., :sel.shape[-1]])
+        ref, ref_lse = decode_reference(q, c, scale=D ** -0.5, selection=share_selection(ref_sel, c.num_kv_heads),
+                                        window=w)
         _thrift_close(out, ref)
         assert torch.allclose(lse, ref_lse.float(), atol=1e-3), w
         full = fp4attn.decode(q, c, thrift_budget=1.0, window_size=(w, 0))
@@ -502,12 +513,13 @@ def test_thrift_sinks_decode_gpu():
     for w in (None, 700):
         wkw = {} if w is None else {"window_size": (w, 0)}
         out, lse = fp4attn.decode(q, c, thrift_budget=0.1, sinks=sinks, return_lse=True, **wkw)
-        ref, ref_lse = decode_reference(q, c, scale=128 ** -0.5, selection=thrift_select(q, c, 0.1, w), window=w,
-                                        sinks=sinks)
+        ref, ref_lse = decode_reference(q, c, scale=128 ** -0.5, selection=thrift_select(q, c, 0.1, w, share="group"),
+                                        window=w, sinks=sinks)
         _thrift_close(out, ref)
         assert torch.allclose(lse, ref_lse.float(), atol=1e-3)
         none = fp4attn.decode(q, c, thrift_budget=0.1, sinks=torch.full_like(sinks, float("-inf")), **wkw)
-        plain = decode_fwd(q, c, scale=128 ** -0.5, selection=select_pages(q, c, 0.1, window=w), window=w)[0]
+        plain = decode_fwd(q, c, scale=128 ** -0.5, selection=select_pages(q, c, 0.1, window=w, share="group"),
+                           window=w)[0]
         assert torch.equal(none, plain) and torch.equal(out[:, 5], plain[:, 5])
 
 
@@ -521,8 +533,8 @@ def test_thrift_decode_gpu_kernel_choice(monkeypatch):
 
     c, k, v, q = _gpu_case(1, seed=144)  # B·Hkv·committed tokens = 3·2·4096: below the threshold
     D = 128
-    sel = Dk.select_pages(q, c, 0.05)
-    assert torch.equal(sel.bool(), thrift_select(q, c, 0.05)[..., :sel.shape[-1]])
+    sel = Dk.select_pages(q, c, 0.05, share="group")  # the op's default thrift_share
+    assert torch.equal(sel.bool(), thrift_select(q, c, 0.05, share="group")[..., :sel.shape[-1]])
     out = fp4attn.decode(q, c, thrift_budget=0.05)
     ref, _ = decode_reference(q, c, scale=D ** -0.5, selection=sel.bool())
     _thrift_close(out, ref)
@@ -534,7 +546,7 @@ def test_thrift_decode_gpu_kernel_choice(monkeypatch):
         monkeypatch.setattr(Dk, "_THRIFT_GLUON_MIN_WORK", 1)  # any work: the Gluon path
         assert torch.equal(fp4attn.decode(q, c, thrift_budget=0.05),
                            Dk.decode_fwd(q, c, scale=D ** -0.5, selection=sel, kernel="gluon")[0])
-        sw = Dk.select_pages(q, c, 0.05, window=500)
+        sw = Dk.select_pages(q, c, 0.05, window=500, share="group")
         assert torch.equal(fp4attn.decode(q, c, thrift_budget=0.05, window_size=(500, 0)),
                            Dk.decode_fwd(q, c, scale=D ** -0.5, selection=sw, window=500, kernel="gluon")[0])
         s = torch.zeros(8, device="cuda")

@@ -176,8 +176,8 @@ def bench_shape(shape, args, bw):
                "full-batch output finite": bool(torch.isfinite(o).all())}
         del kx, vx, sx, ex, ref, sub
     if cache16 is not None:
-        sel = thrift_select(q, cache16, 0.05)
-        nsel = sel.sum().item()
+        sel = thrift_select(q, cache16, 0.05, share="group")  # the op's default thrift_share
+        nsel = thrift_select(q, cache16, 0.05, share="head").sum().item()
 
         def thrift_kernel():
             kw64 = {n: x for n, x in kw.items() if n != "block_n"}
@@ -185,6 +185,9 @@ def bench_shape(shape, args, bw):
 
         def thrift_op():
             return fp4attn.decode(q, cache16, thrift_budget=0.05, num_splits=nsplit)
+
+        def thrift_op_head():
+            return fp4attn.decode(q, cache16, thrift_budget=0.05, num_splits=nsplit, thrift_share="head")
 
         # bytes: FP4 pages + the 16-bit pages some head of a group selected (read once per group)
         grp = sel.view(B, Hkv, Hq // Hkv, -1).any(dim=2)
@@ -194,14 +197,20 @@ def bench_shape(shape, args, bw):
         res["thrift5 (op, selection incl.)"] = (time_ms(thrift_op, warmup_ms=args.rep_ms / 4, rep_ms=args.rep_ms),
                                                 graph_time_ms(thrift_op, args.rep_ms),
                                                 fp4_bytes(B, Hkv, N, D) + t16)
+        if Hq > Hkv:  # the per-head rule: the same 16-bit pages read, fewer of them used
+            res["thrift5 (op, thrift_share=head)"] = (
+                time_ms(thrift_op_head, warmup_ms=args.rep_ms / 4, rep_ms=args.rep_ms),
+                graph_time_ms(thrift_op_head, args.rep_ms), fp4_bytes(B, Hkv, N, D) + t16)
         with torch.no_grad():
             bb = min(B, 2)
             sub = fp4attn.KVCache.from_dense(k[:bb], v[:bb], keep_16bit=True)
-            s2 = thrift_select(q[:bb], sub, 0.05)
+            s2 = thrift_select(q[:bb], sub, 0.05, share="group")
             o_t = decode_fwd(q[:bb], sub, scale=D ** -0.5, selection=s2)[0].float()
             ref_t, _ = decode_reference(q[:bb], sub, scale=D ** -0.5, selection=s2)
             acc["thrift kernel vs ref rel L2"] = ((o_t - ref_t).norm() / ref_t.norm()).item()
             acc["thrift selected page share"] = nsel / (B * Hq * -(-N // cache16.page_size))
+            acc["thrift 16-bit page share (kv group union)"] = (int(grp.sum().item())
+                                                                / (B * Hkv * -(-N // cache16.page_size)))
         mem = dict(nvfp4=cache.nbytes / cache.bf16_nbytes(),
                    thrift=(cache16.nbytes + cache16.nbytes_16bit) / cache16.bf16_nbytes())
     else:

@@ -886,14 +886,17 @@ def _page_scores_kernel(Q, KM, K16, KT, PT, LENS, S, Hkv, MAXP, NPG, WL,
 
 
 @triton.jit
-def _page_topk_kernel(S, LENS, SEL, Hq, NPG, W, budget_bits, NQ, WL, PS: tl.constexpr, BLOCK: tl.constexpr,
-                      WINDOW: tl.constexpr = False):
+def _page_topk_kernel(S, LENS, SEL, Hq, NPG, W, budget_bits, NQ, WL, G, PS: tl.constexpr, BLOCK: tl.constexpr,
+                      WINDOW: tl.constexpr = False, SHARE: tl.constexpr = False):
     """One program per (sequence, query head) row of Ŝ: selects the kk = clamp(round(f·n_b), 1, n_b) best
     of the row's n_b valid pages, ties to the lower page index (the stable descending sort of
     ``thrift_select``), and writes the row's int8 selection (W columns, 0 past the selected ones).
     With ``WINDOW`` the candidates are the pages p0 = max(L − NQ − WL, 0) // PS ... n_b − 1 (n_w = n_b − p0 of
     them, kk = clamp(round(f·n_w), 1, n_w)): the tile holds BLOCK pages from p0 on and only its columns are
-    written (the caller zeroes the row).
+    written (the caller zeroes the row). With ``SHARE`` (``ops.decode``'s thrift_share="group") the program
+    writes a 1 for each of its selected pages into the rows of all G query heads of its kv group and nothing
+    else: on a zeroed SEL every row ends up the union of its group's selections (the programs of a group store
+    the same value, so their order does not matter).
 
     kk: the budget f arrives as the bits of its float64 (a Python float argument would be passed as
     float32); f·n_b is rounded to float64 and then half to even, as Python's ``round(f * n)``.
@@ -940,7 +943,12 @@ def _page_topk_kernel(S, LENS, SEL, Hq, NPG, W, budget_bits, NQ, WL, PS: tl.cons
     eq = valid & (key == T)
     room = kk - tl.sum(gt.to(tl.int32), 0)
     sel = gt | (eq & (tl.cumsum(eq.to(tl.int32), 0) <= room))
-    tl.store(SEL + r.to(tl.int64) * W + offs, sel.to(tl.int8), mask=offs < W)
+    if SHARE:
+        r0 = (r - r % G).to(tl.int64)  # the group's first row
+        for g in range(G):
+            tl.store(SEL + (r0 + g) * W + offs, tl.full([BLOCK], 1, tl.int8), mask=sel & (offs < W))
+    else:
+        tl.store(SEL + r.to(tl.int64) * W + offs, sel.to(tl.int8), mask=offs < W)
 
 
 def _scored_pages(cache) -> int:
@@ -991,10 +999,11 @@ def page_scores(q: torch.Tensor, cache, *, chunk: int | None = None, num_warps: 
 
 
 def page_topk(scores: torch.Tensor, seq_lens: torch.Tensor, page_size: int, budget: float, width: int, *,
-              num_warps: int | None = None, window: int | None = None, nq: int = 1) -> torch.Tensor:
+              num_warps: int | None = None, window: int | None = None, nq: int = 1, group: int = 1) -> torch.Tensor:
     """(B, Hq, width) int8 selection from (B, Hq, npg) float32 scores (only the first ceil(L_b /
     page_size) of each row are read; with ``window``, a sliding window's left extent for ``nq`` new queries,
-    only the candidate pages max(L_b − nq − window, 0) // page_size ... of them), width >= 1; see
+    only the candidate pages max(L_b − nq − window, 0) // page_size ... of them), width >= 1; ``group`` > 1:
+    each row the union of its group of ``group`` consecutive rows' (a kv group's query heads); see
     ``_page_topk_kernel``."""
     B, Hq, npg = scores.shape
     if window is not None:
@@ -1007,20 +1016,22 @@ def page_topk(scores: torch.Tensor, seq_lens: torch.Tensor, page_size: int, budg
     num_warps = num_warps or min(8, max(1, block // 512))
     # columns past the tile (a page table wider than the longest sequence; with a window, all but the candidate
     # pages' columns) are zeroed up front
-    alloc = torch.empty if window is None and width <= block else torch.zeros
+    alloc = torch.empty if window is None and width <= block and group == 1 else torch.zeros
     sel = alloc(B, Hq, width, dtype=torch.int8, device=scores.device)
-    fast(_page_topk_kernel)[(B * Hq,)](scores, seq_lens, sel, Hq, npg, width, bits, nq, window or 0, PS=page_size,
-                                       BLOCK=block, WINDOW=window is not None, num_warps=num_warps)
+    fast(_page_topk_kernel)[(B * Hq,)](scores, seq_lens, sel, Hq, npg, width, bits, nq, window or 0, group,
+                                       PS=page_size, BLOCK=block, WINDOW=window is not None, SHARE=group > 1,
+                                       num_warps=num_warps)
     return sel
 
 
-def select_pages(q: torch.Tensor, cache, budget: float, window: int | None = None) -> torch.Tensor:
-    """The Thrift decode selection of ``ops.decode.thrift_select(q, cache, budget, window)`` computed by two
-    kernels (scores, then top-k per row), as the (B, Hq, max(max_pages, 1)) int8 tensor that
-    :func:`decode_fwd`'s ``selection`` takes without a copy. Device ops only (no host sync, CUDA-graph
-    capturable). ``window``: a sliding window's left extent w (``window_size=(w, 0)``) or None: the top-k
-    among the pages holding keys some query row sees (only those are scored). Rows of more than
-    ``MAX_SELECT_PAGES`` pages (candidate pages with a window) run ``thrift_select`` instead.
+def select_pages(q: torch.Tensor, cache, budget: float, window: int | None = None, share: str = "head") -> torch.Tensor:
+    """The Thrift decode selection of ``ops.decode.thrift_select(q, cache, budget, window, share)`` computed by
+    two kernels (scores, then top-k per row; with share="group" per kv group, the union of its rows), as the
+    (B, Hq, max(max_pages, 1)) int8 tensor that :func:`decode_fwd`'s ``selection`` takes without a copy. Device
+    ops only (no host sync, CUDA-graph capturable). ``window``: a sliding window's left extent w
+    (``window_size=(w, 0)``) or None: the top-k among the pages holding keys some query row sees (only those
+    are scored). Rows of more than ``MAX_SELECT_PAGES`` pages (candidate pages with a window) run
+    ``thrift_select`` instead.
 
     The scores equal ``thrift_select``'s up to float32 summation order (the partial page's mean, the
     dot products, q̄ for n_q > 1), so the selections are equal except where two pages' scores are within
@@ -1031,12 +1042,13 @@ def select_pages(q: torch.Tensor, cache, budget: float, window: int | None = Non
     width = max(maxp, 1)
     npg = _scored_pages(cache)
     rows = npg if window is None else _window_pages(window, NQ, cache.page_size, npg)
+    group = Hq // cache.num_kv_heads if share == "group" else 1
     if max(16, next_pow2(rows)) > MAX_SELECT_PAGES:
         from ..ops.decode import thrift_select
 
-        return _selection_int8(thrift_select(q, cache, budget, window), B, Hq, maxp)
+        return _selection_int8(thrift_select(q, cache, budget, window, share=share), B, Hq, maxp)
     scores = page_scores(q.contiguous(), cache, window=window)
-    return page_topk(scores, cache.seq_lens, cache.page_size, budget, width, window=window, nq=NQ)
+    return page_topk(scores, cache.seq_lens, cache.page_size, budget, width, window=window, nq=NQ, group=group)
 
 
 __all__ = ["decode_fwd", "default_splits", "page_scores", "page_topk", "select_pages"]

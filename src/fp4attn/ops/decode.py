@@ -27,6 +27,12 @@ Semantics (what the reference below computes and the CUDA kernel matches within 
   The window's per-key mask applies in both paths (a selected page's keys outside a row's window score
   −inf there too). With ``sinks`` the sink joins the one softmax as without Thrift (in the max and in
   l); the selection does not depend on it.
+* ``thrift_share`` (GQA, default ``"group"``): a query head computes in 16 bits every page that *some* query head
+  of its kv group selected (the union of the group's selections), not only its own. The kernels read a selected
+  page's 16-bit K and V once for the whole group either way, so this costs no extra memory traffic, and each
+  head gets more exact pages (lower error on the Thrift quality inputs; BENCHMARKS.md, forty-first session).
+  ``"head"``: only its own selection (ThriftAttention's per-head top-k, as in ``thrift_attention``). Without
+  GQA (one query head per kv head) the two are the same.
 
 Returns O in q's dtype (and the natural-log LSE (B, Hq, n_q) float32 with ``return_lse=True``).
 """
@@ -45,10 +51,12 @@ from ._dispatch import on_device, use_kernels
 from ._validate import check_bool, check_choice, check_scale, check_sinks, check_window
 
 RECIPES = ("nvfp4",)
+SHARES = ("group", "head")  # decode's thrift_share
 MAX_NEW = 16
 
 
-def _check(q, cache, scale, recipe, thrift_budget, layout, return_lse, window_size=None, sinks=None):
+def _check(q, cache, scale, recipe, thrift_budget, layout, return_lse, window_size=None, sinks=None,
+           thrift_share="group"):
     if not isinstance(cache, KVCache):
         raise TypeError(f"cache must be an fp4attn.KVCache, got {type(cache).__name__}")
     if not isinstance(q, torch.Tensor):
@@ -57,6 +65,7 @@ def _check(q, cache, scale, recipe, thrift_budget, layout, return_lse, window_si
         raise TypeError(f"q must be a float16, bfloat16 or float32 tensor, got dtype {q.dtype}")
     check_choice("layout", layout, ("bhsd", "bshd"))
     check_choice("recipe", recipe, RECIPES)
+    check_choice("thrift_share", thrift_share, SHARES)
     check_bool("return_lse", return_lse)
     if q.dim() != 4:
         raise ValueError(f"q must be 4-D (B, Hq, n_q, D) for layout={layout!r}, got shape {tuple(q.shape)}")
@@ -93,14 +102,16 @@ def _check(q, cache, scale, recipe, thrift_budget, layout, return_lse, window_si
     return q, check_scale(scale, D), thrift_budget, (None if window is None else window[0]), sinks
 
 
-def thrift_select(q: torch.Tensor, cache: KVCache, budget: float, window: int | None = None) -> torch.Tensor:
+def thrift_select(q: torch.Tensor, cache: KVCache, budget: float, window: int | None = None,
+                  share: str = "head") -> torch.Tensor:
     """(B, Hq, max_pages) bool: the pages each (sequence, query head) computes in 16 bits.
 
     ``window``: a sliding window's left extent w (``window_size=(w, 0)``) or None: the top-k runs over the
     candidate pages of the module docstring (with a window: those holding keys ``max(L_b − n_q − w, 0) ...
-    L_b − 1``; the others are never selected). Device ops only (no host sync): usable inside a CUDA graph. The
-    definition of the selection (the reference path's); CUDA ``decode`` computes the same with
-    ``kernels.decode.select_pages``."""
+    L_b − 1``; the others are never selected). ``share``: ``"head"``, each query head's own top-k; ``"group"``,
+    the union of its kv group's (``decode``'s ``thrift_share``, see the module docstring). Device ops only (no
+    host sync): usable inside a CUDA graph. The definition of the selection (the reference path's); CUDA
+    ``decode`` computes the same with ``kernels.decode.select_pages``."""
     B, hq, nq = q.shape[:3]
     ps = cache.page_size
     means = expand_kv(cache.block_means(), hq)  # (B, Hq, npg, D)
@@ -112,7 +123,14 @@ def thrift_select(q: torch.Tensor, cache: KVCache, budget: float, window: int | 
     first = None
     if window is not None:  # the page of the first key some query row sees (a huge w: capped, exact)
         first = (lens - nq - min(int(window), 1 << 62)).clamp(min=0) // ps
-    return top_pages(s_hat, n_b, budget, max(cache.page_table.shape[1], npg), first)
+    sel = top_pages(s_hat, n_b, budget, max(cache.page_table.shape[1], npg), first)
+    return share_selection(sel, cache.num_kv_heads) if share == "group" else sel
+
+
+def share_selection(sel: torch.Tensor, hkv: int) -> torch.Tensor:
+    """(B, Hq, W) bool -> the same shape, each query head's row the union (OR) of its kv group's rows."""
+    B, hq, W = sel.shape
+    return sel.view(B, hkv, hq // hkv, W).any(dim=2, keepdim=True).expand(B, hkv, hq // hkv, W).reshape(B, hq, W)
 
 
 def top_pages(s_hat: torch.Tensor, n_b: torch.Tensor, budget: float, width: int,
@@ -141,10 +159,12 @@ def top_pages(s_hat: torch.Tensor, n_b: torch.Tensor, budget: float, width: int,
 
 
 def decode_reference(q: torch.Tensor, cache: KVCache, *, scale: float, thrift_budget=None,
-                     selection=None, window: int | None = None, sinks: torch.Tensor | None = None):
+                     selection=None, window: int | None = None, sinks: torch.Tensor | None = None,
+                     thrift_share: str = "group"):
     """The semantics above in PyTorch over ``cache.dequantize()`` (and its 16-bit copy for Thrift).
     ``window``: the sliding window's left extent w (``window_size=(w, 0)``) or None; ``sinks`` (Hq,):
-    attention sinks (``fp4attn.attention``'s).
+    attention sinks (``fp4attn.attention``'s). ``selection`` (B, Hq, pages) bool: the pages each query head
+    computes in 16 bits, used as given; else with ``thrift_budget`` ``thrift_select(..., share=thrift_share)``.
 
     q: (B, Hq, n_q, D) bhsd. Returns (out, lse) in float32 (float64 for float64 q)."""
     cd = torch.float64 if q.dtype == torch.float64 else torch.float32
@@ -158,7 +178,7 @@ def decode_reference(q: torch.Tensor, cache: KVCache, *, scale: float, thrift_bu
     thrift = thrift_budget is not None or selection is not None
     if thrift:
         if selection is None:
-            selection = thrift_select(q, cache, thrift_budget, window)
+            selection = thrift_select(q, cache, thrift_budget, window, share=thrift_share)
         k16, v16 = (x.to(cd) for x in cache.dense_16bit())
         npg = -(-Lmax // cache.page_size)
         if selection.shape[-1] < npg:  # (select_pages' width: the page table's, whose last page may be tail only)
@@ -187,7 +207,8 @@ def decode_reference(q: torch.Tensor, cache: KVCache, *, scale: float, thrift_bu
 
 
 def decode(q, cache: KVCache, *, scale=None, recipe: str = "nvfp4", thrift_budget=None, layout: str = "bhsd",
-           return_lse: bool = False, num_splits: int | None = None, window_size=None, sinks=None):
+           return_lse: bool = False, num_splits: int | None = None, window_size=None, sinks=None,
+           thrift_share: str = "group"):
     """Attend ``q`` (B, Hq, n_q <= 16, D) new query tokens to the NVFP4 KV ``cache``, which already
     holds their K/V (see the module docstring for the exact semantics).
 
@@ -201,6 +222,9 @@ def decode(q, cache: KVCache, *, scale=None, recipe: str = "nvfp4", thrift_budge
             candidate pages of each sequence and query head (all its pages, or with ``window_size`` those
             holding a key visible to some query row: see the module docstring). Combines with
             ``window_size`` and ``sinks``.
+        thrift_share: with GQA, ``"group"`` (default): a query head also computes in 16 bits the pages the other
+            heads of its kv group selected (read once for the group anyway: no extra memory traffic, lower error);
+            ``"head"``: only its own top-k.
         return_lse: also return the log-sum-exp (B, Hq, n_q) float32.
         num_splits: flash-decoding splits along the context (CUDA; default: a heuristic).
         window_size: ``(w, 0)`` (or ``(w, -1)``): a sliding window, query i sees the keys
@@ -216,7 +240,7 @@ def decode(q, cache: KVCache, *, scale=None, recipe: str = "nvfp4", thrift_budge
     No autograd.
     """
     qb, scale, thrift_budget, window, sinks = _check(q, cache, scale, recipe, thrift_budget, layout, return_lse,
-                                                     window_size, sinks)
+                                                     window_size, sinks, thrift_share)
     with torch.no_grad(), on_device(qb):
         # pages of any multiple of 16 tokens (the split kernels' key tiles divide the page); Thrift's 64-token
         # blocks need pages of multiples of 64. Any head dim of the cache (a multiple of 16): the kernels pad
@@ -227,12 +251,13 @@ def decode(q, cache: KVCache, *, scale=None, recipe: str = "nvfp4", thrift_budge
             from ..kernels.decode import decode_fwd, select_pages
             qb = qb.contiguous()
             # the selection by two Triton kernels (thrift_select's semantics, a few µs instead of ~40 ops)
-            sel = select_pages(qb, cache, thrift_budget, window=window) if thrift_budget is not None else None
+            sel = (select_pages(qb, cache, thrift_budget, window=window, share=thrift_share)
+                   if thrift_budget is not None else None)
             out, lse = decode_fwd(qb, cache, scale=scale, selection=sel, num_splits=num_splits, window=window,
                                   sinks=sinks)
         else:
             out, lse = decode_reference(qb, cache, scale=scale, thrift_budget=thrift_budget, window=window,
-                                        sinks=sinks)
+                                        sinks=sinks, thrift_share=thrift_share)
     out = out.to(q.dtype)
     if layout == "bshd":
         out = out.transpose(1, 2)
@@ -240,4 +265,4 @@ def decode(q, cache: KVCache, *, scale=None, recipe: str = "nvfp4", thrift_budge
     return (out, lse.float().contiguous()) if return_lse else out
 
 
-__all__ = ["decode", "decode_reference", "thrift_select"]
+__all__ = ["decode", "decode_reference", "share_selection", "thrift_select"]
