@@ -204,6 +204,15 @@ if HAVE_GLUON:
         return s_next, acc, p16, l_i, m_i, tau
 
     @gluon.jit
+    def _q_tile_f16(Qc, Qs, qrow, qd, DP: gl.constexpr, QB: gl.constexpr):
+        """Q̂ rows ``qrow`` (int64, the packed buffers' rows) x channels ``qd`` as exact fp16 values code·scale, from
+        the pre-pass's packed codes (element 2i: the low nibble of byte i) and E4M3 scale bytes (one per QB)."""
+        byte = gl.load(Qc + qrow[:, None] * (DP // 2) + (qd // 2)[None, :]).to(gl.int32)
+        code = (byte >> ((qd % 2) * 4)[None, :]) & 0xF
+        sb = gl.load(Qs + qrow[:, None] * (DP // QB) + (qd // QB)[None, :])
+        return e2m1_decode_f16(code) * e4m3_decode_f16(sb)
+
+    @gluon.jit
     def _attn_fwd_kernel_gl(Qc, Qs, k_desc, v_desc, QCORR, SELM, O, LSE, MBUF, QBAD, KVBAD,
                             so_b, so_h, so_n, so_d,
                             qk_scale, Hq, GROUP, Nq, Nk, NQP, NKP, D, I0, NQBC, NQB, NKB,
@@ -236,11 +245,7 @@ if HAVE_GLUON:
         qr = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, LQ))
         qd = gl.arange(0, DP, layout=gl.SliceLayout(0, LQ))
         qrow = pid_bh.to(gl.int64) * NQP + qr
-        byte = gl.load(Qc + qrow[:, None] * (DP // 2) + (qd // 2)[None, :]).to(gl.int32)
-        code = (byte >> ((qd % 2) * 4)[None, :]) & 0xF  # element 2i: low nibble of byte i
-        sb = gl.load(Qs + qrow[:, None] * (DP // QB) + (qd // QB)[None, :])
-        q_smem = gl.allocate_shared_memory(gl.float16, [BLOCK_M, DP], Q_SL,
-                                           e2m1_decode_f16(code) * e4m3_decode_f16(sb))
+        q_smem = gl.allocate_shared_memory(gl.float16, [BLOCK_M, DP], Q_SL, _q_tile_f16(Qc, Qs, qrow, qd, DP, QB))
 
         # ---- the K̂ / V̂ᵀ ring -------------------------------------------------------------------------
         k_smem = gl.allocate_shared_memory(gl.float16, [NS, BLOCK_N, DP], k_desc.layout)
@@ -391,10 +396,7 @@ if HAVE_GLUON:
         qr = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, LQ))
         qd = gl.arange(0, DP, layout=gl.SliceLayout(0, LQ))
         qrow = pid_bh.to(gl.int64) * NQP + gl.minimum(qr, ROWS_END - 1)  # (overhanging rows: repeat the last)
-        byte = gl.load(Qc + qrow[:, None] * (DP // 2) + (qd // 2)[None, :]).to(gl.int32)
-        code = (byte >> ((qd % 2) * 4)[None, :]) & 0xF  # element 2i: low nibble of byte i
-        sb = gl.load(Qs + qrow[:, None] * (DP // QB) + (qd // QB)[None, :])
-        q16 = e2m1_decode_f16(code) * e4m3_decode_f16(sb)
+        q16 = _q_tile_f16(Qc, Qs, qrow, qd, DP, QB)
         if Q_REG:
             q_op = gl.convert_layout(q16, gl.DotOperandLayout(operand_index=0, parent=S_L, k_width=2))
         else:
