@@ -612,6 +612,8 @@ def test_decode_errors():
     with pytest.raises(ValueError, match="thrift_share"):
         fp4attn.decode(q, KVCache.from_dense(*_kv(1, 2, 20, 16), keep_16bit=True), thrift_budget=0.5,
                        thrift_share="union")
+    with pytest.raises(ValueError, match="share"):
+        thrift_select(q, KVCache.from_dense(*_kv(1, 2, 20, 16), keep_16bit=True), 0.5, share="union")
 
 
 @pytest.mark.parametrize("nq", [1, 3])

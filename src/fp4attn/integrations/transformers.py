@@ -358,9 +358,11 @@ def register(recipe: str = "nvfp4", name: str | None = None, mode: str = "auto",
 # FP4 KV cache for generation
 # -------------------------------------------------------------------------------------------------
 def _transformers_version() -> tuple[int, int]:
+    """(major, minor) of the installed transformers, also for dev / rc versions ("5.25.0.dev0", "5.24.0rc1")."""
     import transformers
+    from packaging.version import Version
 
-    return tuple(int(x) for x in transformers.__version__.split(".")[:2])
+    return Version(transformers.__version__).release[:2]
 
 
 def _cache_classes():

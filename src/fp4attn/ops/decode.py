@@ -112,6 +112,7 @@ def thrift_select(q: torch.Tensor, cache: KVCache, budget: float, window: int | 
     the union of its kv group's (``decode``'s ``thrift_share``, see the module docstring). Device ops only (no
     host sync): usable inside a CUDA graph. The definition of the selection (the reference path's); CUDA
     ``decode`` computes the same with ``kernels.decode.select_pages``."""
+    check_choice("share", share, SHARES)
     B, hq, nq = q.shape[:3]
     ps = cache.page_size
     means = expand_kv(cache.block_means(), hq)  # (B, Hq, npg, D)
