@@ -41,14 +41,26 @@ def program_rows(H, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def kv_head_program(LENS, Hkv):
-    """The sequence and kv head of a decode program on a (·, B·Hkv) ``head_grid``: (pid_bh, b, h, L = its
-    length, C = L - L % 16: its committed (quantized) tokens; the rest is the raw 16-bit tail)."""
+def kv_head(Hkv):
+    """The sequence and kv head of a decode program on a (·, B·Hkv) ``head_grid``: (pid_bh, b, h)."""
     _, pid_bh = head_program()
-    b = pid_bh // Hkv
-    h = pid_bh % Hkv
+    return pid_bh, pid_bh // Hkv, pid_bh % Hkv
+
+
+@triton.jit
+def seq_length(LENS, b):
+    """(L, C): the length of sequence b and C = L - L % 16, its committed (quantized) tokens; the rest is the raw
+    16-bit tail."""
     L = tl.load(LENS + b)
-    return pid_bh, b, h, L, L - L % 16
+    return L, L - L % 16
+
+
+@triton.jit
+def kv_head_program(LENS, Hkv):
+    """``kv_head`` and ``seq_length`` of a decode program: (pid_bh, b, h, L, C)."""
+    pid_bh, b, h = kv_head(Hkv)
+    L, C = seq_length(LENS, b)
+    return pid_bh, b, h, L, C
 
 
 @triton.jit

@@ -80,7 +80,7 @@ from ..formats.triton_helpers import (
     fake_quant_rows,
 )
 from ._launch import fast, head_grid, next_pow2
-from ._tiles import LOG2E_K, decode_tile_runs, kv_head_program, online_softmax_step
+from ._tiles import LOG2E_K, decode_tile_runs, kv_head, online_softmax_step, seq_length
 
 try:  # Gluon ships with Triton >= 3.5
     from triton.experimental import gluon
@@ -370,15 +370,31 @@ if HAVE_GLUON:
         if PDL_TRIGGER:  # let the reduce kernel (a programmatic dependent launch) be scheduled early
             gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // $0", "=r", [], dtype=gl.int32,
                                       is_pure=False, pack=1)
-        pid_bh, b, h, L, C = kv_head_program(LENS, Hkv)  # C: committed tokens; the reduce adds the raw tail
-        # ϕ(q) along D (exact in fp16), channels in the logical k order of the K fragments
-        rq = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, LQ))
+        pid_bh, b, h = kv_head(Hkv)
+        KD16 = KD.cast(gl.pointer_type(gl.int16), bitcast=True)
+        start = pid_s * TPS
+        # FP4 tiles without a window: the split's first tile (at start, decode_tile_runs) is bulk-prefetched into L2
+        # as soon as its page-table entry arrives, so that its bytes stream in while q is loaded and quantized; every
+        # program of the one-wave grid starts at once, and its first load otherwise waited for that setup (1.6-2.3%
+        # of the step, H100, benchmarks/decode-prologue-s42/; Thrift's 64-key tiles: 0.9% slower, not used)
+        FIRST_L2: gl.constexpr = not WINDOW and not THRIFT
+        if FIRST_L2:
+            page0 = _page(PT, b, start, MAXP, PS)
+        L, C = seq_length(LENS, b)  # C: committed tokens; the reduce adds the raw tail
+        # ϕ(q) along D (exact in fp16) of the R distinct query rows, then copied into the FOLD columns of each
+        rq = gl.arange(0, R, layout=gl.SliceLayout(1, LQ))
         dq = gl.arange(0, D, layout=gl.SliceLayout(0, LQ))
-        q_rows = (b * Hkv + h).to(gl.int64) * G * NQ + rq // FOLD
-        q = gl.load(Q + q_rows[:, None] * DS + dq[None, :], mask=(rq // FOLD < G * NQ)[:, None] & (dq < DS)[None, :],
+        q_rows = (b * Hkv + h).to(gl.int64) * G * NQ + rq
+        q = gl.load(Q + q_rows[:, None] * DS + dq[None, :], mask=(rq < G * NQ)[:, None] & (dq < DS)[None, :],
                     other=0.0)
-        qf = gl.reshape(fake_quant_rows(q.to(gl.float32), 16, False, True).to(gl.float16),
-                        (BLOCK_M, 4, D // 32, 2, 2, 2))  # m, c, jh, kh, e, kl
+        if FIRST_L2:
+            _prefetch_l2(KD16, KS, VD, VS, page0, h, start, Hkv, DS, PS, BLOCK_N)
+        qf = fake_quant_rows(q.to(gl.float32), 16, False, True).to(gl.float16)
+        for i in gl.static_range(3):  # FOLD <= 8: row r -> rows r·FOLD .. r·FOLD + FOLD - 1
+            if FOLD >= (2 << i):
+                qf = gl.reshape(gl.permute(gl.join(qf, qf), (0, 2, 1)), (2 * qf.shape[0], D))
+        # channels in the logical k order of the K fragments
+        qf = gl.reshape(qf, (BLOCK_M, 4, D // 32, 2, 2, 2))  # m, c, jh, kh, e, kl
         qf = gl.reshape(gl.permute(qf, (0, 2, 3, 5, 1, 4)), (BLOCK_M, D))  # m, (jh, kh, kl, c, e)
         if FOLD > 1:  # column m: part m % FOLD of query row m // FOLD, its logical channels k of part k // (D / FOLD)
             mq = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, qf.type.layout))
@@ -422,8 +438,6 @@ if HAVE_GLUON:
         vsoff = ((2 * vr) // 16)[:, None] * DS + vc[None, :]  # tiles start on 16-token blocks
         vmask = (vr < BLOCK_N // 2)[:, None] & (vc < DS)[None, :]
         keys0 = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, zf.type.layout))
-        KD16 = KD.cast(gl.pointer_type(gl.int16), bitcast=True)
-        start = pid_s * TPS
         if WINDOW:  # the splits cover the window of the sequence: from the tile holding its first visible key
             start += (gl.maximum(L - NQ - WL, 0) // BLOCK_N) * BLOCK_N
         end = gl.minimum(start + TPS, C)
