@@ -6,6 +6,7 @@ fewer programs per SM, against the default 32-key tiles, 16 per SM.
 """
 # ruff: noqa: B023
 import os
+import sys
 
 import torch
 import triton
@@ -16,13 +17,11 @@ import fp4attn.kernels.decode as Dn
 from fp4attn.bench.common import graph_time_ms
 from fp4attn.bench.decode import decode_inputs
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _log import logger  # noqa: E402
+
 REP = float(os.environ.get("REP_MS", 60))
-out = open(os.path.join(os.environ.get("OUT", "."), "floor.txt"), "a")
-
-
-def P(*a):
-    print(*a, flush=True)
-    print(*a, file=out, flush=True)
+P = logger("floor.txt")
 
 
 @triton.jit

@@ -3,12 +3,13 @@ kernel, environment variables read at launch): PROBE_PRE_L2 = n, the split's fir
 as soon as its page-table entries arrive, before q is loaded and quantized; PROBE_QR = 1, q quantized on its G·n_q
 distinct rows, then copied into the FOLD columns of each (the kernel quantized every column, i.e. each row FOLD
 times). CUDA-graph replays of the public op, rounds alternating over the variants, min per variant; outputs compared
-bit for bit against the first variant.
+bit for bit against the first variant. The switches: probe_switches.patch (on a869b81).
 
     OUT=out PYTHONPATH=src python benchmarks/decode-prologue-s42/probe.py
 """
 # ruff: noqa: B023
 import os
+import sys
 
 import torch
 
@@ -16,17 +17,15 @@ import fp4attn
 from fp4attn.bench.common import graph_time_ms
 from fp4attn.bench.decode import decode_inputs, sdpa_fn
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _log import logger  # noqa: E402
+
 CASES = os.environ.get("CASES", "8,32,8,32768,128,1;1,32,8,131072,128,1;8,32,8,32768,64,1;8,32,8,32768,128,2;"
                                 "8,32,8,1024,128,1")
 VARIANTS = os.environ.get("VARIANTS", "0,0;1,0;2,0;0,1;1,1;2,1").split(";")
 REP = float(os.environ.get("REP_MS", 60))
 ROUNDS = int(os.environ.get("ROUNDS", 3))
-out = open(os.path.join(os.environ.get("OUT", "."), "probe.txt"), "a")
-
-
-def P(*a):
-    print(*a, flush=True)
-    print(*a, file=out, flush=True)
+P = logger("probe.txt")
 
 
 def setv(v):

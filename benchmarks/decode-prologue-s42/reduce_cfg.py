@@ -6,6 +6,7 @@ rounds alternating over the configs, min per config; outputs compared bit for bi
 """
 # ruff: noqa: B023
 import os
+import sys
 
 import torch
 
@@ -13,17 +14,15 @@ import fp4attn
 from fp4attn.bench.common import graph_time_ms
 from fp4attn.bench.decode import decode_inputs
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _log import logger  # noqa: E402
+
 CASES = os.environ.get("CASES", "8,32,8,32768,128;1,32,8,131072,128")
 CFGS = os.environ.get("CFGS", "4,32,256;1,32,256;2,32,256;1,16,256;1,32,64;2,64,256;4,64,256;1,128,64;"
                               "4,16,256").split(";")
 REP = float(os.environ.get("REP_MS", 60))
 ROUNDS = int(os.environ.get("ROUNDS", 3))
-out = open(os.path.join(os.environ.get("OUT", "."), "reduce_cfg.txt"), "a")
-
-
-def P(*a):
-    print(*a, flush=True)
-    print(*a, file=out, flush=True)
+P = logger("reduce_cfg.txt")
 
 
 def setc(c):
