@@ -614,6 +614,9 @@ def test_decode_errors():
                        thrift_share="union")
     with pytest.raises(ValueError, match="share"):
         thrift_select(q, KVCache.from_dense(*_kv(1, 2, 20, 16), keep_16bit=True), 0.5, share="union")
+    from fp4attn.kernels.decode import select_pages
+    with pytest.raises(ValueError, match="share"):  # the kernels' selection too (its CUDA path)
+        select_pages(q, KVCache.from_dense(*_kv(1, 2, 20, 16), keep_16bit=True), 0.5, share="union")
 
 
 @pytest.mark.parametrize("nq", [1, 3])

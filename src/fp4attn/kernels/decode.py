@@ -87,6 +87,7 @@ from ..formats.triton_helpers import (
     unpack_nibbles,
 )
 from ..ops._dispatch import interpreting as _interpret
+from ..ops._validate import check_choice
 from . import decode_gluon
 from ._launch import cdiv, fast, head_grid, next_pow2
 from ._tiles import LOG2E, LOG2E_K, decode_tile_runs, dim_mask, kv_head_program, online_softmax_step
@@ -1042,6 +1043,7 @@ def select_pages(q: torch.Tensor, cache, budget: float, window: int | None = Non
     width = max(maxp, 1)
     npg = _scored_pages(cache)
     rows = npg if window is None else _window_pages(window, NQ, cache.page_size, npg)
+    check_choice("share", share, ("group", "head"))  # (a misspelt value would run the per-head rule silently)
     group = Hq // cache.num_kv_heads if share == "group" else 1
     if max(16, next_pow2(rows)) > MAX_SELECT_PAGES:
         from ..ops.decode import thrift_select

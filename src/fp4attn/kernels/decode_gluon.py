@@ -48,7 +48,8 @@ benchmarks/f2fp-s29/pipes.py). Same products, same bits; 0.5-1.4% less time on t
 Numerics are those of the Triton kernel: the same fp16 operands, FP32 accumulation, the same P̃
 rounding (``fake_quant_p``) and online softmax (``online_softmax_step``), imported from the shared
 helpers. Tiles fully inside the committed, causally visible range skip the masks; their page-table entries are
-loaded two tiles ahead, and at small head dims their next tile is prefetched into L2 (``L2_PREFETCH``).
+loaded two tiles ahead, and at small head dims their next tile is prefetched into L2 (``L2_PREFETCH``). A split's
+first FP4 tile is prefetched into L2 while q is loaded and quantized (``FIRST_L2``; not with Thrift or a window).
 
 ``FUSED16`` (Thrift at tiles of <= 64 channels and <= 8 query rows, ``fused16_fits``): a tile that some query head of
 the kv group selected also loads its 16-bit K in 16-channel chunks (logical channel order, 8-byte loads: one 16-row
