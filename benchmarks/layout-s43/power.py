@@ -17,6 +17,7 @@ import time
 import torch
 
 import fp4attn
+from fp4attn.bench.common import capture_graph
 from fp4attn.bench.decode import decode_inputs, sdpa_fn
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -26,18 +27,6 @@ from probe import setv  # noqa: E402
 
 P = logger("power.txt")
 FIELDS = "clocks.sm,clocks.mem,power.draw,power.limit,temperature.gpu,clocks_event_reasons.active"
-def graph(fn, reps):
-    """fn captured reps times in one CUDA graph (after a warm-up on a side stream)."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(reps):
-            fn()
-    return g
 
 
 def sample(name, g, steps_per_replay):
@@ -67,7 +56,7 @@ if os.environ.get("MODE", "decode") == "decode":
     cu = sdpa_fn(torch.nn.attention.SDPBackend.CUDNN_ATTENTION, q, k, v)
     for name in ("cudnn", "separate", "loads-only", "work-only", "pipe12"):
         setv("separate" if name == "cudnn" else name)
-        sample(name, graph(cu if name == "cudnn" else (lambda: fp4attn.decode(q, cache)), 20), 20)
+        sample(name, capture_graph(cu if name == "cudnn" else (lambda: fp4attn.decode(q, cache)), 20, 1), 20)
     setv("separate")
 else:
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -83,4 +72,4 @@ else:
         else:
             def fn():
                 fp4attn.attention(q, k, v, recipe=name)
-        sample(name, graph(fn, 2), 2)
+        sample(name, capture_graph(fn, 2, 1), 2)

@@ -49,20 +49,27 @@ def interleaved_min_ms(fns: dict[str, Callable[[], object]], rounds: int, *,
     return t
 
 
+def capture_graph(fn: Callable[[], object], reps: int = 1, warmup: int = 3) -> torch.cuda.CUDAGraph:
+    """``fn`` called ``warmup`` times on a side stream (lazy allocations, compiles), then captured ``reps`` times in
+    one CUDA graph."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(warmup):
+            fn()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(reps):
+            fn()
+    return g
+
+
 def graph_time_ms(fn: Callable[[], object], rep_ms: float) -> float | None:
     """Median time of ``fn`` replayed from a CUDA graph: the GPU's time without the host's launch work
     (None if capture fails, with the reason on stderr)."""
     try:
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            for _ in range(3):
-                fn()
-        torch.cuda.current_stream().wait_stream(s)
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            fn()
-        return time_ms(g.replay, warmup_ms=rep_ms / 4, rep_ms=rep_ms)
+        return time_ms(capture_graph(fn).replay, warmup_ms=rep_ms / 4, rep_ms=rep_ms)
     except Exception as e:  # pragma: no cover - depends on the backend
         print(f"  (graph capture failed: {type(e).__name__}: {str(e)[:120]})", file=sys.stderr)
         return None
