@@ -1043,11 +1043,11 @@ def select_pages(q: torch.Tensor, cache, budget: float, window: int | None = Non
     width = max(maxp, 1)
     npg = _scored_pages(cache)
     rows = npg if window is None else _window_pages(window, NQ, cache.page_size, npg)
-    check_choice("share", share, ("group", "head"))  # (a misspelt value would run the per-head rule silently)
+    from ..ops.decode import SHARES, thrift_select  # (ops.decode imports this module lazily too)
+
+    check_choice("share", share, SHARES)  # (a misspelt value would run the per-head rule silently)
     group = Hq // cache.num_kv_heads if share == "group" else 1
     if max(16, next_pow2(rows)) > MAX_SELECT_PAGES:
-        from ..ops.decode import thrift_select
-
         return _selection_int8(thrift_select(q, cache, budget, window, share=share), B, Hq, maxp)
     scores = page_scores(q.contiguous(), cache, window=window)
     return page_topk(scores, cache.seq_lens, cache.page_size, budget, width, window=window, nq=NQ, group=group)
