@@ -303,6 +303,20 @@ def test_cli_bench_decode_refuses_a_query_count_outside_1_to_16(capsys, nq):
     assert f"--nq: expected 1..16 new query tokens per sequence, got {nq}" in capsys.readouterr().err
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_graph_b2b_ms_times_one_of_reps_calls_captured_back_to_back():
+    """``bench decode``'s back-to-back column: the graph holds ``reps`` calls of the function (every replay runs it
+    ``reps`` times, after the 3 warm-up calls of ``capture_graph``) and the time is per call."""
+    from fp4attn.bench.common import graph_b2b_ms
+
+    x = torch.zeros(1, device="cuda", dtype=torch.float64)
+    t = graph_b2b_ms(lambda: x.add_(1.0), rep_ms=5.0, reps=7)
+    n = int(x.item()) - 3
+    assert t is not None and t > 0
+    assert n > 0 and n % 7 == 0, n  # whole replays of 7 calls each
+
+
 def test_cli_usage_errors(capsys):
     assert main([]) == 2
     assert main(["--help"]) == 0

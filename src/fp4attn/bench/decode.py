@@ -13,8 +13,10 @@ speculative-decoding verify step, causal among the new tokens): times
 * ``thrift5``: ``fp4attn.decode(..., thrift_budget=0.05)`` (page selection included) on a cache with
   the 16-bit copy,
 
-each eagerly and replayed from a CUDA graph (decode steps are normally graph-captured; eager times of
-~50 µs ops measure Python launch overhead as much as the GPU). Reports median ms, the bytes each op
+each eagerly, replayed from a CUDA graph of one call, and as one of ``--b2b`` calls captured back to back in one
+graph (a model's decode step: its layers' kernels run back to back, and the graph's launch and the GPU's ramp into
+its first kernel, ~5 µs on an H100, are paid once per step, not per layer). Eager times of ~50 µs ops measure Python
+launch overhead as much as the GPU. Reports median ms, the bytes each op
 must read (the dense bf16 K/V; the FP4 codes + E4M3 scales (+ the selected 16-bit pages)),
 achieved bandwidth against a measured device-to-device copy, and the speedup over the best BF16
 baseline and over cuDNN. ``--sweep`` also times kernel configs (warps, stages, splits) and uses the best.
@@ -32,7 +34,7 @@ import sys
 
 import torch
 
-from .common import device_name, graph_time_ms, markdown_table, now_utc, time_ms
+from .common import device_name, graph_b2b_ms, graph_time_ms, markdown_table, now_utc, time_ms
 
 DEFAULT_SHAPES = "8x32x8x32768x128,1x32x8x131072x128"
 
@@ -113,6 +115,13 @@ def bench_shape(shape, args, bw):
     cache = fp4attn.KVCache.from_dense(k, v)
     cache16 = fp4attn.KVCache.from_dense(k, v, keep_16bit=True) if args.thrift else None
     bf16_bytes = 2 * B * Hkv * N * D * 2
+
+    def times(f, nbytes, graph=True):
+        """(eager ms, graph ms, back-to-back graph ms per call, bytes read)."""
+        return (time_ms(f, warmup_ms=args.rep_ms / 4, rep_ms=args.rep_ms),
+                graph_time_ms(f, args.rep_ms) if graph else None,
+                graph_b2b_ms(f, args.rep_ms, args.b2b) if graph and args.b2b > 1 else None, nbytes)
+
     res = {}
     notes = []
     baselines = [("cudnn", SDPBackend.CUDNN_ATTENTION, q), ("flash", SDPBackend.FLASH_ATTENTION, q)]
@@ -125,8 +134,7 @@ def bench_shape(shape, args, bw):
         try:
             f()
             torch.cuda.synchronize()
-            res[name] = (time_ms(f, warmup_ms=args.rep_ms / 4, rep_ms=args.rep_ms), graph_time_ms(f, args.rep_ms),
-                         bf16_bytes)
+            res[name] = times(f, bf16_bytes)
         except Exception as e:
             notes.append(f"{name}: {type(e).__name__}: {str(e).splitlines()[0][:150] if str(e) else ''}")
     cfg = {}
@@ -145,15 +153,12 @@ def bench_shape(shape, args, bw):
     def ours_op():
         return fp4attn.decode(q, cache, num_splits=nsplit)
 
-    res["nvfp4 (kernel)"] = (time_ms(ours, warmup_ms=args.rep_ms / 4, rep_ms=args.rep_ms),
-                             graph_time_ms(ours, args.rep_ms), fp4_bytes(B, Hkv, N, D))
+    res["nvfp4 (kernel)"] = times(ours, fp4_bytes(B, Hkv, N, D))
     if not kw:  # the portable Triton split kernel beside the one "auto" picks (Gluon on Hopper)
         def ours_triton():
             return decode_fwd(q, cache, scale=D ** -0.5, num_splits=nsplit, kernel="triton")[0]
-        res["nvfp4 (Triton kernel)"] = (time_ms(ours_triton, warmup_ms=args.rep_ms / 4, rep_ms=args.rep_ms),
-                                        graph_time_ms(ours_triton, args.rep_ms), fp4_bytes(B, Hkv, N, D))
-    res["nvfp4 (op)"] = (time_ms(ours_op, warmup_ms=args.rep_ms / 4, rep_ms=args.rep_ms), None,
-                         fp4_bytes(B, Hkv, N, D))
+        res["nvfp4 (Triton kernel)"] = times(ours_triton, fp4_bytes(B, Hkv, N, D))
+    res["nvfp4 (op)"] = times(ours_op, fp4_bytes(B, Hkv, N, D), graph=False)
     # accuracy at the benchmark shape: kernel vs the reference over the dequantized cache, and both vs
     # exact (float32) attention on the bf16 cache
     acc = {}
@@ -192,15 +197,10 @@ def bench_shape(shape, args, bw):
         # bytes: FP4 pages + the 16-bit pages some head of a group selected (read once per group)
         grp = sel.view(B, Hkv, Hq // Hkv, -1).any(dim=2)
         t16 = int(grp.sum().item()) * cache16.page_size * D * 2 * 2
-        res["thrift5 (kernel)"] = (time_ms(thrift_kernel, warmup_ms=args.rep_ms / 4, rep_ms=args.rep_ms),
-                                   graph_time_ms(thrift_kernel, args.rep_ms), fp4_bytes(B, Hkv, N, D) + t16)
-        res["thrift5 (op, selection incl.)"] = (time_ms(thrift_op, warmup_ms=args.rep_ms / 4, rep_ms=args.rep_ms),
-                                                graph_time_ms(thrift_op, args.rep_ms),
-                                                fp4_bytes(B, Hkv, N, D) + t16)
+        res["thrift5 (kernel)"] = times(thrift_kernel, fp4_bytes(B, Hkv, N, D) + t16)
+        res["thrift5 (op, selection incl.)"] = times(thrift_op, fp4_bytes(B, Hkv, N, D) + t16)
         if Hq > Hkv:  # the per-head rule: the same 16-bit pages read, fewer of them used
-            res["thrift5 (op, thrift_share=head)"] = (
-                time_ms(thrift_op_head, warmup_ms=args.rep_ms / 4, rep_ms=args.rep_ms),
-                graph_time_ms(thrift_op_head, args.rep_ms), fp4_bytes(B, Hkv, N, D) + t16)
+            res["thrift5 (op, thrift_share=head)"] = times(thrift_op_head, fp4_bytes(B, Hkv, N, D) + t16)
         with torch.no_grad():
             bb = min(B, 2)
             sub = fp4attn.KVCache.from_dense(k[:bb], v[:bb], keep_16bit=True)
@@ -322,6 +322,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--nq", type=int, default=1, help="new query tokens per sequence (1..16; > 1: a "
                     "speculative-decoding verify step, causal among them)")
     ap.add_argument("--rep-ms", type=float, default=200.0)
+    ap.add_argument("--b2b", type=int, default=10, help="calls per CUDA graph for the back-to-back column (1: off)")
     ap.add_argument("--sweep", action="store_true", help="time kernel configs and use the best")
     ap.add_argument("--no-thrift", dest="thrift", action="store_false")
     ap.add_argument("--quality", action="store_true", help="also print the structured-input quality table")
@@ -339,8 +340,8 @@ def main(argv: list[str] | None = None) -> int:
     lines = [f"device: {device_name()}, {now_utc()}, torch {torch.__version__}",
              f"measured copy bandwidth (read+write): {bw / 1e12:.2f} TB/s",
              f"new query tokens per sequence: {args.nq}", ""]
-    headers = ["shape (B,Hq,Hkv,ctx,D)", "provider", "eager ms", "graph ms", "MB read", "TB/s (graph|eager)",
-               "% of copy bw", "x best bf16", "x cudnn"]
+    headers = ["shape (B,Hq,Hkv,ctx,D)", "provider", "eager ms", "graph ms", f"b2b ms (x{args.b2b})", "MB read",
+               "TB/s (graph|eager)", "% of copy bw", "x best bf16", "x cudnn", "x cudnn b2b"]
     rows = []
     extra = []
     print("\n".join(lines), flush=True)
@@ -351,12 +352,13 @@ def main(argv: list[str] | None = None) -> int:
         base = [best_t(r) for n, r in res.items() if n.startswith(("cudnn", "flash"))]
         bf_best = min(base) if base else None
         cud = best_t(res["cudnn"]) if "cudnn" in res else None
+        cud_b = res["cudnn"][2] if "cudnn" in res else None
         shape_rows = []
-        for name, (te, tg, nb) in res.items():
+        for name, (te, tg, tb, nb) in res.items():
             t = best_t((te, tg))
-            shape_rows.append([str(shape), name, te, tg, nb / 1e6, nb / (t * 1e-3) / 1e12,
+            shape_rows.append([str(shape), name, te, tg, tb, nb / 1e6, nb / (t * 1e-3) / 1e12,
                                100.0 * nb / (t * 1e-3) / bw, bf_best / t if bf_best else None,
-                               cud / t if cud else None])
+                               cud / t if cud else None, cud_b / tb if (cud_b and tb) else None])
         rows += shape_rows
         ex = (f"{shape}: config {cfg or 'heuristic'}; accuracy {acc}; memory vs bf16 {mem}; "
               f"notes {notes}")
