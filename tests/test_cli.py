@@ -303,6 +303,14 @@ def test_cli_bench_decode_refuses_a_query_count_outside_1_to_16(capsys, nq):
     assert f"--nq: expected 1..16 new query tokens per sequence, got {nq}" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("b2b", ["0", "-3"])
+def test_cli_bench_decode_refuses_fewer_than_one_call_per_graph(capsys, b2b):
+    """``--b2b`` (calls per CUDA graph of the back-to-back column) is checked before any GPU work."""
+    assert main(["bench", "decode", "--b2b", b2b]) == 2
+    assert f"--b2b: expected at least 1 call per CUDA graph (1: no back-to-back column), got {b2b}" in \
+        capsys.readouterr().err
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_graph_b2b_ms_times_one_of_reps_calls_captured_back_to_back():

@@ -79,7 +79,9 @@ def graph_b2b_ms(fn: Callable[[], object], rep_ms: float, reps: int = 10) -> flo
     """Time of one call of ``fn`` inside a CUDA graph of ``reps`` calls back to back (the graph's median time over
     ``reps``), as a model's decode step runs its layers' kernels. ``graph_time_ms`` times a graph of one call: that
     also counts the graph's launch and the GPU's ramp into the first kernel, ~5 us on an H100 for a graph of one
-    tiny kernel against ~1.8 us per kernel back to back (benchmarks/overhead-s44/). None if capture fails."""
+    tiny kernel against ~1.8 us per kernel back to back; ``time_ms``'s L2 flush, which leaves dirty lines for the
+    timed kernel to write back (~8-10 us on a decode step there), is also paid once per ``reps`` calls
+    (benchmarks/overhead-s44/). None if capture fails."""
     try:
         return time_ms(capture_graph(fn, reps=reps).replay, warmup_ms=rep_ms / 4, rep_ms=rep_ms) / reps
     except Exception as e:  # pragma: no cover - depends on the backend

@@ -333,6 +333,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if not 1 <= args.nq <= 16:
         ap.error(f"--nq: expected 1..16 new query tokens per sequence, got {args.nq}")
+    if args.b2b < 1:
+        ap.error(f"--b2b: expected at least 1 call per CUDA graph (1: no back-to-back column), got {args.b2b}")
     if not torch.cuda.is_available():
         print("fp4attn bench decode needs a CUDA GPU", file=sys.stderr)
         return 2
