@@ -313,13 +313,13 @@ def test_cli_bench_decode_refuses_fewer_than_one_call_per_graph(capsys, b2b):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_graph_b2b_ms_times_one_of_reps_calls_captured_back_to_back():
-    """``bench decode``'s back-to-back column: the graph holds ``reps`` calls of the function (every replay runs it
-    ``reps`` times, after the 3 warm-up calls of ``capture_graph``) and the time is per call."""
-    from fp4attn.bench.common import graph_b2b_ms
+def test_graph_time_ms_times_one_of_reps_calls_captured_back_to_back():
+    """``bench decode``'s back-to-back column: with ``reps`` the graph holds ``reps`` calls of the function (every
+    replay runs it ``reps`` times, after the 3 warm-up calls of ``capture_graph``) and the time is per call."""
+    from fp4attn.bench.common import graph_time_ms
 
     x = torch.zeros(1, device="cuda", dtype=torch.float64)
-    t = graph_b2b_ms(lambda: x.add_(1.0), rep_ms=5.0, reps=7)
+    t = graph_time_ms(lambda: x.add_(1.0), rep_ms=5.0, reps=7)
     n = int(x.item()) - 3
     assert t is not None and t > 0
     assert n > 0 and n % 7 == 0, n  # whole replays of 7 calls each

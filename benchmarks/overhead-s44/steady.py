@@ -11,7 +11,7 @@ import sys
 import torch
 
 import fp4attn
-from fp4attn.bench.common import capture_graph, graph_time_ms, time_ms
+from fp4attn.bench.common import graph_time_ms
 from fp4attn.bench.decode import decode_inputs, sdpa_fn
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "decode-prologue-s42"))
@@ -23,8 +23,7 @@ CASES = os.environ.get("CASES", "8,32,8,32768,128;1,32,8,131072,128;8,32,8,32768
 
 
 def back_to_back_us(fn):
-    g = capture_graph(fn, reps=REPS)
-    return time_ms(g.replay, warmup_ms=REP / 4, rep_ms=REP) * 1e3 / REPS
+    return graph_time_ms(fn, REP, reps=REPS) * 1e3
 
 
 def main():

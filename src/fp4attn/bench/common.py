@@ -65,23 +65,14 @@ def capture_graph(fn: Callable[[], object], reps: int = 1, warmup: int = 3) -> t
     return g
 
 
-def graph_time_ms(fn: Callable[[], object], rep_ms: float) -> float | None:
-    """Median time of ``fn`` replayed from a CUDA graph: the GPU's time without the host's launch work
-    (None if capture fails, with the reason on stderr)."""
-    try:
-        return time_ms(capture_graph(fn).replay, warmup_ms=rep_ms / 4, rep_ms=rep_ms)
-    except Exception as e:  # pragma: no cover - depends on the backend
-        print(f"  (graph capture failed: {type(e).__name__}: {str(e)[:120]})", file=sys.stderr)
-        return None
-
-
-def graph_b2b_ms(fn: Callable[[], object], rep_ms: float, reps: int = 10) -> float | None:
-    """Time of one call of ``fn`` inside a CUDA graph of ``reps`` calls back to back (the graph's median time over
-    ``reps``), as a model's decode step runs its layers' kernels. ``graph_time_ms`` times a graph of one call: that
-    also counts the graph's launch and the GPU's ramp into the first kernel, ~5 us on an H100 for a graph of one
-    tiny kernel against ~1.8 us per kernel back to back; ``time_ms``'s L2 flush, which leaves dirty lines for the
-    timed kernel to write back (~8-10 us on a decode step there), is also paid once per ``reps`` calls
-    (benchmarks/overhead-s44/). None if capture fails."""
+def graph_time_ms(fn: Callable[[], object], rep_ms: float, reps: int = 1) -> float | None:
+    """Median time of one call of ``fn`` replayed from a CUDA graph that holds ``reps`` calls back to back (the
+    graph's time over ``reps``): the GPU's time without the host's launch work (None if capture fails, with the
+    reason on stderr). ``reps`` > 1 times ``fn`` as a model's decode step runs its layers' kernels: a graph of one
+    call also counts the graph's launch and the GPU's ramp into the first kernel, ~5 us on an H100 for a graph of
+    one tiny kernel against ~1.8 us per kernel back to back, and ``time_ms``'s L2 flush, which leaves dirty lines
+    for the timed kernel to write back (~8-10 us on a decode step there), is paid once per ``reps`` calls
+    (benchmarks/overhead-s44/)."""
     try:
         return time_ms(capture_graph(fn, reps=reps).replay, warmup_ms=rep_ms / 4, rep_ms=rep_ms) / reps
     except Exception as e:  # pragma: no cover - depends on the backend

@@ -34,7 +34,7 @@ import sys
 
 import torch
 
-from .common import device_name, graph_b2b_ms, graph_time_ms, markdown_table, now_utc, time_ms
+from .common import device_name, graph_time_ms, markdown_table, now_utc, time_ms
 
 DEFAULT_SHAPES = "8x32x8x32768x128,1x32x8x131072x128"
 
@@ -120,7 +120,7 @@ def bench_shape(shape, args, bw):
         """(eager ms, graph ms, back-to-back graph ms per call, bytes read)."""
         return (time_ms(f, warmup_ms=args.rep_ms / 4, rep_ms=args.rep_ms),
                 graph_time_ms(f, args.rep_ms) if graph else None,
-                graph_b2b_ms(f, args.rep_ms, args.b2b) if graph and args.b2b > 1 else None, nbytes)
+                graph_time_ms(f, args.rep_ms, args.b2b) if graph and args.b2b > 1 else None, nbytes)
 
     res = {}
     notes = []
