@@ -1608,6 +1608,8 @@ def test_decode_fwd_kernel_choice_errors():
         decode_fwd(q, c, scale=0.1, kernel="cuda")
     with pytest.raises(ValueError, match="kernel='gluon'"):  # a CPU tensor: no Gluon kernel there
         decode_fwd(q, c, scale=0.1, kernel="gluon")
+    with pytest.raises(ValueError, match="pipe"):  # PIPE is the Gluon kernel's (and at D = 128 only)
+        decode_fwd(q, c, scale=0.1, pipe=True)
 
 
 @needs_interp
@@ -1671,6 +1673,40 @@ def test_decode_gluon_kernel_gpu_equals_triton_kernel(D, G, nq, lens, block_n):
         assert torch.allclose(l_g, l_t, atol=1e-5, rtol=0)
     if torch.cuda.get_device_capability() == (9, 0):
         assert Dk._use_gluon("auto", q, False, G * nq, block_n, c.page_size)  # what fp4attn.decode runs here
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("G,nq,lens,window,sinks,ps", [(4, 1, [3000, 1, 777, 2245], None, False, 64),
+                                                       (1, 1, [513, 64, 2049], None, False, 64),
+                                                       (2, 1, [2000, 333], 100, True, 32),
+                                                       (8, 1, [1234, 2222], None, True, 64),
+                                                       (4, 2, [700, 1500, 35], 1023, False, 128),
+                                                       (2, 4, [4099, 31], None, False, 32)])
+def test_decode_gluon_pipe_gpu_bit_equal_without(G, nq, lens, window, sinks, ps):
+    """``pipe`` (the Gluon kernel's unmasked tiles loaded one tile ahead as words and carried in registers through
+    the tile's work) changes when the bytes arrive, not the arithmetic: at equal splits the outputs and LSEs are
+    bit-equal to the kernel without it. A wrong word offset or scale pairing would be O(1) (the K scales' channel
+    magnitudes differ below). Ragged lengths, 1-8 query rows (folded scores), windows, sinks, 32- to 128-token
+    pages; the first and last tiles of a split stay outside the pipelined run. On sm_90 the op runs it."""
+    from fp4attn.kernels import decode as Dk
+
+    dev, Hkv, D = "cuda", 2, 128
+    k, v = _kv(len(lens), Hkv, max(lens), D, seed=90)
+    k[..., :8] *= 8
+    c = KVCache.from_dense(k.to(dev), v.to(dev), lengths=lens, page_size=ps)
+    q = torch.randn(len(lens), Hkv * G, nq, D, generator=torch.Generator().manual_seed(91)).to(dev, torch.bfloat16)
+    s = (torch.randn(Hkv * G, generator=torch.Generator().manual_seed(92)) * 3).to(dev) if sinks else None
+    for splits in (1, 3, 7):
+        kw = dict(scale=D ** -0.5, num_splits=splits, window=window, sinks=s, kernel="gluon")
+        o_p, l_p = Dk.decode_fwd(q, c, pipe=True, **kw)
+        o_n, l_n = Dk.decode_fwd(q, c, pipe=False, **kw)
+        assert torch.equal(o_p, o_n) and torch.equal(l_p, l_n), (splits, _rel(o_p, o_n))
+    ref = decode_reference(q, c, scale=D ** -0.5, window=window, sinks=s)[0]
+    assert _rel(o_p, ref) <= 0.1, _rel(o_p, ref)
+    if torch.cuda.get_device_capability() == (9, 0):  # the op's default here, at its own splits
+        kw = dict(scale=D ** -0.5, window=window, sinks=s)
+        assert torch.equal(Dk.decode_fwd(q, c, **kw)[0], Dk.decode_fwd(q, c, pipe=True, **kw)[0])
 
 
 @pytest.mark.gpu

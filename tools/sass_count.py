@@ -24,9 +24,10 @@ forward (the MXFP4 forward's row-max pre-pass loop has fewer) / the query-tile l
 number quoted in commit messages ("SASS per tile"). ``decode`` and the Quartet kernels are recorded from
 their public launchers at benchmark-like shapes (B=8, Hq=32, Hkv=8, D=128 decode with the default config;
 (8192, 1024) bf16 quantizer operands) through ``tests/aot_probe.py``'s launch recorder. ``SASS_PER_SM=n`` compiles
-the Gluon decode kernels under the register cap of n programs per SM instead of their config's; ``SASS_G=g`` with
-g query heads per kv head (default 4) and ``SASS_D=d`` at head dim d (default 128; Thrift at d <= 64 compiles the
-fused 16-bit tile, as the op runs it; also the attention kernels' head dim).
+the Gluon decode kernels under the register cap of n programs per SM instead of their config's, ``SASS_PIPE=0``
+their FP4 tiles without ``PIPE``; ``SASS_G=g`` with g query heads per kv head (default 4) and ``SASS_D=d`` at
+head dim d (default 128; Thrift at d <= 64 compiles the fused 16-bit tile, as the op runs it; also the attention
+kernels' head dim).
 """
 
 import argparse
@@ -159,11 +160,15 @@ def recorded_cases(which, fmt="nvfp4", smooth=False):
             BLOCK_M = 8  # query rows per program (the op's for G <= 8, one new token)
             for thrift in (False, True):
                 sel = torch.zeros(8, 8 * G, mp, dtype=torch.int8) if thrift else None
+                bn = Kd._GLUON_CONFIG[thrift]["block_n"]
+                # the FP4 tiles' PIPE where the op runs it (SASS_PIPE=0: without)
+                pipe = os.environ.get("SASS_PIPE", "1") != "0" and Kd.decode_gluon.pipe_fits(D, BLOCK_M, bn, thrift)
+                per_sm = int(os.environ.get("SASS_PER_SM", 0)) or (Kd._GLUON_PIPE["per_sm"] if pipe else None)
                 Kd.decode_gluon.launch(q, cache, cache.page_table, cache.k_scale.view(torch.uint8),
                                        cache.v_scale.view(torch.uint8), buf, buf[:, 0], buf[:, 1], 0.088, 1, G, mp,
-                                       1024, 1, BLOCK_M, Kd._GLUON_CONFIG[thrift]["block_n"], sel,
-                                       maxnreg=Kd.gluon_maxnreg(thrift, int(os.environ.get("SASS_PER_SM", 0)) or None),
-                                       fused16=thrift and Kd.decode_gluon.fused16_fits(D, BLOCK_M, cache.dtype))
+                                       1024, 1, BLOCK_M, bn, sel, maxnreg=Kd.gluon_maxnreg(thrift, per_sm),
+                                       fused16=thrift and Kd.decode_gluon.fused16_fits(D, BLOCK_M, cache.dtype),
+                                       pipe=pipe)
         x = torch.randn(8192, 1024, dtype=torch.bfloat16)
         if "quest" in which or "fp8conv" in which:
             Kq.quest_fp8(x)

@@ -539,6 +539,14 @@ _GLUON_WIDE = {False: dict(block_n=32, num_warps=1, num_stages=1, per_sm=12, max
 # into L2 (`decode_gluon`'s L2_PREFETCH): 1.04x at (8,32,8,32k,64) on both; 0.81-0.98x at D = 128 and 256. Into L1
 # (`prefetch.global.L1`, one line per lane) at D = 128: 0.92-0.94x (H100, benchmarks/decode-s39/).
 _GLUON_ROWS16 = dict(_GLUON_CONFIG[False], per_sm=12)
+# FP4 tiles of 128 channels and <= 8 query rows carry the next tile's bytes in registers through the tile's work
+# (`decode_gluon`'s PIPE, where `decode_gluon.pipe_fits`): 163 registers, so 12 programs per SM instead of 16 (without
+# PIPE, 12 per SM ran 0.90-0.95x). Against the 16 per SM without it, one call per CUDA graph / 10 back to back:
+# H200 1.014-1.045x / 1.006-1.045x at (8,32,8,32k,128), (1,32,8,128k,128), (8,32,8,16k,128), (4,32,32,16k,128),
+# (8,16,8,32k,128); H100 0.988-1.014x / 0.996-1.029x (benchmarks/pipe-s45/). On the H100 the step runs at the
+# board's power limit, where hiding load latency raises power and lowers the clock (benchmarks/layout-s43/); the
+# H200's work-only bound is the larger share of its step. Bit-equal outputs to the same splits without PIPE.
+_GLUON_PIPE = dict(_GLUON_CONFIG[False], per_sm=12)
 _GLUON_L2_PREFETCH_MAX_D = 64
 
 # The reduce kernel is launched as a programmatic dependent of the split kernel (sm_90+): its launch and its tail
@@ -669,7 +677,7 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
                num_splits: int | None = None, block_n: int | None = None, num_warps: int | None = None,
                num_stages: int | None = None, kernel: str = "auto", per_sm: int | None = None,
                window: int | None = None, sinks: torch.Tensor | None = None, rowm: bool | None = None,
-               block_m: int | None = None, maxnreg: int | None = None):
+               block_m: int | None = None, maxnreg: int | None = None, pipe: bool | None = None):
     """q (B, Hq, NQ, D) contiguous -> (out (B, Hq, NQ, D) in q.dtype, lse (B, Hq, NQ) float32).
 
     ``selection``: (B, Hq, max_pages) bool Thrift selection (pages computed in 16 bits) or None; an int8
@@ -683,7 +691,8 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
     ``rowm``: the Triton split kernel with the query rows along the MMA's M (default: for more than 16 rows
     per kv head without a Thrift selection, see ``_WIDE_CONFIG``); ``block_m``: its rows per program (padding).
     ``maxnreg``: a register cap for the split kernel (default: the config's; the Gluon kernel's from its programs per
-    SM, ``gluon_maxnreg``).
+    SM, ``gluon_maxnreg``). ``pipe``: the Gluon kernel's FP4 tiles carry the next tile's bytes in registers
+    (``_GLUON_PIPE``; default: where ``decode_gluon.pipe_fits``).
     """
     thrift = selection is not None
     B, Hq, NQ, D = q.shape
@@ -711,8 +720,15 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
         hopper = q.is_cuda and not _interpret() and _capability(
             q.device.index if q.device.index is not None else torch.cuda.current_device())[0] == 9
         BLOCK_M = block_m or max(64 if hopper else 16, next_pow2(G * NQ))
+    # (the FP4 tile: the config's keys, or fewer where the page is smaller; see block_n below)
+    bn = block_n or min(gcfg["block_n"], cache.page_size & -cache.page_size)
+    fits = gluon and decode_gluon.pipe_fits(D, G * NQ, bn, thrift)
+    if pipe and not fits:
+        raise ValueError("pipe: the Gluon split kernel's FP4 tiles at D = 128, 32-key tiles, <= 8 query rows per kv "
+                         "head, no Thrift selection")
+    pipe = fits if pipe is None else pipe
     if gluon:
-        cfg = _GLUON_ROWS16 if not thrift and D <= 128 and G * NQ > 8 else gcfg
+        cfg = _GLUON_PIPE if pipe else _GLUON_ROWS16 if not thrift and D <= 128 and G * NQ > 8 else gcfg
     elif rowm:
         cfg = _WIDE_CONFIG[BLOCK_M > 64 or D > 128]
     else:
@@ -786,7 +802,7 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
                             BLOCK_M, block_n, sel if thrift else None, ns_all,
                             maxnreg=maxnreg or gluon_maxnreg(thrift, per_sm or cfg["per_sm"]),
                             pdl_trigger=pdl, window=window, sink=None if sinks is None else sink,
-                            l2_prefetch=not thrift and D <= _GLUON_L2_PREFETCH_MAX_D, fused16=fused16)
+                            l2_prefetch=not thrift and D <= _GLUON_L2_PREFETCH_MAX_D, fused16=fused16, pipe=pipe)
         if side:
             cur.wait_stream(s16)
         elif n16:

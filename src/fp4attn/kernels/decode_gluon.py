@@ -186,6 +186,80 @@ if HAVE_GLUON:
                                                                                  bitcast=True).to(gl.float16)
 
     @gluon.jit
+    def _load_words(KD16, KS, VD, VS, page, h, t0, Hkv, kw, ksw, vw, vsw, DR: gl.constexpr, PS: gl.constexpr):
+        """``PIPE``: the packed bytes of the tile at t0 of pool page ``page`` as 32-bit words (K codes, V codes, V
+        scales) and 16-bit words (K scales), offsets ``kw`` ... in the word layouts of ``_words_layouts``: the loop
+        carries the next tile in as few registers as its bytes occupy (one per byte otherwise)."""
+        kp, ksp, vp, vsp = _tile_base(KD16, KS, VD, VS, page, h, t0, Hkv, DR, PS)
+        kh = gl.load(kp.to(gl.pointer_type(gl.int32), bitcast=True) + kw)
+        ks = gl.load(ksp.to(gl.pointer_type(gl.int16), bitcast=True) + ksw)
+        vb = gl.load(vp.to(gl.pointer_type(gl.int32), bitcast=True) + vw)
+        vs = gl.load(vsp.to(gl.pointer_type(gl.int32), bitcast=True) + vsw)
+        return kh, ks, vb, vs
+
+    @gluon.jit
+    def _word_offsets(DS, D: gl.constexpr, BLOCK_N: gl.constexpr, LH32: gl.constexpr, LKS16: gl.constexpr,
+                      LV32: gl.constexpr):
+        """``PIPE``: the offsets of ``_load_words`` (in words from the tile's first K / K scale / V / V scale word):
+        the bytes of ``_load_page_tile``'s layouts LH, LKS, LV, four (K scales: two) to a register. Key rows
+        n = 8i + r: lane bits pick r, register bits i (``_words_layouts``)."""
+        kr = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, LH32))
+        kc = gl.arange(0, D // 8, layout=gl.SliceLayout(0, LH32))
+        kw = kr[:, None] * (DS // 8) + kc[None, :]
+        sr = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, LKS16))
+        sc = gl.arange(0, D // 32, layout=gl.SliceLayout(0, LKS16))
+        ksw = sr[:, None] * (DS // 32) + sc[None, :]
+        vr = gl.arange(0, BLOCK_N // 2, layout=gl.SliceLayout(1, LV32))
+        vc = gl.arange(0, D // 4, layout=gl.SliceLayout(0, LV32))
+        vw = vr[:, None] * (DS // 4) + vc[None, :]
+        vsw = ((2 * vr) // 16)[:, None] * (DS // 4) + vc[None, :]  # tiles start on 16-token blocks
+        return kw, ksw, vw, vsw
+
+    @gluon.jit
+    def _halves(w):
+        """(N, M) int32 -> (N, M, 2) float16, [.., e] = half e of the word (a register split, no instruction)."""
+        lo, hi = gl.inline_asm_elementwise("mov.b32 {$0, $1}, $2;", "=h,=h,r", [w], dtype=(gl.float16, gl.float16),
+                                           is_pure=True, pack=1)
+        return gl.join(lo, hi)
+
+    @gluon.jit
+    def _k_words_f16(kw, ksw, LH: gl.constexpr):
+        """``PIPE``: K words (BLOCK_N, D/8) and K scale half-words (BLOCK_N, D/32) -> the four fp16 tensors that
+        ``E2M1_HALFWORDS_F16HI_PTX`` gives on ``_load_page_tile``'s half-words (element 2w + e: half e of output word
+        w), in layout LH: the same decode, the scale pairs built from the words."""
+        A, B = gl.inline_asm_elementwise("{ .reg .b32 t; cvt.rn.f16x2.e4m3x2 t, $2; prmt.b32 $0, t, t, 0x1010; "
+                                         "prmt.b32 $1, t, t, 0x3232; }", "=r,=r,h", [ksw],
+                                         dtype=(gl.int32, gl.int32), is_pure=True, pack=1)
+        AB = gl.join(A, B)
+        sc = gl.reshape(gl.join(AB, AB), (kw.shape[0], kw.shape[1]))  # word 4c + 2wb + wa: block 2c + wb
+        sc = gl.convert_layout(sc, kw.type.layout, assert_trivial=True)
+        r0, r1, r2, r3 = gl.inline_asm_elementwise(E2M1_HALFWORDS_F16HI_PTX, "=r,=r,=r,=r,r,r", [kw, sc],
+                                                   dtype=(gl.int32, gl.int32, gl.int32, gl.int32), is_pure=True,
+                                                   pack=1)
+        N: gl.constexpr = kw.shape[0]
+        M2: gl.constexpr = 2 * kw.shape[1]
+        return (gl.convert_layout(gl.reshape(_halves(r0), (N, M2)), LH, assert_trivial=True),
+                gl.convert_layout(gl.reshape(_halves(r1), (N, M2)), LH, assert_trivial=True),
+                gl.convert_layout(gl.reshape(_halves(r2), (N, M2)), LH, assert_trivial=True),
+                gl.convert_layout(gl.reshape(_halves(r3), (N, M2)), LH, assert_trivial=True))
+
+    @gluon.jit
+    def _v_words_f16(vw, vsw, LV: gl.constexpr):
+        """``PIPE``: V words and V scale words (BLOCK_N/2, D/4) -> X, Y as ``E2M1_BYTE_PAIRS_F16HI_PTX`` gives them on
+        ``_load_page_tile``'s bytes (element 4w + 2a + e: half e of output register a, resp. 2 + a), in layout LV."""
+        s01, s23 = gl.inline_asm_elementwise("{ .reg .b16 l, h; mov.b32 {l, h}, $2; cvt.rn.f16x2.e4m3x2 $0, l; "
+                                             "cvt.rn.f16x2.e4m3x2 $1, h; }", "=r,=r,r", [vsw],
+                                             dtype=(gl.int32, gl.int32), is_pure=True, pack=1)
+        r0, r1, r2, r3 = gl.inline_asm_elementwise(E2M1_BYTE_PAIRS_F16HI_PTX, "=r,=r,=r,=r,r,r,r", [vw, s01, s23],
+                                                   dtype=(gl.int32, gl.int32, gl.int32, gl.int32), is_pure=True,
+                                                   pack=1)
+        N: gl.constexpr = vw.shape[0]
+        M4: gl.constexpr = 4 * vw.shape[1]
+        X = gl.reshape(gl.permute(gl.join(_halves(r0), _halves(r1)), (0, 1, 3, 2)), (N, M4))
+        Y = gl.reshape(gl.permute(gl.join(_halves(r2), _halves(r3)), (0, 1, 3, 2)), (N, M4))
+        return gl.convert_layout(X, LV, assert_trivial=True), gl.convert_layout(Y, LV, assert_trivial=True)
+
+    @gluon.jit
     def _scores16(K16, Q, row0, q_rows, q_ok, qk_scale, DS, D: gl.constexpr, BLOCK_N: gl.constexpr,
                   BLOCK_M: gl.constexpr, LK16: gl.constexpr, MMA: gl.constexpr, PAD: gl.constexpr,
                   FOLD: gl.constexpr):
@@ -268,21 +342,25 @@ if HAVE_GLUON:
               D: gl.constexpr, PS: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
               LH: gl.constexpr, MMA: gl.constexpr, MASKED: gl.constexpr, THRIFT: gl.constexpr,
               WINDOW: gl.constexpr, LK16: gl.constexpr, LV16: gl.constexpr, PAD: gl.constexpr,
-              FUSED16: gl.constexpr, FOLD: gl.constexpr):
+              FUSED16: gl.constexpr, FOLD: gl.constexpr, WORDS: gl.constexpr = False, LV: gl.constexpr = None):
         """One tile of the key loop: decode K̂ into A fragments, Sᵀ, online softmax over the keys (axis 0),
         P̃ rounded per 16 keys, decode V̂ᵀ into A fragments, Oᵀ += V̂ᵀ·ϕ(P̃)ᵀ. ``MASKED``: the keys' committed,
         causal and (``WINDOW``, left extent WL) sliding-window masks. ``THRIFT``: two-level P̃ on the FP4 tile; the
         rows whose query head selected the tile's page are left out (scores -inf: the 16-bit stream kernel computes
         them) or, with ``FUSED16``, take their scores from the 16-bit keys of pool page ``page`` and add their
-        unquantized P̃ times its 16-bit values (a uniform branch, taken when some row selected the page)."""
+        unquantized P̃ times its 16-bit values (a uniform branch, taken when some row selected the page).
+        ``WORDS`` (``PIPE``): kh, ks, vb, vs are ``_load_words``' words (same values, decoded the same way)."""
         AOP: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
         BOP: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=MMA, k_width=2)
-        # K scales (BLOCK_N, D/16) -> one per half-word (4 per block), as register copies
-        ks4 = gl.convert_layout(gl.reshape(gl.join(gl.join(ks, ks), gl.join(ks, ks)), (BLOCK_N, D // 4)), LH,
-                                assert_trivial=True)
-        o0, o1, o2, o3 = gl.inline_asm_elementwise(E2M1_HALFWORDS_F16HI_PTX, "=r,=r,=r,=r,r,r", [kh, ks4],
-                                                   dtype=(gl.float16, gl.float16, gl.float16, gl.float16),
-                                                   is_pure=True, pack=2)
+        if WORDS:
+            o0, o1, o2, o3 = _k_words_f16(kh, ks, LH)
+        else:
+            # K scales (BLOCK_N, D/16) -> one per half-word (4 per block), as register copies
+            ks4 = gl.convert_layout(gl.reshape(gl.join(gl.join(ks, ks), gl.join(ks, ks)), (BLOCK_N, D // 4)), LH,
+                                    assert_trivial=True)
+            o0, o1, o2, o3 = gl.inline_asm_elementwise(E2M1_HALFWORDS_F16HI_PTX, "=r,=r,=r,=r,r,r", [kh, ks4],
+                                                       dtype=(gl.float16, gl.float16, gl.float16, gl.float16),
+                                                       is_pure=True, pack=2)
         # element hw = c·D/16 + 2jh + e of o_{kl + 2kh} is code kl + 2e of half-word c·D/16 + 2jh + kh: physical
         # channel c·D/4 + 8jh + 4kh + 2e + kl, logical k = 16(2jh + kh) + 8kl + 2c + e
         J = gl.reshape(gl.join(gl.join(o0, o1), gl.join(o2, o3)), (BLOCK_N, 4, D // 32, 2, 2, 2))  # n,c,jh,e,kl,kh
@@ -317,8 +395,11 @@ if HAVE_GLUON:
         # (FOLD > 1: the P·V product's columns are the query rows, padded with zeros)
         pT = gl.convert_layout(gl.permute(_pad_rows(pq.to(gl.float16), 0.0, FOLD), (1, 0)), BOP)
         # V: a word is 4 channels of one token pair; X holds (even, odd token) of channels +0, +1, Y of +2, +3
-        X, Y = gl.inline_asm_elementwise(E2M1_BYTE_PAIRS_F16HI_PTX, "=r,=r,=r,=r,r,r,r", [vb, vs],
-                                         dtype=(gl.float16, gl.float16), is_pure=True, pack=4)
+        if WORDS:
+            X, Y = _v_words_f16(vb, vs, LV)
+        else:
+            X, Y = gl.inline_asm_elementwise(E2M1_BYTE_PAIRS_F16HI_PTX, "=r,=r,=r,=r,r,r,r", [vb, vs],
+                                             dtype=(gl.float16, gl.float16), is_pure=True, pack=4)
         J = gl.reshape(gl.join(X, Y), (BLOCK_N // 2, 8, D // 32, 2, 2, 2))  # t2, r, w, a, e, z
         vA = gl.convert_layout(gl.reshape(gl.permute(J, (2, 5, 3, 1, 0, 4)), (D, BLOCK_N)), AOP,
                                assert_trivial=True)
@@ -360,7 +441,8 @@ if HAVE_GLUON:
                                 MMA: gl.constexpr, LK16: gl.constexpr, LV16: gl.constexpr, LOUT: gl.constexpr,
                                 PDL_TRIGGER: gl.constexpr = False, WINDOW: gl.constexpr = False,
                                 SINKS: gl.constexpr = False, DR: gl.constexpr = 0, L2_PREFETCH: gl.constexpr = False,
-                                FUSED16: gl.constexpr = False, FOLD: gl.constexpr = 1):
+                                FUSED16: gl.constexpr = False, FOLD: gl.constexpr = 1, PIPE: gl.constexpr = False,
+                                LH32: gl.constexpr = None, LKS16: gl.constexpr = None, LV32: gl.constexpr = None):
         # D: the tiles' channels (64, 128 or 256); DR: the cache's head dim when it is less (48, 80, 96, 112,
         # 144 ... 240: the padding channels load as zeros), 0 when equal (see launch)
         PAD: gl.constexpr = DR != 0
@@ -452,12 +534,28 @@ if HAVE_GLUON:
                                               FOLD)
         # tiles from there below min(end, L - NQ + 1) are committed and visible to every query row: no masks. The
         # page-table entries are loaded two tiles ahead (a tile's bytes are addressed through its entry: two dependent
-        # global loads otherwise); with L2_PREFETCH the next tile's bytes are also prefetched into L2
+        # global loads otherwise); with L2_PREFETCH the next tile's bytes are also prefetched into L2; with PIPE the
+        # next tile's bytes are loaded before this tile's work and carried in registers, as words
         if full_end > lo_end:
             last_t0 = full_end - BLOCK_N  # the run's last tile (the prefetches past it repeat it)
             page = _page(PT, b, lo_end, MAXP, PS)
             page1 = _page(PT, b, gl.minimum(lo_end + BLOCK_N, last_t0), MAXP, PS)
-            for t0 in range(lo_end, full_end, BLOCK_N):
+            if PIPE:
+                kw, ksw, vw, vsw = _word_offsets(DS, D, BLOCK_N, LH32, LKS16, LV32)
+                wk, wks, wv, wvs = _load_words(KD16, KS, VD, VS, page, h, lo_end, Hkv, kw, ksw, vw, vsw, DS, PS)
+                for t0 in range(lo_end, full_end, BLOCK_N):
+                    page2 = _page(PT, b, gl.minimum(t0 + 2 * BLOCK_N, last_t0), MAXP, PS)
+                    # (the last tile loads itself again: cached, and no predicate or zero fill in the loop)
+                    nk, nks, nv, nvs = _load_words(KD16, KS, VD, VS, page1, h, gl.minimum(t0 + BLOCK_N, last_t0),
+                                                   Hkv, kw, ksw, vw, vsw, DS, PS)
+                    accT, m_i, l_i = _tile(wk, wks, wv, wvs, t0, accT, m_i, l_i, qT, s_scale, last_key, C, WL, keys0,
+                                           sel_rows, vg, SEL, MAXP, page, h, Hkv, K16, V16, Q, q_rows16, q_ok16,
+                                           qk_scale, DS, D, PS, BLOCK_N, BLOCK_M, LH, MMA, False, THRIFT, WINDOW, LK16,
+                                           LV16, PAD, FUSED16, FOLD, True, LV)
+                    wk, wks, wv, wvs = nk, nks, nv, nvs
+                    page = page1
+                    page1 = page2
+            for t0 in range(lo_end, lo_end if PIPE else full_end, BLOCK_N):
                 page2 = _page(PT, b, gl.minimum(t0 + 2 * BLOCK_N, last_t0), MAXP, PS)
                 if L2_PREFETCH:
                     _prefetch_l2(KD16, KS, VD, VS, page1, h, gl.minimum(t0 + BLOCK_N, last_t0), Hkv, DS, PS, BLOCK_N)
@@ -532,6 +630,33 @@ def _layouts(D: int, BLOCK_N: int, BLOCK_M: int) -> dict:
     return dict(LQ=LQ, LH=LH, LKS=LKS, LV=LV, MMA=MMA, LK16=LK16, LV16=LV16, LOUT=LOUT)
 
 
+@functools.lru_cache(maxsize=None)
+def _words_layouts(D: int, BLOCK_N: int) -> dict:
+    """``PIPE``'s word layouts: the registers of LH (K half-words), LKS (K scale bytes) and LV (V bytes, V scale bytes)
+    two (LKS) or four bytes at a time, as 32- / 16-bit words: (BLOCK_N, D/8), (BLOCK_N, D/32), (BLOCK_N/2, D/4)."""
+    rows = [[8 << i, 0] for i in range(_log2(BLOCK_N // 8))]
+    LH32 = gl.DistributedLinearLayout(
+        reg_bases=[[0, 1 << i] for i in range(_log2(D // 32))] + rows,
+        lane_bases=[[0, D // 32], [0, D // 16], [1, 0], [2, 0], [4, 0]], warp_bases=[], block_bases=[],
+        shape=[BLOCK_N, D // 8])
+    LKS16 = gl.DistributedLinearLayout(
+        reg_bases=rows, lane_bases=[[0, D // 128], [0, D // 64], [1, 0], [2, 0], [4, 0]], warp_bases=[],
+        block_bases=[], shape=[BLOCK_N, D // 32])
+    LV32 = gl.DistributedLinearLayout(
+        reg_bases=[[0, 1 << i] for i in range(_log2(D // 32))] + [[4 << i, 0] for i in range(_log2(BLOCK_N // 8))],
+        lane_bases=[[1, 0], [2, 0], [0, D // 32], [0, D // 16], [0, D // 8]], warp_bases=[], block_bases=[],
+        shape=[BLOCK_N // 2, D // 4])
+    return dict(LH32=LH32, LKS16=LKS16, LV32=LV32)
+
+
+def pipe_fits(D: int, rows: int, block_n: int, thrift: bool) -> bool:
+    """Where the FP4 tiles can run ``PIPE`` (the next tile's words carried in registers through this tile's work):
+    128-channel caches (the word layouts need a K scale half-word per lane: D >= 128; a 256-channel tile does not
+    fit its registers), 32-key tiles, at most 8 query rows (the register budget of 12 programs per SM, 163 registers
+    without spills at 4 rows; ptxas, sm_90) and no Thrift selection."""
+    return HAVE_GLUON and D == 128 and block_n == 32 and rows <= 8 and not thrift
+
+
 def fused16_fits(D: int, rows: int, dtype) -> bool:
     """Thrift's selected pages inside this kernel (``FUSED16``), for a 16-bit copy of ``dtype`` float16 or bfloat16
     (a float32 cache keeps the 16-bit stream kernel), where its tile keeps the 168-register budget of 12
@@ -560,14 +685,15 @@ def supported(D: int, rows: int, block_n: int, page_size: int) -> bool:
 
 def launch(q, cache, pt, ks, vs, OP, MP, LP, qk_scale, NQ, G, maxp, TPS, num_splits, BLOCK_M, block_n,
            sel=None, ns_stride=None, maxnreg=None, pdl_trigger=False, window=None, sink=None, l2_prefetch=False,
-           fused16=False, fold=None):
+           fused16=False, fold=None, pipe=False):
     """Run the split kernel on the decode_fwd buffers (grid (splits, B·Hkv), one warp per program; ``maxnreg``: a
     register cap, so that as many programs share an SM as the splits were sized for). ``window``: a sliding
     window's left extent (the splits start at each sequence's window); ``sink``: the (Hq,) attention sinks in score
     units (a float tensor), the running max's start. ``l2_prefetch``: the unmasked tiles' next tile prefetched into
     L2 (``cp.async.bulk.prefetch``). ``fused16`` (with a Thrift selection ``sel``): the selected pages computed here
     from the cache's 16-bit copy (``fused16_fits``) instead of by the separate 16-bit stream kernel. ``fold``: channel
-    parts per query row in the score MMA's columns (``default_fold``; 1: one column per row)."""
+    parts per query row in the score MMA's columns (``default_fold``; 1: one column per row). ``pipe``: the unmasked
+    tiles' bytes loaded one tile ahead and carried in registers (``PIPE``, where ``pipe_fits``)."""
     B, _, _, DR = q.shape
     D = next_pow2(DR)  # the tiles' channels: DR padded to a power of two
     Hkv = cache.num_kv_heads
@@ -582,6 +708,11 @@ def launch(q, cache, pt, ks, vs, OP, MP, LP, qk_scale, NQ, G, maxp, TPS, num_spl
         extra["L2_PREFETCH"] = True
     if fused16:
         extra["FUSED16"] = True
+    if pipe:
+        if not pipe_fits(DR, BLOCK_M, block_n, sel is not None):
+            raise ValueError(f"pipe: 128-channel caches, 32-key tiles, <= 8 query rows and no Thrift selection "
+                             f"(got D={DR}, block_n={block_n}, BLOCK_M={BLOCK_M}, thrift={sel is not None})")
+        extra.update(PIPE=True, **_words_layouts(D, block_n))
     fold = default_fold(G * NQ, BLOCK_M) if fold is None else fold
     if fold > 1:
         extra["FOLD"] = fold
