@@ -542,8 +542,8 @@ _GLUON_ROWS16 = dict(_GLUON_CONFIG[False], per_sm=12)
 # FP4 tiles of 128 channels and <= 8 query rows carry the next tile's bytes in registers through the tile's work
 # (`decode_gluon`'s PIPE, where `decode_gluon.pipe_fits`): 163 registers, so 12 programs per SM instead of 16 (without
 # PIPE, 12 per SM ran 0.90-0.95x). Against the 16 per SM without it, one call per CUDA graph / 10 back to back:
-# H200 1.014-1.045x / 1.006-1.045x at (8,32,8,32k,128), (1,32,8,128k,128), (8,32,8,16k,128), (4,32,32,16k,128),
-# (8,16,8,32k,128); H100 0.988-1.014x / 0.996-1.029x (benchmarks/pipe-s45/). On the H100 the step runs at the
+# H200 1.013-1.058x / 1.005-1.048x at (8,32,8,32k,128), (1,32,8,128k,128), (8,32,8,16k,128), (4,32,32,16k,128),
+# (8,16,8,32k,128); H100 0.997-1.017x / 0.991-1.028x (benchmarks/pipe-s45/). On the H100 the step runs at the
 # board's power limit, where hiding load latency raises power and lowers the clock (benchmarks/layout-s43/); the
 # H200's work-only bound is the larger share of its step. Bit-equal outputs to the same splits without PIPE.
 _GLUON_PIPE = dict(_GLUON_CONFIG[False], per_sm=12)
