@@ -199,17 +199,18 @@ def fam_decode():
             Dk.decode_gluon.launch(qg, cg, cg.page_table, cg.k_scale.view(torch.uint8), cg.v_scale.view(torch.uint8),
                                    buf, buf[:, 0], buf[:, 1], 0.1, rows // 2, 2, cg.page_table.shape[1], 128, 3,
                                    max(8, rows), bn, maxnreg=Dk.gluon_maxnreg(False), pdl_trigger=D == 128)
-        # the FP4 tiles with the next tile carried in registers (PIPE; the op's default at D = 128, <= 8 rows): 4 and
-        # 8 rows, and with a sliding window and sinks
-        kd = torch.randn(2, 2, 300, 128, dtype=torch.bfloat16)
-        cg = fp4attn.KVCache.from_dense(kd, torch.randn_like(kd))
-        buf = torch.empty(64, 128)
-        for nq, w_, s_ in ((1, None, None), (2, 100, buf[:, 2])):
-            Dk.decode_gluon.launch(torch.randn(2, 8, nq, 128, dtype=torch.bfloat16), cg, cg.page_table,
-                                   cg.k_scale.view(torch.uint8), cg.v_scale.view(torch.uint8), buf, buf[:, 0],
-                                   buf[:, 1], 0.1, nq, 4, cg.page_table.shape[1], 128, 3, 8, 32,
-                                   maxnreg=Dk.gluon_maxnreg(False, Dk._GLUON_PIPE["per_sm"]), pdl_trigger=True,
-                                   window=w_, sink=s_, pipe=True)
+        # the FP4 tiles with the next tile carried in registers (PIPE; the op's default at D = 64 / 128, <= 8 rows):
+        # 4 and 8 rows, and with a sliding window and sinks
+        for D in (128, 64):
+            kd = torch.randn(2, 2, 300, D, dtype=torch.bfloat16)
+            cg = fp4attn.KVCache.from_dense(kd, torch.randn_like(kd))
+            buf = torch.empty(64, D)
+            for nq, w_, s_ in ((1, None, None), (2, 100, buf[:, 2])):
+                Dk.decode_gluon.launch(torch.randn(2, 8, nq, D, dtype=torch.bfloat16), cg, cg.page_table,
+                                       cg.k_scale.view(torch.uint8), cg.v_scale.view(torch.uint8), buf, buf[:, 0],
+                                       buf[:, 1], 0.1, nq, 4, cg.page_table.shape[1], 128, 3, 8, 32,
+                                       maxnreg=Dk.gluon_maxnreg(False, Dk._GLUON_PIPE[D]["per_sm"]), pdl_trigger=True,
+                                       window=w_, sink=s_, pipe=True)
         # Thrift on Hopper: the Gluon kernel without the selected pages, and the 16-bit stream kernel
         sel = torch.zeros(2, 8, c16.page_table.shape[1], dtype=torch.int8)
         buf = torch.empty(64, 128)

@@ -1677,21 +1677,27 @@ def test_decode_gluon_kernel_gpu_equals_triton_kernel(D, G, nq, lens, block_n):
 
 @pytest.mark.gpu
 @gpu
-@pytest.mark.parametrize("G,nq,lens,window,sinks,ps", [(4, 1, [3000, 1, 777, 2245], None, False, 64),
-                                                       (1, 1, [513, 64, 2049], None, False, 64),
-                                                       (2, 1, [2000, 333], 100, True, 32),
-                                                       (8, 1, [1234, 2222], None, True, 64),
-                                                       (4, 2, [700, 1500, 35], 1023, False, 128),
-                                                       (2, 4, [4099, 31], None, False, 32)])
-def test_decode_gluon_pipe_gpu_bit_equal_without(G, nq, lens, window, sinks, ps):
+@pytest.mark.parametrize("D,G,nq,lens,window,sinks,ps", [(128, 4, 1, [3000, 1, 777, 2245], None, False, 64),
+                                                         (128, 1, 1, [513, 64, 2049], None, False, 64),
+                                                         (128, 2, 1, [2000, 333], 100, True, 32),
+                                                         (128, 8, 1, [1234, 2222], None, True, 64),
+                                                         (128, 4, 2, [700, 1500, 35], 1023, False, 128),
+                                                         (128, 2, 4, [4099, 31], None, False, 32),
+                                                         # gpt-oss's layers (D = 64, G = 8; window 127, sinks)
+                                                         (64, 8, 1, [3000, 1, 777, 2245], 127, True, 64),
+                                                         (64, 8, 1, [1234, 2222], None, True, 64),
+                                                         (64, 4, 2, [700, 1500, 35], None, False, 32),
+                                                         (64, 1, 1, [513, 64, 2049], 1000, False, 128)])
+def test_decode_gluon_pipe_gpu_bit_equal_without(D, G, nq, lens, window, sinks, ps):
     """``pipe`` (the Gluon kernel's unmasked tiles loaded one tile ahead as words and carried in registers through
     the tile's work) changes when the bytes arrive, not the arithmetic: at equal splits the outputs and LSEs are
     bit-equal to the kernel without it. A wrong word offset or scale pairing would be O(1) (the K scales' channel
-    magnitudes differ below). Ragged lengths, 1-8 query rows (folded scores), windows, sinks, 32- to 128-token
-    pages; the first and last tiles of a split stay outside the pipelined run. On sm_90 the op runs it."""
+    magnitudes differ below). D = 128 and 64 (K scale bytes instead of half-words), ragged lengths, 1-8 query rows
+    (folded scores), windows, sinks, 32- to 128-token pages; the first and last tiles of a split stay outside the
+    pipelined run. On sm_90 the op runs it."""
     from fp4attn.kernels import decode as Dk
 
-    dev, Hkv, D = "cuda", 2, 128
+    dev, Hkv = "cuda", 2
     k, v = _kv(len(lens), Hkv, max(lens), D, seed=90)
     k[..., :8] *= 8
     c = KVCache.from_dense(k.to(dev), v.to(dev), lengths=lens, page_size=ps)

@@ -163,7 +163,7 @@ def recorded_cases(which, fmt="nvfp4", smooth=False):
                 bn = Kd._GLUON_CONFIG[thrift]["block_n"]
                 # the FP4 tiles' PIPE where the op runs it (SASS_PIPE=0: without)
                 pipe = os.environ.get("SASS_PIPE", "1") != "0" and Kd.decode_gluon.pipe_fits(D, BLOCK_M, bn, thrift)
-                per_sm = int(os.environ.get("SASS_PER_SM", 0)) or (Kd._GLUON_PIPE["per_sm"] if pipe else None)
+                per_sm = int(os.environ.get("SASS_PER_SM", 0)) or (Kd._GLUON_PIPE[D]["per_sm"] if pipe else None)
                 Kd.decode_gluon.launch(q, cache, cache.page_table, cache.k_scale.view(torch.uint8),
                                        cache.v_scale.view(torch.uint8), buf, buf[:, 0], buf[:, 1], 0.088, 1, G, mp,
                                        1024, 1, BLOCK_M, bn, sel, maxnreg=Kd.gluon_maxnreg(thrift, per_sm),

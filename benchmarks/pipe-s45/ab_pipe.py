@@ -20,7 +20,7 @@ from fp4attn.bench.decode import sdpa_fn
 from fp4attn.kernels import decode as kdec
 
 VARIANTS = os.environ.get("VARIANTS", "default,nopipe")
-SHAPES = ("8,32,8,32768,128;1,32,8,131072,128;8,32,8,16384,128;4,32,32,16384,128;8,16,8,32768,128")
+SHAPES = ("8,32,8,32768,128;1,32,8,131072,128;8,32,8,16384,128;4,32,32,16384,128;8,16,8,32768,128")  # or $CASES
 
 
 def call(q, cache, D, n):

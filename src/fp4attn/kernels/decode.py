@@ -539,14 +539,17 @@ _GLUON_WIDE = {False: dict(block_n=32, num_warps=1, num_stages=1, per_sm=12, max
 # into L2 (`decode_gluon`'s L2_PREFETCH): 1.04x at (8,32,8,32k,64) on both; 0.81-0.98x at D = 128 and 256. Into L1
 # (`prefetch.global.L1`, one line per lane) at D = 128: 0.92-0.94x (H100, benchmarks/decode-s39/).
 _GLUON_ROWS16 = dict(_GLUON_CONFIG[False], per_sm=12)
-# FP4 tiles of 128 channels and <= 8 query rows carry the next tile's bytes in registers through the tile's work
-# (`decode_gluon`'s PIPE, where `decode_gluon.pipe_fits`): 163 registers, so 12 programs per SM instead of 16 (without
-# PIPE, 12 per SM ran 0.90-0.95x). Against the 16 per SM without it, one call per CUDA graph / 10 back to back:
-# H200 1.013-1.058x / 1.005-1.048x at (8,32,8,32k,128), (1,32,8,128k,128), (8,32,8,16k,128), (4,32,32,16k,128),
-# (8,16,8,32k,128); H100 0.997-1.017x / 0.991-1.028x (benchmarks/pipe-s45/). On the H100 the step runs at the
-# board's power limit, where hiding load latency raises power and lowers the clock (benchmarks/layout-s43/); the
-# H200's work-only bound is the larger share of its step. Bit-equal outputs to the same splits without PIPE.
-_GLUON_PIPE = dict(_GLUON_CONFIG[False], per_sm=12)
+# FP4 tiles of 64 or 128 channels and <= 8 query rows carry the next tile's bytes in registers through the tile's work
+# (`decode_gluon`'s PIPE, where `decode_gluon.pipe_fits`). Bit-equal outputs to the same splits without PIPE.
+# - D = 128: 163 registers, so 12 programs per SM instead of 16 (without PIPE, 12 per SM ran 0.90-0.95x). Against the
+#   16 per SM without it, one call per CUDA graph / 10 back to back: H200 1.013-1.058x / 1.005-1.048x at
+#   (8,32,8,32k,128), (1,32,8,128k,128), (8,32,8,16k,128), (4,32,32,16k,128), (8,16,8,32k,128); H100 0.997-1.017x /
+#   0.991-1.028x. On the H100 the step runs at the board's power limit, where hiding load latency raises power and
+#   lowers the clock (benchmarks/layout-s43/).
+# - D = 64: 114 registers, 16 per SM as before; in place of the next tile's L2 prefetch: H100 1.031-1.043x /
+#   1.011-1.070x at (8,32,8,32k,64), (1,32,8,128k,64), (8,64,8,32k,64) (gpt-oss's heads), (8,32,8,8k,64); H200
+#   0.993-1.004x / 1.000-1.032x (benchmarks/pipe-s45/).
+_GLUON_PIPE = {128: dict(_GLUON_CONFIG[False], per_sm=12), 64: dict(_GLUON_CONFIG[False])}
 _GLUON_L2_PREFETCH_MAX_D = 64
 
 # The reduce kernel is launched as a programmatic dependent of the split kernel (sm_90+): its launch and its tail
@@ -724,11 +727,11 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
     bn = block_n or min(gcfg["block_n"], cache.page_size & -cache.page_size)
     fits = gluon and decode_gluon.pipe_fits(D, G * NQ, bn, thrift)
     if pipe and not fits:
-        raise ValueError("pipe: the Gluon split kernel's FP4 tiles at D = 128, 32-key tiles, <= 8 query rows per kv "
-                         "head, no Thrift selection")
+        raise ValueError("pipe: the Gluon split kernel's FP4 tiles at D = 64 or 128, 32-key tiles, <= 8 query rows "
+                         "per kv head, no Thrift selection")
     pipe = fits if pipe is None else pipe
     if gluon:
-        cfg = _GLUON_PIPE if pipe else _GLUON_ROWS16 if not thrift and D <= 128 and G * NQ > 8 else gcfg
+        cfg = _GLUON_PIPE[D] if pipe else _GLUON_ROWS16 if not thrift and D <= 128 and G * NQ > 8 else gcfg
     elif rowm:
         cfg = _WIDE_CONFIG[BLOCK_M > 64 or D > 128]
     else:
@@ -802,7 +805,8 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
                             BLOCK_M, block_n, sel if thrift else None, ns_all,
                             maxnreg=maxnreg or gluon_maxnreg(thrift, per_sm or cfg["per_sm"]),
                             pdl_trigger=pdl, window=window, sink=None if sinks is None else sink,
-                            l2_prefetch=not thrift and D <= _GLUON_L2_PREFETCH_MAX_D, fused16=fused16, pipe=pipe)
+                            l2_prefetch=not thrift and not pipe and D <= _GLUON_L2_PREFETCH_MAX_D, fused16=fused16,
+                            pipe=pipe)
         if side:
             cur.wait_stream(s16)
         elif n16:

@@ -186,29 +186,37 @@ if HAVE_GLUON:
                                                                                  bitcast=True).to(gl.float16)
 
     @gluon.jit
-    def _load_words(KD16, KS, VD, VS, page, h, t0, Hkv, kw, ksw, vw, vsw, DR: gl.constexpr, PS: gl.constexpr):
+    def _load_words(KD16, KS, VD, VS, page, h, t0, Hkv, kw, ksw, vw, vsw, DR: gl.constexpr, PS: gl.constexpr,
+                    KS8: gl.constexpr):
         """``PIPE``: the packed bytes of the tile at t0 of pool page ``page`` as 32-bit words (K codes, V codes, V
-        scales) and 16-bit words (K scales), offsets ``kw`` ... in the word layouts of ``_words_layouts``: the loop
-        carries the next tile in as few registers as its bytes occupy (one per byte otherwise)."""
+        scales) and 16-bit words (K scales; ``KS8``, 64-channel tiles, where a lane holds one K scale byte per key:
+        bytes), offsets ``kw`` ... in the word layouts of ``_words_layouts``: the loop carries the next tile in as
+        few registers as its bytes occupy (one per byte otherwise)."""
         kp, ksp, vp, vsp = _tile_base(KD16, KS, VD, VS, page, h, t0, Hkv, DR, PS)
         kh = gl.load(kp.to(gl.pointer_type(gl.int32), bitcast=True) + kw)
-        ks = gl.load(ksp.to(gl.pointer_type(gl.int16), bitcast=True) + ksw)
+        if KS8:
+            ks = gl.load(ksp + ksw)
+        else:
+            ks = gl.load(ksp.to(gl.pointer_type(gl.int16), bitcast=True) + ksw)
         vb = gl.load(vp.to(gl.pointer_type(gl.int32), bitcast=True) + vw)
         vs = gl.load(vsp.to(gl.pointer_type(gl.int32), bitcast=True) + vsw)
         return kh, ks, vb, vs
 
     @gluon.jit
     def _word_offsets(DS, D: gl.constexpr, BLOCK_N: gl.constexpr, LH32: gl.constexpr, LKS16: gl.constexpr,
-                      LV32: gl.constexpr):
+                      LV32: gl.constexpr, ksoff, KS8: gl.constexpr):
         """``PIPE``: the offsets of ``_load_words`` (in words from the tile's first K / K scale / V / V scale word):
-        the bytes of ``_load_page_tile``'s layouts LH, LKS, LV, four (K scales: two) to a register. Key rows
-        n = 8i + r: lane bits pick r, register bits i (``_words_layouts``)."""
+        the bytes of ``_load_page_tile``'s layouts LH, LKS, LV, four (K scales: two; ``KS8``: one, ``ksoff``) to a
+        register. Key rows n = 8i + r: lane bits pick r, register bits i (``_words_layouts``)."""
         kr = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, LH32))
         kc = gl.arange(0, D // 8, layout=gl.SliceLayout(0, LH32))
         kw = kr[:, None] * (DS // 8) + kc[None, :]
-        sr = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, LKS16))
-        sc = gl.arange(0, D // 32, layout=gl.SliceLayout(0, LKS16))
-        ksw = sr[:, None] * (DS // 32) + sc[None, :]
+        if KS8:
+            ksw = ksoff
+        else:
+            sr = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, LKS16))
+            sc = gl.arange(0, D // 32, layout=gl.SliceLayout(0, LKS16))
+            ksw = sr[:, None] * (DS // 32) + sc[None, :]
         vr = gl.arange(0, BLOCK_N // 2, layout=gl.SliceLayout(1, LV32))
         vc = gl.arange(0, D // 4, layout=gl.SliceLayout(0, LV32))
         vw = vr[:, None] * (DS // 4) + vc[None, :]
@@ -221,6 +229,13 @@ if HAVE_GLUON:
         lo, hi = gl.inline_asm_elementwise("mov.b32 {$0, $1}, $2;", "=h,=h,r", [w], dtype=(gl.float16, gl.float16),
                                            is_pure=True, pack=1)
         return gl.join(lo, hi)
+
+    @gluon.jit
+    def _half_words(w, LH: gl.constexpr):
+        """(N, M) int32 words -> (N, 2M) int16 half-words in layout LH (a register split, no instruction)."""
+        lo, hi = gl.inline_asm_elementwise("mov.b32 {$0, $1}, $2;", "=h,=h,r", [w], dtype=(gl.int16, gl.int16),
+                                           is_pure=True, pack=1)
+        return gl.convert_layout(gl.reshape(gl.join(lo, hi), (w.shape[0], 2 * w.shape[1])), LH, assert_trivial=True)
 
     @gluon.jit
     def _k_words_f16(kw, ksw, LH: gl.constexpr):
@@ -352,9 +367,12 @@ if HAVE_GLUON:
         ``WORDS`` (``PIPE``): kh, ks, vb, vs are ``_load_words``' words (same values, decoded the same way)."""
         AOP: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
         BOP: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=MMA, k_width=2)
-        if WORDS:
+        if WORDS and D >= 128:
             o0, o1, o2, o3 = _k_words_f16(kh, ks, LH)
         else:
+            if WORDS:  # 64 channels: the words split into the half-words, the scale bytes to fp16, as loaded otherwise
+                kh = _half_words(kh, LH)
+                ks = ks.to(gl.float8e4nv, bitcast=True).to(gl.float16)
             # K scales (BLOCK_N, D/16) -> one per half-word (4 per block), as register copies
             ks4 = gl.convert_layout(gl.reshape(gl.join(gl.join(ks, ks), gl.join(ks, ks)), (BLOCK_N, D // 4)), LH,
                                     assert_trivial=True)
@@ -541,13 +559,14 @@ if HAVE_GLUON:
             page = _page(PT, b, lo_end, MAXP, PS)
             page1 = _page(PT, b, gl.minimum(lo_end + BLOCK_N, last_t0), MAXP, PS)
             if PIPE:
-                kw, ksw, vw, vsw = _word_offsets(DS, D, BLOCK_N, LH32, LKS16, LV32)
-                wk, wks, wv, wvs = _load_words(KD16, KS, VD, VS, page, h, lo_end, Hkv, kw, ksw, vw, vsw, DS, PS)
+                KS8: gl.constexpr = D < 128
+                kw, ksw, vw, vsw = _word_offsets(DS, D, BLOCK_N, LH32, LKS16, LV32, ksoff, KS8)
+                wk, wks, wv, wvs = _load_words(KD16, KS, VD, VS, page, h, lo_end, Hkv, kw, ksw, vw, vsw, DS, PS, KS8)
                 for t0 in range(lo_end, full_end, BLOCK_N):
                     page2 = _page(PT, b, gl.minimum(t0 + 2 * BLOCK_N, last_t0), MAXP, PS)
                     # (the last tile loads itself again: cached, and no predicate or zero fill in the loop)
                     nk, nks, nv, nvs = _load_words(KD16, KS, VD, VS, page1, h, gl.minimum(t0 + BLOCK_N, last_t0),
-                                                   Hkv, kw, ksw, vw, vsw, DS, PS)
+                                                   Hkv, kw, ksw, vw, vsw, DS, PS, KS8)
                     accT, m_i, l_i = _tile(wk, wks, wv, wvs, t0, accT, m_i, l_i, qT, s_scale, last_key, C, WL, keys0,
                                            sel_rows, vg, SEL, MAXP, page, h, Hkv, K16, V16, Q, q_rows16, q_ok16,
                                            qk_scale, DS, D, PS, BLOCK_N, BLOCK_M, LH, MMA, False, THRIFT, WINDOW, LK16,
@@ -633,15 +652,16 @@ def _layouts(D: int, BLOCK_N: int, BLOCK_M: int) -> dict:
 @functools.lru_cache(maxsize=None)
 def _words_layouts(D: int, BLOCK_N: int) -> dict:
     """``PIPE``'s word layouts: the registers of LH (K half-words), LKS (K scale bytes) and LV (V bytes, V scale bytes)
-    two (LKS) or four bytes at a time, as 32- / 16-bit words: (BLOCK_N, D/8), (BLOCK_N, D/32), (BLOCK_N/2, D/4)."""
+    two (LKS) or four bytes at a time, as 32- / 16-bit words: (BLOCK_N, D/8), (BLOCK_N, D/32), (BLOCK_N/2, D/4). At
+    64 channels a lane holds one K scale byte per key: no LKS16."""
     rows = [[8 << i, 0] for i in range(_log2(BLOCK_N // 8))]
+    LKS16 = None if D < 128 else gl.DistributedLinearLayout(  # (64 channels: K scale bytes, in LKS)
+        reg_bases=rows, lane_bases=[[0, D // 128], [0, D // 64], [1, 0], [2, 0], [4, 0]], warp_bases=[],
+        block_bases=[], shape=[BLOCK_N, D // 32])
     LH32 = gl.DistributedLinearLayout(
         reg_bases=[[0, 1 << i] for i in range(_log2(D // 32))] + rows,
         lane_bases=[[0, D // 32], [0, D // 16], [1, 0], [2, 0], [4, 0]], warp_bases=[], block_bases=[],
         shape=[BLOCK_N, D // 8])
-    LKS16 = gl.DistributedLinearLayout(
-        reg_bases=rows, lane_bases=[[0, D // 128], [0, D // 64], [1, 0], [2, 0], [4, 0]], warp_bases=[],
-        block_bases=[], shape=[BLOCK_N, D // 32])
     LV32 = gl.DistributedLinearLayout(
         reg_bases=[[0, 1 << i] for i in range(_log2(D // 32))] + [[4 << i, 0] for i in range(_log2(BLOCK_N // 8))],
         lane_bases=[[1, 0], [2, 0], [0, D // 32], [0, D // 16], [0, D // 8]], warp_bases=[], block_bases=[],
@@ -651,10 +671,9 @@ def _words_layouts(D: int, BLOCK_N: int) -> dict:
 
 def pipe_fits(D: int, rows: int, block_n: int, thrift: bool) -> bool:
     """Where the FP4 tiles can run ``PIPE`` (the next tile's words carried in registers through this tile's work):
-    128-channel caches (the word layouts need a K scale half-word per lane: D >= 128; a 256-channel tile does not
-    fit its registers), 32-key tiles, at most 8 query rows (the register budget of 12 programs per SM, 163 registers
-    without spills at 4 rows; ptxas, sm_90) and no Thrift selection."""
-    return HAVE_GLUON and D == 128 and block_n == 32 and rows <= 8 and not thrift
+    64- and 128-channel caches (a 256-channel tile does not fit its registers), 32-key tiles, at most 8 query rows
+    and no Thrift selection."""
+    return HAVE_GLUON and D in (64, 128) and block_n == 32 and rows <= 8 and not thrift
 
 
 def fused16_fits(D: int, rows: int, dtype) -> bool:
@@ -710,7 +729,7 @@ def launch(q, cache, pt, ks, vs, OP, MP, LP, qk_scale, NQ, G, maxp, TPS, num_spl
         extra["FUSED16"] = True
     if pipe:
         if not pipe_fits(DR, BLOCK_M, block_n, sel is not None):
-            raise ValueError(f"pipe: 128-channel caches, 32-key tiles, <= 8 query rows and no Thrift selection "
+            raise ValueError(f"pipe: 64- or 128-channel caches, 32-key tiles, <= 8 query rows and no Thrift selection "
                              f"(got D={DR}, block_n={block_n}, BLOCK_M={BLOCK_M}, thrift={sel is not None})")
         extra.update(PIPE=True, **_words_layouts(D, block_n))
     fold = default_fold(G * NQ, BLOCK_M) if fold is None else fold
