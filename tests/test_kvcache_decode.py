@@ -1710,9 +1710,39 @@ def test_decode_gluon_pipe_gpu_bit_equal_without(D, G, nq, lens, window, sinks, 
         assert torch.equal(o_p, o_n) and torch.equal(l_p, l_n), (splits, _rel(o_p, o_n))
     ref = decode_reference(q, c, scale=D ** -0.5, window=window, sinks=s)[0]
     assert _rel(o_p, ref) <= 0.1, _rel(o_p, ref)
-    if torch.cuda.get_device_capability() == (9, 0):  # the op's default here, at its own splits
-        kw = dict(scale=D ** -0.5, window=window, sinks=s)
-        assert torch.equal(Dk.decode_fwd(q, c, **kw)[0], Dk.decode_fwd(q, c, pipe=True, **kw)[0])
+
+
+def test_pipe_pays_where_its_splits_stay_long():
+    """``PIPE``'s config (12 programs per SM at D = 128) runs by default where it leaves the splits as they are or
+    they keep >= 8 tiles: not at B = 8, 8 kv heads, 4k context (24 splits of 5.3 tiles instead of 32 of 4: 0.95-0.99x
+    measured), but at 16k and 32k, at B = 1 (the same splits) and with 256 kv heads at 2k (6 splits of 10.7)."""
+    from fp4attn.kernels import decode as Dk
+
+    def pays(B, hkv, n, D=128):
+        return Dk._pipe_pays(B, hkv, n, 32, None, Dk._GLUON_PIPE[D], Dk._GLUON_CONFIG[False])
+    assert not pays(8, 8, 4096)
+    assert all(pays(*a) for a in ((8, 8, 16384), (8, 8, 32768), (1, 8, 131072), (1, 8, 8192), (1, 8, 1024),
+                                  (32, 8, 2048), (4, 32, 16384)))
+    assert pays(8, 8, 4096, D=64)  # 16 per SM with or without it
+
+
+@pytest.mark.gpu
+@gpu
+def test_decode_default_runs_pipe_where_it_pays(monkeypatch):
+    """``fp4attn.decode`` passes ``decode_fwd``'s choice to the Gluon kernel: PIPE at long contexts and at D = 64,
+    not at (8 sequences x 8 kv heads, 4k, D = 128) (``_pipe_pays``)."""
+    from fp4attn.kernels import decode as Dk
+
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the Gluon split kernel runs on sm_90")
+    seen = []
+    launch = Dk.decode_gluon.launch
+    monkeypatch.setattr(Dk.decode_gluon, "launch", lambda *a, **kw: (seen.append(kw.get("pipe")), launch(*a, **kw)))
+    for B, N, D, want in ((1, 16384, 128, True), (8, 4096, 128, False), (8, 4096, 64, True)):
+        k = torch.randn(B, 8, N, D, device="cuda", dtype=torch.bfloat16)
+        c = KVCache.from_dense(k, k)
+        fp4attn.decode(torch.randn(B, 32, 1, D, device="cuda", dtype=torch.bfloat16), c)
+        assert seen[-1] is want, (B, N, D, seen)
 
 
 @pytest.mark.gpu

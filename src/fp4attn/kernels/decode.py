@@ -546,10 +546,12 @@ _GLUON_ROWS16 = dict(_GLUON_CONFIG[False], per_sm=12)
 #   (8,32,8,32k,128), (1,32,8,128k,128), (8,32,8,16k,128), (4,32,32,16k,128), (8,16,8,32k,128); H100 0.997-1.017x /
 #   0.991-1.028x. On the H100 the step runs at the board's power limit, where hiding load latency raises power and
 #   lowers the clock (benchmarks/layout-s43/).
-# - D = 64: 114 registers, 16 per SM as before; in place of the next tile's L2 prefetch: H100 1.031-1.043x /
+# - D = 64: 114 registers, 16 per SM as before; in place of the next tile's L2 prefetch: H100 1.031-1.042x /
 #   1.011-1.070x at (8,32,8,32k,64), (1,32,8,128k,64), (8,64,8,32k,64) (gpt-oss's heads), (8,32,8,8k,64); H200
-#   0.993-1.004x / 1.000-1.032x (benchmarks/pipe-s45/).
+#   0.992-1.005x / 1.000-1.033x (benchmarks/pipe-s45/).
+# At short contexts, see _pipe_pays.
 _GLUON_PIPE = {128: dict(_GLUON_CONFIG[False], per_sm=12), 64: dict(_GLUON_CONFIG[False])}
+_PIPE_MIN_TILES = 8  # (see _pipe_pays)
 _GLUON_L2_PREFETCH_MAX_D = 64
 
 # The reduce kernel is launched as a programmatic dependent of the split kernel (sm_90+): its launch and its tail
@@ -630,6 +632,19 @@ def default_splits(B: int, hkv: int, max_committed: int, block_n: int, device=No
         fill = min(tiles, -(-min_programs // (B * hkv)))
     fill = min(per_sm * sms // (B * hkv), fill)
     return max(1, -(-tiles // max_tiles) if max_tiles else 1, fill)
+
+
+def _pipe_pays(B: int, hkv: int, max_c: int, block_n: int, device, pcfg: dict, cfg: dict) -> bool:
+    """Whether ``PIPE``'s config (``pcfg``) runs by default: where its splits are those of the config without it
+    (``cfg``), or still hold >= ``_PIPE_MIN_TILES`` tiles. Its fewer programs per SM at D = 128 make the splits of a
+    short context fewer and longer: at (8,32,8,4k,128) 24 splits of 5.3 tiles instead of 32 of 4 ran 0.977x / 0.986x
+    (H100) and 0.982x / 0.953x (H200), one call per CUDA graph / 10 back to back; with equal splits at
+    (1,32,8,8k,128) 1.08x / 1.05x and 1.09x / 1.04x; 10.7 tiles at (32,32,8,2k,128) 0.99-1.02x
+    (benchmarks/pipe-s45/results/ab_pipe_short_*.txt)."""
+    tiles = max(1, -(-max_c // block_n))
+    n = default_splits(B, hkv, max_c, block_n, device, pcfg["per_sm"], pcfg["max_tiles"], pcfg.get("min_programs", 0))
+    return n == default_splits(B, hkv, max_c, block_n, device, cfg["per_sm"], cfg["max_tiles"],
+                               cfg.get("min_programs", 0)) or tiles >= _PIPE_MIN_TILES * n
 
 
 def _selection_int8(selection: torch.Tensor, B: int, Hq: int, maxp: int) -> torch.Tensor:
@@ -729,7 +744,10 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
     if pipe and not fits:
         raise ValueError("pipe: the Gluon split kernel's FP4 tiles at D = 64 or 128, 32-key tiles, <= 8 query rows "
                          "per kv head, no Thrift selection")
-    pipe = fits if pipe is None else pipe
+    if pipe is None:
+        pipe = fits and (num_splits is not None or per_sm is not None
+                         or _pipe_pays(B, Hkv, max_c if window is None else min(max_c, window + NQ + bn), bn, q.device,
+                                       _GLUON_PIPE[D], gcfg))
     if gluon:
         cfg = _GLUON_PIPE[D] if pipe else _GLUON_ROWS16 if not thrift and D <= 128 and G * NQ > 8 else gcfg
     elif rowm:
