@@ -613,27 +613,35 @@ def _log2(n: int) -> int:
     return n.bit_length() - 1
 
 
+def _key_rows_layout(per_lane: int, BLOCK_N: int):
+    """(BLOCK_N keys, 4·per_lane elements) in the A fragments' rows: thread (r = lane/4, c = lane%4) holds elements
+    c·per_lane .. + per_lane of keys r + 8i (LH, LKS; PIPE's words: LH32, LKS16)."""
+    return gl.DistributedLinearLayout(
+        reg_bases=[[0, 1 << i] for i in range(_log2(per_lane))] + [[8 << i, 0] for i in range(_log2(BLOCK_N // 8))],
+        lane_bases=[[0, per_lane], [0, 2 * per_lane], [1, 0], [2, 0], [4, 0]], warp_bases=[], block_bases=[],
+        shape=[BLOCK_N, 4 * per_lane])
+
+
+def _pair_rows_layout(per_lane: int, BLOCK_N: int):
+    """(BLOCK_N/2 token pairs, 8·per_lane elements) of Vᵀ's A fragments: thread (r = lane/4, c = lane%4) holds elements
+    r·per_lane .. + per_lane of pairs c + 4i (LV; PIPE's words: LV32)."""
+    return gl.DistributedLinearLayout(
+        reg_bases=[[0, 1 << i] for i in range(_log2(per_lane))] + [[4 << i, 0] for i in range(_log2(BLOCK_N // 8))],
+        lane_bases=[[1, 0], [2, 0], [0, per_lane], [0, 2 * per_lane], [0, 4 * per_lane]], warp_bases=[],
+        block_bases=[], shape=[BLOCK_N // 2, 8 * per_lane])
+
+
 @functools.lru_cache(maxsize=None)
 def _layouts(D: int, BLOCK_N: int, BLOCK_M: int) -> dict:
     """The register layouts of one-warp programs (linear layouts: bases of register bits, then lanes)."""
     MMA = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[1, 1], instr_shape=[16, 8])
     LQ = gl.BlockedLayout(size_per_thread=[1, 4], threads_per_warp=[1, 32], warps_per_cta=[1, 1], order=[1, 0])
-    rows = [[8 << i, 0] for i in range(_log2(BLOCK_N // 8))]  # rows r + 8i of the fragments
     # K half-words (BLOCK_N, D/4): thread (r, c) holds D/16 consecutive half-words (D/4 channels) of its rows
-    LH = gl.DistributedLinearLayout(
-        reg_bases=[[0, 1 << i] for i in range(_log2(D // 16))] + rows,
-        lane_bases=[[0, D // 16], [0, D // 8], [1, 0], [2, 0], [4, 0]], warp_bases=[], block_bases=[],
-        shape=[BLOCK_N, D // 4])
+    LH = _key_rows_layout(D // 16, BLOCK_N)
     # K scale bytes (BLOCK_N, D/16): the D/64 blocks of those channels
-    LKS = gl.DistributedLinearLayout(
-        reg_bases=[[0, 1 << i] for i in range(_log2(D // 64))] + rows,
-        lane_bases=[[0, D // 64], [0, D // 32], [1, 0], [2, 0], [4, 0]], warp_bases=[], block_bases=[],
-        shape=[BLOCK_N, D // 16])
+    LKS = _key_rows_layout(D // 64, BLOCK_N)
     # V bytes (BLOCK_N/2 token pairs, D channels): thread (r, c) holds channels r·D/8 .. + D/8 of pairs c + 4i
-    LV = gl.DistributedLinearLayout(
-        reg_bases=[[0, 1 << i] for i in range(_log2(D // 8))] + [[4 << i, 0] for i in range(_log2(BLOCK_N // 8))],
-        lane_bases=[[1, 0], [2, 0], [0, D // 8], [0, D // 4], [0, D // 2]], warp_bases=[], block_bases=[],
-        shape=[BLOCK_N // 2, D])
+    LV = _pair_rows_layout(D // 8, BLOCK_N)
     # Thrift's 16-bit K (BLOCK_N, 4, 4): thread (r, c) holds 4 consecutive channels (c·D/4 + 4J ..) of its rows
     LK16 = gl.DistributedLinearLayout(
         reg_bases=[[0, 0, 1], [0, 0, 2]] + [[8 << i, 0, 0] for i in range(_log2(BLOCK_N // 8))],
@@ -654,19 +662,8 @@ def _words_layouts(D: int, BLOCK_N: int) -> dict:
     """``PIPE``'s word layouts: the registers of LH (K half-words), LKS (K scale bytes) and LV (V bytes, V scale bytes)
     two (LKS) or four bytes at a time, as 32- / 16-bit words: (BLOCK_N, D/8), (BLOCK_N, D/32), (BLOCK_N/2, D/4). At
     64 channels a lane holds one K scale byte per key: no LKS16."""
-    rows = [[8 << i, 0] for i in range(_log2(BLOCK_N // 8))]
-    LKS16 = None if D < 128 else gl.DistributedLinearLayout(  # (64 channels: K scale bytes, in LKS)
-        reg_bases=rows, lane_bases=[[0, D // 128], [0, D // 64], [1, 0], [2, 0], [4, 0]], warp_bases=[],
-        block_bases=[], shape=[BLOCK_N, D // 32])
-    LH32 = gl.DistributedLinearLayout(
-        reg_bases=[[0, 1 << i] for i in range(_log2(D // 32))] + rows,
-        lane_bases=[[0, D // 32], [0, D // 16], [1, 0], [2, 0], [4, 0]], warp_bases=[], block_bases=[],
-        shape=[BLOCK_N, D // 8])
-    LV32 = gl.DistributedLinearLayout(
-        reg_bases=[[0, 1 << i] for i in range(_log2(D // 32))] + [[4 << i, 0] for i in range(_log2(BLOCK_N // 8))],
-        lane_bases=[[1, 0], [2, 0], [0, D // 32], [0, D // 16], [0, D // 8]], warp_bases=[], block_bases=[],
-        shape=[BLOCK_N // 2, D // 4])
-    return dict(LH32=LH32, LKS16=LKS16, LV32=LV32)
+    LKS16 = None if D < 128 else _key_rows_layout(D // 128, BLOCK_N)  # (64 channels: K scale bytes, in LKS)
+    return dict(LH32=_key_rows_layout(D // 32, BLOCK_N), LKS16=LKS16, LV32=_pair_rows_layout(D // 32, BLOCK_N))
 
 
 def pipe_fits(D: int, rows: int, block_n: int, thrift: bool) -> bool:
