@@ -710,7 +710,8 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
     per kv head without a Thrift selection, see ``_WIDE_CONFIG``); ``block_m``: its rows per program (padding).
     ``maxnreg``: a register cap for the split kernel (default: the config's; the Gluon kernel's from its programs per
     SM, ``gluon_maxnreg``). ``pipe``: the Gluon kernel's FP4 tiles carry the next tile's bytes in registers
-    (``_GLUON_PIPE``; default: where ``decode_gluon.pipe_fits``).
+    (``_GLUON_PIPE``; default: where ``decode_gluon.pipe_fits``, at most its programs per SM, and ``_pipe_pays``
+    unless the splits or programs per SM are given).
     """
     thrift = selection is not None
     B, Hq, NQ, D = q.shape
@@ -744,10 +745,11 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
     if pipe and not fits:
         raise ValueError("pipe: the Gluon split kernel's FP4 tiles at D = 64 or 128, 32-key tiles, <= 8 query rows "
                          "per kv head, no Thrift selection")
-    if pipe is None:
-        pipe = fits and (num_splits is not None or per_sm is not None
-                         or _pipe_pays(B, Hkv, max_c if window is None else min(max_c, window + NQ + bn), bn, q.device,
-                                       _GLUON_PIPE[D], gcfg))
+    if pipe is None:  # (at most as many programs per SM as its registers allow; with explicit splits, on)
+        pipe = fits and (per_sm or _GLUON_PIPE[D]["per_sm"]) <= _GLUON_PIPE[D]["per_sm"] and (
+            num_splits is not None or per_sm is not None
+            or _pipe_pays(B, Hkv, max_c if window is None else min(max_c, window + NQ + bn), bn, q.device,
+                          _GLUON_PIPE[D], gcfg))
     if gluon:
         cfg = _GLUON_PIPE[D] if pipe else _GLUON_ROWS16 if not thrift and D <= 128 and G * NQ > 8 else gcfg
     elif rowm:
