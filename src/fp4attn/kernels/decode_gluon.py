@@ -48,8 +48,12 @@ benchmarks/f2fp-s29/pipes.py). Same products, same bits; 0.5-1.4% less time on t
 Numerics are those of the Triton kernel: the same fp16 operands, FP32 accumulation, the same P̃
 rounding (``fake_quant_p``) and online softmax (``online_softmax_step``), imported from the shared
 helpers. Tiles fully inside the committed, causally visible range skip the masks; their page-table entries are
-loaded two tiles ahead, and at small head dims their next tile is prefetched into L2 (``L2_PREFETCH``). A split's
-first FP4 tile is prefetched into L2 while q is loaded and quantized (``FIRST_L2``; not with Thrift or a window).
+loaded two tiles ahead. With ``PIPE`` (FP4 tiles of 64 or 128 channels and <= 8 query rows, ``pipe_fits``; the op's
+default where ``decode._pipe_pays``) their bytes are loaded one tile ahead as 32- / 16-bit words and carried in
+registers through the previous tile's work (``_load_words``; 163 registers at 128 channels: 12 programs per SM), the
+same decode then running on the words: bit-equal outputs, 1.01-1.06x the step on the H200 (benchmarks/pipe-s45/).
+Without it, at small head dims the next tile is prefetched into L2 (``L2_PREFETCH``). A split's first FP4 tile is
+prefetched into L2 while q is loaded and quantized (``FIRST_L2``; not with Thrift or a window).
 
 ``FUSED16`` (Thrift at tiles of <= 64 channels and <= 8 query rows, ``fused16_fits``): a tile that some query head of
 the kv group selected also loads its 16-bit K in 16-channel chunks (logical channel order, 8-byte loads: one 16-row
