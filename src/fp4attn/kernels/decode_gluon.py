@@ -51,7 +51,8 @@ helpers. Tiles fully inside the committed, causally visible range skip the masks
 loaded two tiles ahead. With ``PIPE`` (FP4 tiles of 64 or 128 channels and <= 8 query rows, ``pipe_fits``; the op's
 default where ``decode._pipe_pays``) their bytes are loaded one tile ahead as 32- / 16-bit words and carried in
 registers through the previous tile's work (``_load_words``; 163 registers at 128 channels: 12 programs per SM), the
-same decode then running on the words: bit-equal outputs, 1.01-1.06x the step on the H200 (benchmarks/pipe-s45/).
+same decode then running on the words: bit-equal outputs; 1.01-1.06x the step at 128 channels on the H200, 1.01-1.07x
+at 64 on the H100 (benchmarks/pipe-s45/).
 Without it, at small head dims the next tile is prefetched into L2 (``L2_PREFETCH``). A split's first FP4 tile is
 prefetched into L2 while q is loaded and quantized (``FIRST_L2``; not with Thrift or a window).
 
