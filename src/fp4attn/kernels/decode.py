@@ -546,7 +546,7 @@ _GLUON_ROWS16 = dict(_GLUON_CONFIG[False], per_sm=12)
 #   (8,32,8,32k,128), (1,32,8,128k,128), (8,32,8,16k,128), (4,32,32,16k,128), (8,16,8,32k,128); H100 1.004-1.017x /
 #   1.005-1.028x, except 0.98-1.00x at (8,32,8,32k,128) in two runs. On the H100 the step runs at the board's power
 #   limit, where hiding load latency raises power and lowers the clock (benchmarks/layout-s43/).
-# - D = 64: 114 registers, 16 per SM as before; in place of the next tile's L2 prefetch: H100 1.031-1.042x /
+# - D = 64: 111 registers, 16 per SM as before; in place of the next tile's L2 prefetch: H100 1.031-1.042x /
 #   1.011-1.070x at (8,32,8,32k,64), (1,32,8,128k,64), (8,64,8,32k,64) (gpt-oss's heads), (8,32,8,8k,64); H200
 #   0.992-1.005x / 1.000-1.033x (benchmarks/pipe-s45/).
 # At short contexts, see _pipe_pays.

@@ -208,39 +208,45 @@ if HAVE_GLUON:
         return kh, ks, vb, vs
 
     @gluon.jit
+    def _key_offsets(L: gl.constexpr, BLOCK_N: gl.constexpr, COLS: gl.constexpr, stride):
+        """Offsets of a (BLOCK_N keys, COLS) tile of row stride ``stride`` in a key-rows layout (``_key_rows_layout``),
+        and its row and column indices. A thread holds rows r + 8i (lanes give r < 8, registers i), so the row offsets
+        are written as (row % 8) + 8·(row // 8), the second a constant per register: LLVM then sees one thread offset
+        plus constants and the loads use [address + immediate] (the row index alone, an OR of lane and register bits,
+        gave one 64-bit add per load)."""
+        r = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, L))
+        c = gl.arange(0, COLS, layout=gl.SliceLayout(0, L))
+        return (r % 8)[:, None] * stride + c[None, :] + (r // 8 * 8)[:, None] * stride, r, c
+
+    @gluon.jit
+    def _pair_offsets(L: gl.constexpr, BLOCK_N: gl.constexpr, COLS: gl.constexpr, stride):
+        """Offsets of a (BLOCK_N/2 token pairs, COLS) tile of V (row stride ``stride``) in a pair-rows layout
+        (``_pair_rows_layout``), of its scales (one row per 16-token block: tiles start on 16-token blocks), and the
+        pair and column indices."""
+        r = gl.arange(0, BLOCK_N // 2, layout=gl.SliceLayout(1, L))
+        c = gl.arange(0, COLS, layout=gl.SliceLayout(0, L))
+        return r[:, None] * stride + c[None, :], ((2 * r) // 16)[:, None] * stride + c[None, :], r, c
+
+    @gluon.jit
     def _word_offsets(DS, D: gl.constexpr, BLOCK_N: gl.constexpr, LH32: gl.constexpr, LKS16: gl.constexpr,
                       LV32: gl.constexpr, ksoff, KS8: gl.constexpr):
         """``PIPE``: the offsets of ``_load_words`` (in words from the tile's first K / K scale / V / V scale word):
         the bytes of ``_load_page_tile``'s layouts LH, LKS, LV, four (K scales: two; ``KS8``: one, ``ksoff``) to a
-        register. Key rows n = 8i + r: lane bits pick r, register bits i (``_words_layouts``)."""
-        kr = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, LH32))
-        kc = gl.arange(0, D // 8, layout=gl.SliceLayout(0, LH32))
-        kw = kr[:, None] * (DS // 8) + kc[None, :]
+        register (``_words_layouts``)."""
+        kw = _key_offsets(LH32, BLOCK_N, D // 8, DS // 8)[0]
         if KS8:
             ksw = ksoff
         else:
-            sr = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, LKS16))
-            sc = gl.arange(0, D // 32, layout=gl.SliceLayout(0, LKS16))
-            ksw = sr[:, None] * (DS // 32) + sc[None, :]
-        vr = gl.arange(0, BLOCK_N // 2, layout=gl.SliceLayout(1, LV32))
-        vc = gl.arange(0, D // 4, layout=gl.SliceLayout(0, LV32))
-        vw = vr[:, None] * (DS // 4) + vc[None, :]
-        vsw = ((2 * vr) // 16)[:, None] * (DS // 4) + vc[None, :]  # tiles start on 16-token blocks
+            ksw = _key_offsets(LKS16, BLOCK_N, D // 32, DS // 32)[0]
+        vw, vsw, _, _ = _pair_offsets(LV32, BLOCK_N, D // 4, DS // 4)
         return kw, ksw, vw, vsw
 
     @gluon.jit
-    def _halves(w):
-        """(N, M) int32 -> (N, M, 2) float16, [.., e] = half e of the word (a register split, no instruction)."""
-        lo, hi = gl.inline_asm_elementwise("mov.b32 {$0, $1}, $2;", "=h,=h,r", [w], dtype=(gl.float16, gl.float16),
+    def _halves(w, DT: gl.constexpr):
+        """(N, M) int32 -> (N, M, 2) of 16-bit DT, [.., e] = half e of the word (a register split, no instruction)."""
+        lo, hi = gl.inline_asm_elementwise("mov.b32 {$0, $1}, $2;", "=h,=h,r", [w], dtype=(DT.value, DT.value),
                                            is_pure=True, pack=1)
         return gl.join(lo, hi)
-
-    @gluon.jit
-    def _half_words(w, LH: gl.constexpr):
-        """(N, M) int32 words -> (N, 2M) int16 half-words in layout LH (a register split, no instruction)."""
-        lo, hi = gl.inline_asm_elementwise("mov.b32 {$0, $1}, $2;", "=h,=h,r", [w], dtype=(gl.int16, gl.int16),
-                                           is_pure=True, pack=1)
-        return gl.convert_layout(gl.reshape(gl.join(lo, hi), (w.shape[0], 2 * w.shape[1])), LH, assert_trivial=True)
 
     @gluon.jit
     def _k_words_f16(kw, ksw, LH: gl.constexpr):
@@ -258,10 +264,10 @@ if HAVE_GLUON:
                                                    pack=1)
         N: gl.constexpr = kw.shape[0]
         M2: gl.constexpr = 2 * kw.shape[1]
-        return (gl.convert_layout(gl.reshape(_halves(r0), (N, M2)), LH, assert_trivial=True),
-                gl.convert_layout(gl.reshape(_halves(r1), (N, M2)), LH, assert_trivial=True),
-                gl.convert_layout(gl.reshape(_halves(r2), (N, M2)), LH, assert_trivial=True),
-                gl.convert_layout(gl.reshape(_halves(r3), (N, M2)), LH, assert_trivial=True))
+        return (gl.convert_layout(gl.reshape(_halves(r0, gl.float16), (N, M2)), LH, assert_trivial=True),
+                gl.convert_layout(gl.reshape(_halves(r1, gl.float16), (N, M2)), LH, assert_trivial=True),
+                gl.convert_layout(gl.reshape(_halves(r2, gl.float16), (N, M2)), LH, assert_trivial=True),
+                gl.convert_layout(gl.reshape(_halves(r3, gl.float16), (N, M2)), LH, assert_trivial=True))
 
     @gluon.jit
     def _v_words_f16(vw, vsw, LV: gl.constexpr):
@@ -275,8 +281,8 @@ if HAVE_GLUON:
                                                    pack=1)
         N: gl.constexpr = vw.shape[0]
         M4: gl.constexpr = 4 * vw.shape[1]
-        X = gl.reshape(gl.permute(gl.join(_halves(r0), _halves(r1)), (0, 1, 3, 2)), (N, M4))
-        Y = gl.reshape(gl.permute(gl.join(_halves(r2), _halves(r3)), (0, 1, 3, 2)), (N, M4))
+        X = gl.reshape(gl.permute(gl.join(_halves(r0, gl.float16), _halves(r1, gl.float16)), (0, 1, 3, 2)), (N, M4))
+        Y = gl.reshape(gl.permute(gl.join(_halves(r2, gl.float16), _halves(r3, gl.float16)), (0, 1, 3, 2)), (N, M4))
         return gl.convert_layout(X, LV, assert_trivial=True), gl.convert_layout(Y, LV, assert_trivial=True)
 
     @gluon.jit
@@ -376,7 +382,7 @@ if HAVE_GLUON:
             o0, o1, o2, o3 = _k_words_f16(kh, ks, LH)
         else:
             if WORDS:  # 64 channels: the words split into the half-words, the scale bytes to fp16, as loaded otherwise
-                kh = _half_words(kh, LH)
+                kh = gl.convert_layout(gl.reshape(_halves(kh, gl.int16), (BLOCK_N, D // 4)), LH, assert_trivial=True)
                 ks = ks.to(gl.float8e4nv, bitcast=True).to(gl.float16)
             # K scales (BLOCK_N, D/16) -> one per half-word (4 per block), as register copies
             ks4 = gl.convert_layout(gl.reshape(gl.join(gl.join(ks, ks), gl.join(ks, ks)), (BLOCK_N, D // 4)), LH,
@@ -526,22 +532,12 @@ if HAVE_GLUON:
             m_i = gl.convert_layout(sk, m_i.type.layout)
         l_i = gl.sum(z, 1)
         accT = gl.zeros([D, BLOCK_M], gl.float32, layout=MMA)
-        # loop-invariant offsets of the tile loads (the loop adds one scalar base per tensor). In LH / LKS a thread
-        # holds rows r + 8i (lanes give r < 8, registers i), so K's row offsets are written as (row % 8) + 8·(row // 8),
-        # the second a constant per register: LLVM then sees one thread offset plus constants and the loads use
-        # [address + immediate] (the row index alone, an OR of lane and register bits, gave one 64-bit add per load)
-        kr = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, LH))
-        kc = gl.arange(0, D // 4, layout=gl.SliceLayout(0, LH))
-        koff = (kr % 8)[:, None] * (DS // 4) + kc[None, :] + (kr // 8 * 8)[:, None] * (DS // 4)
+        # loop-invariant offsets of the tile loads (the loop adds one scalar base per tensor)
+        koff, kr, kc = _key_offsets(LH, BLOCK_N, D // 4, DS // 4)
         kmask = (kr < BLOCK_N)[:, None] & (kc < DS // 4)[None, :]  # (used with PAD only)
-        sr = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, LKS))
-        sc = gl.arange(0, D // 16, layout=gl.SliceLayout(0, LKS))
-        ksoff = (sr % 8)[:, None] * (DS // 16) + sc[None, :] + (sr // 8 * 8)[:, None] * (DS // 16)
+        ksoff, sr, sc = _key_offsets(LKS, BLOCK_N, D // 16, DS // 16)
         ksmask = (sr < BLOCK_N)[:, None] & (sc < DS // 16)[None, :]
-        vr = gl.arange(0, BLOCK_N // 2, layout=gl.SliceLayout(1, LV))
-        vc = gl.arange(0, D, layout=gl.SliceLayout(0, LV))
-        voff = vr[:, None] * DS + vc[None, :]
-        vsoff = ((2 * vr) // 16)[:, None] * DS + vc[None, :]  # tiles start on 16-token blocks
+        voff, vsoff, vr, vc = _pair_offsets(LV, BLOCK_N, D, DS)
         vmask = (vr < BLOCK_N // 2)[:, None] & (vc < DS)[None, :]
         keys0 = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, zf.type.layout))
         if WINDOW:  # the splits cover the window of the sequence: from the tile holding its first visible key
