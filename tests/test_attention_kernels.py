@@ -19,6 +19,7 @@ import zlib  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
+import fp4attn  # noqa: E402
 from fp4attn import reference  # noqa: E402
 from fp4attn.formats.core import quantize_reference  # noqa: E402
 from fp4attn.kernels import attention as A  # noqa: E402
@@ -746,6 +747,60 @@ def test_gpu_gluon_row_max_pass(case, cfg, monkeypatch):
     assert torch.equal(res[1][0], res[0][0])
     assert torch.equal(res[1][1], res[0][1])
     assert torch.isfinite(res[0][1]).any()
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("flags", ["nvfp4", *GLUON_FLAGS], ids=str)
+@pytest.mark.parametrize("case", GLUON_CASES, ids=str)
+def test_gpu_gluon_key_order(case, flags):
+    """The Gluon passes on operands in their key order (``quantize_qkv(key_perm=True)``: each 16-key block of P̃
+    held by one thread) against the same passes on operands in key order. S of every key, its P̃ and the blocks of
+    ϕ(P̃) are the same; only the order in which the P·V wgmma and the row sums add the keys differs, so the float32
+    outputs agree to float32 rounding (1e-5 relative L2; a wrong key order is O(1) off) and the LSEs to 1e-5.
+    Single-level P with its row-max pass (what ``fp4attn.attention`` runs so: the same bits as the op), and the
+    kernel's two-level P (sage3, with its smooth_q table) in that order too (the op keeps key order there)."""
+    B, hq, hkv, nq, nk, D, causal = case
+    sq, sk, tlp = GLUON_FLAGS.get(flags, (False, False, False))
+    q, k, v = make_qkv(B, hq, hkv, nq, nk, D, dtype=torch.bfloat16, seed=nq + 5 * nk + D)
+    if not A.attention_gluon.supported(is_mx=False, two_level=tlp, smooth_q=sq, staged=True, dp=D, device=q.device):
+        pytest.skip("the Gluon attention pass needs an sm_90 GPU and Triton's Gluon")
+    if sq and not tlp:
+        pytest.skip("single-level smooth_q: its row max is the Triton pass's, which reads key order only")
+    default = A.gluon_key_order(True, online=tlp, smooth_q=sq, dp=D)
+    assert default == (flags == "nvfp4")
+    res = []
+    for key_perm in (False, True):
+        pk = A.quantize_qkv(q, k, v, fmt="nvfp4", staged=True, smooth_q=sq, smooth_k=sk, key_perm=key_perm)
+        out = torch.empty_like(q, dtype=torch.float32)  # (bf16 outputs would round the float32 differences up)
+        lse = A.attention_packed(pk, causal=causal, scale=D ** -0.5, two_level_p=tlp, B=B, Hq=hq, Hkv=hkv,
+                                 out=out, kernel="gluon")
+        res.append((out, lse[:, :, :nq]))
+    (o_n, l_n), (o_p, l_p) = res
+    fin = torch.isfinite(l_n)
+    assert torch.equal(fin, torch.isfinite(l_p))
+    torch.testing.assert_close(l_p[fin], l_n[fin], rtol=0, atol=1e-5)
+    err = rel_l2(o_p, o_n)
+    assert err < 1e-5, err
+    assert torch.equal(o_p[~fin], o_n[~fin])
+    if default:  # the op's own run: the same
+        o, lse = fp4attn.attention(q, k, v, causal=causal, recipe="nvfp4", smooth_q=sq, smooth_k=sk,
+                                   two_level_p=tlp, return_lse=True)
+        assert torch.equal(o, o_p.to(o.dtype)) and torch.equal(lse, l_p)
+
+
+def test_key_order_operands_only_on_the_gluon_passes():
+    """Operands in the Gluon passes' key order are refused by the Triton passes (their masks and P̃ blocks take
+    keys in order), and only staged NVFP4 operands can be written so."""
+    q, k, v = make_qkv(1, 2, 2, 64, 64, 64, device="cpu")
+    pk = A.quantize_qkv(q, k, v, fmt="nvfp4", path=A.PATH_INTERP, staged=True, key_perm=True)
+    kw = dict(causal=False, scale=0.125, two_level_p=False, B=1, Hq=2, Hkv=2, out=torch.empty_like(q))
+    with pytest.raises(ValueError, match="key_perm"):
+        A.attention_packed(pk, **kw)
+    with pytest.raises(ValueError, match="key_perm"):
+        A.quantize_qkv(q, k, v, fmt="mxfp4", path=A.PATH_INTERP, staged=True, key_perm=True)
+    with pytest.raises(ValueError, match="key_perm"):
+        A.quantize_qkv(q, k, v, fmt="nvfp4", path=A.PATH_INTERP, staged=False, key_perm=True)
 
 
 def test_rowmax_kernel_choice(monkeypatch):

@@ -19,6 +19,7 @@ import torch  # noqa: E402
 
 from fp4attn.formats.core import e2m1_decode, quantize_reference  # noqa: E402
 from fp4attn.kernels import attention as A  # noqa: E402
+from fp4attn.kernels._tiles import key_position, key_positions, position_key  # noqa: E402
 
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 HAS_CUDA = torch.cuda.is_available() and not INTERPRET
@@ -143,11 +144,16 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("staged", [True, False], ids=["staged", "packed"])
+@pytest.mark.parametrize("staged", [True, False, "key_perm"], ids=["staged", "packed", "keyperm"])
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-sq{int(c[1])}-sk{int(c[2])}-D{c[3]}-{c[4]}x{c[5]}"
                          + ("-nonfinite" if c[6] else ""))
 def test_prepass_fields_bit_exact(case, staged):
+    """Every field against ``prepass_statement``; with key_perm (staged NVFP4 for the Gluon passes) K̂'s rows and
+    V̂ᵀ's columns are those of the staged run at ``_tiles.key_positions``."""
     fmt, smooth_q, smooth_k, D, nq, nk, bad = case
+    key_perm = staged == "key_perm"
+    if key_perm and fmt != "nvfp4":
+        pytest.skip("key_perm: NVFP4 only (the Gluon passes)")
     B, hq, hkv = 2, 4, 2
     g = torch.Generator().manual_seed(D + nq + nk)
     q = torch.randn(B, hq, nq, D, generator=g) * torch.logspace(-3, 3, D)  # very different block magnitudes
@@ -158,7 +164,9 @@ def test_prepass_fields_bit_exact(case, staged):
         q, k, v = _poison(q, k, v)
     q, k, v = (t.to(DEV) for t in (q, k, v))
     path = PATH
-    pk = A.quantize_qkv(q, k, v, fmt=fmt, smooth_q=smooth_q, smooth_k=smooth_k, path=path, staged=staged)
+    pk = A.quantize_qkv(q, k, v, fmt=fmt, smooth_q=smooth_q, smooth_k=smooth_k, path=path, staged=bool(staged),
+                        key_perm=key_perm)
+    assert pk.key_perm == key_perm
     exp = prepass_statement(q, k, v, fmt=fmt, smooth_q=smooth_q, smooth_k=smooth_k, qbar_kernel=pk.qbar,
                             path=path)
 
@@ -198,7 +206,12 @@ def test_prepass_fields_bit_exact(case, staged):
         fin = torch.isfinite(want)
         assert torch.equal(fin, torch.isfinite(got))
         assert ((got - want).abs()[fin] <= 2.0**-20 * mag[fin] + 1e-30).all()
-    if staged:
+    if key_perm:  # stored at position key_positions(key): the staged values, permuted
+        pos = key_positions(pk.kh.shape[2], device=pk.kh.device)
+        assert not torch.equal(pos, torch.arange(pos.numel(), device=pos.device))
+        eq("kh (key order)", pk.kh[:, :, pos, :], exp["kh"])
+        eq("vh (key order)", pk.vh[..., pos], exp["vh"])
+    elif staged:
         eq("kh", pk.kh, exp["kh"])
         eq("vh", pk.vh, exp["vh"])
     else:
@@ -208,3 +221,20 @@ def test_prepass_fields_bit_exact(case, staged):
         kh, vh = A.stage_operands(pk)  # staging the packed form gives the staged run's operands
         eq("kh (stage_operands)", kh, exp["kh"])
         eq("vh (stage_operands)", vh, exp["vh"])
+
+
+def test_key_positions_put_each_block_in_one_lane():
+    """The Gluon passes' key order: a permutation within every 64 keys, ``position_key`` its inverse, and the 16
+    columns 8j + 2q + e (j < 8, e < 2) that lane q of a quad holds in a wgmma accumulator fragment are the 16 keys of
+    block q (``attention_gluon._phi``). The jit helpers' bodies run on tensors here."""
+    n = 256
+    pos = key_positions(n)
+    keys = torch.arange(n)
+    assert torch.equal(pos, key_position.fn(keys))
+    assert torch.equal(torch.sort(pos).values, keys)
+    assert torch.equal((pos // 64), keys // 64)
+    assert torch.equal(position_key.fn(pos), keys)
+    for g in range(n // 64):
+        for q in range(4):
+            cols = torch.tensor([64 * g + 8 * j + 2 * q + e for j in range(8) for e in range(2)])
+            assert torch.equal(position_key.fn(cols), 64 * g + 16 * q + torch.arange(16))

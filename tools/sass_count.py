@@ -25,7 +25,8 @@ number quoted in commit messages ("SASS per tile"). ``decode`` and the Quartet k
 their public launchers at benchmark-like shapes (B=8, Hq=32, Hkv=8, D=128 decode with the default config;
 (8192, 1024) bf16 quantizer operands) through ``tests/aot_probe.py``'s launch recorder. ``SASS_PER_SM=n`` compiles
 the Gluon decode kernels under the register cap of n programs per SM instead of their config's, ``SASS_PIPE=0``
-their FP4 tiles without ``PIPE``; ``SASS_G=g`` with g query heads per kv head (default 4) and ``SASS_D=d`` at
+their FP4 tiles without ``PIPE``; ``SASS_G=g`` with g query heads per kv head (default 4), ``SASS_KEY_PERM=0`` the Gluon attention passes on operands
+in key order (the op's are in ``_tiles.key_position`` order), and ``SASS_D=d`` at
 head dim d (default 128; Thrift at d <= 64 compiles the fused 16-bit tile, as the op runs it; also the attention
 kernels' head dim).
 """
@@ -200,7 +201,10 @@ def recorded_cases(which, fmt="nvfp4", smooth=False):
             if "attn_gl" in which or "attnmax_gl" in which:  # the Gluon passes (nvfp4; sage3 with --smooth); CPU
                 # tensors stand in for CUDA ones
                 Ka.attention_gluon.supported = lambda **kw: True
-                Ka.attention_packed(pk, causal=False, scale=0.088, two_level_p=smooth, B=1, Hq=2, Hkv=2,
+                perm = os.environ.get("SASS_KEY_PERM", "1") != "0"  # the op's key order (quantize_qkv(key_perm=True))
+                pkg = Ka.quantize_qkv(q, q, q, fmt=fmt, path=Ka.PATH_HOPPER, staged=True, smooth_q=smooth,
+                                      smooth_k=smooth, key_perm=perm)
+                Ka.attention_packed(pkg, causal=False, scale=0.088, two_level_p=smooth, B=1, Hq=2, Hkv=2,
                                     out=torch.empty_like(q), kernel="gluon")
         rec = list(aot_probe._RECORDED)
     finally:

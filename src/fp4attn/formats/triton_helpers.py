@@ -251,10 +251,17 @@ def fake_quant_p_f16(p, BLOCK: tl.constexpr):
     R: tl.constexpr = p.shape[0]
     C: tl.constexpr = p.shape[1]
     pb = tl.reshape(p, (R, C // BLOCK, BLOCK)).to(tl.float16)
-    s = e4m3_round(tl.max(pb, axis=2).to(tl.float32) * (1.0 / 6.0))
+    return tl.reshape(phi_blocks_f16(pb, tl.max(pb, axis=2, keep_dims=True)), (R, C))
+
+
+@triton.jit
+def phi_blocks_f16(pb, m):
+    """``fake_quant_p_f16``'s rounding of float16 P̃ values ``pb`` whose blocks have the maxima ``m`` (float16, the
+    block dims kept, broadcast against pb): for callers that group a tile's blocks their own way (the Gluon
+    attention pass holds each block in one thread)."""
+    s = e4m3_round(m.to(tl.float32) * (1.0 / 6.0))
     inv = rcp_approx(tl.maximum(s, 0.001953125)).to(tl.float16)  # s == 0: see fake_quant_p
-    q = e2m1_round_abs_f16(pb * inv[:, :, None]) * s.to(tl.float16)[:, :, None]
-    return tl.reshape(q, (R, C))
+    return e2m1_round_abs_f16(pb * inv) * s.to(tl.float16)
 
 
 @triton.jit

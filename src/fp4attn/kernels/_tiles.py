@@ -24,6 +24,31 @@ def window_offsets(window, causal: bool, nq: int, nk: int) -> tuple[bool, int, b
     return right, coff, wl >= 0, nk - nq - wl
 
 
+# -------------------------------------------------------------------------------------------------
+# key order of the staged operands on the Gluon attention passes (``attention.quantize_qkv(key_perm=True)``)
+# -------------------------------------------------------------------------------------------------
+# Within each 64 keys, key 16q + 2j + e (block q of 16, pair j, element e) is stored at position 8j + 2q + e: the
+# column that lane q of a quad holds in a wgmma accumulator fragment (columns 8j + 2q + e, j = 0..7, e = 0, 1).
+# Each 16-key block of a score row is then held by one thread.
+@triton.jit
+def key_position(k):
+    """Storage position of key k (integer tensor)."""
+    return (k & -64) | ((k & 14) << 2) | ((k & 48) >> 3) | (k & 1)
+
+
+@triton.jit
+def position_key(c):
+    """Key stored at position c (the inverse of ``key_position``)."""
+    return (c & -64) | ((c & 6) << 3) | ((c & 56) >> 2) | (c & 1)
+
+
+def key_positions(n: int, device=None):
+    """``key_position`` on the host: the storage position of keys 0 ... n − 1 (n a multiple of 64), int64."""
+    import torch
+
+    return key_position.fn(torch.arange(n, device=device))
+
+
 @triton.jit
 def head_program():
     """(t, bh): the tile index t (grid axis 0) and the flat (batch, head) index bh of a program on a

@@ -170,6 +170,7 @@ from ._tiles import (
     causal_key_range,
     finish_rows,
     head_program,
+    key_position,
     load_bhsd_rows,
     online_softmax_step,
     program_rows,
@@ -288,6 +289,7 @@ def _prep_qk_kernel(X, sx_b, sx_h, sx_n, sx_d, C, S, SUB, QBAR, XH, QROWS, KVF, 
                     BAD_MODE: tl.constexpr,  # 1: Q row flags, 2: K's first non-finite row, 3: and K row flags
                     PACKED: tl.constexpr,  # store the packed codes into C
                     STAGE: tl.constexpr,  # store the staged operand (``_fp4_tile_f16``) into XH
+                    KEY_PERM: tl.constexpr,  # ... its rows in the Gluon passes' key order (``_tiles.key_position``)
                     QB: tl.constexpr, IS_MX: tl.constexpr, BLOCK_T: tl.constexpr, DP: tl.constexpr):
     """Q or K (bhsd, any strides) -> packed codes along D (PACKED) + scale bytes (+ q̄ for SUB_MODE 2),
     the staged operand K̂ (STAGE: the values ``stage_operands`` would decode from those codes and scale
@@ -338,6 +340,8 @@ def _prep_qk_kernel(X, sx_b, sx_h, sx_n, sx_d, C, S, SUB, QBAR, XH, QROWS, KVF, 
              sb)
     if STAGE:  # MXFP4: the FP8 embedding against the row's largest block exponent (the tile holds the row)
         xh = _fp4_tile_f16(codes, sb, _row_exp(sb) if IS_MX else rows, QB, IS_MX)
+        if KEY_PERM:
+            r64 = key_position(rows)[:, None].to(tl.int64)
         tl.store(XH + pid_bh.to(tl.int64) * NP * DP + r64 * DP + cols[None, :], xh.to(XH.dtype.element_ty))
 
 
@@ -345,6 +349,7 @@ def _prep_qk_kernel(X, sx_b, sx_h, sx_n, sx_d, C, S, SUB, QBAR, XH, QROWS, KVF, 
 def _prep_v_kernel(X, sx_b, sx_h, sx_n, sx_d, C, S, VEXP, VH, KVF, H, N, D, NP, GROUP,
                    PACKED: tl.constexpr,  # store the packed codes and the scale bytes
                    STAGE: tl.constexpr,  # store the staged V̂ᵀ (NVFP4 only: MXFP4's needs VEXP complete)
+                   KEY_PERM: tl.constexpr,  # ... its columns in the Gluon passes' key order (``_tiles.key_position``)
                    QB: tl.constexpr, IS_MX: tl.constexpr, R: tl.constexpr, BLOCK_T: tl.constexpr,
                    DC: tl.constexpr, DP: tl.constexpr):
     """V (bhsd, any strides) -> codes packed along tokens (DP, NP/2) and scale bytes (DP, NP/QB)
@@ -390,9 +395,14 @@ def _prep_v_kernel(X, sx_b, sx_h, sx_n, sx_d, C, S, VEXP, VH, KVF, H, N, D, NP, 
                  tl.reshape(pack_nibbles(codes), (NB, DC, QB // 2)))
         tl.store(S + vrow * (NP // QB) + pid_t * NB + jb, tl.reshape(sb, (NB, DC, 1)))
     if STAGE:
-        vh = tl.reshape(_fp4_tile_f16(codes, sb, ch, QB, False), (NB, DC, QB))
-        tl.store(VH + vrow * NP + pid_t * BLOCK_T + jb * QB + tl.arange(0, QB)[None, None, :],
-                 vh.to(VH.dtype.element_ty))
+        vh = tl.reshape(_fp4_tile_f16(codes, sb, ch, QB, False), (NB, DC, QB)).to(VH.dtype.element_ty)
+        if KEY_PERM:  # token 64g + 16q + 2j + e of the tile to column 64g + 8j + 2q + e (_tiles.key_position), in
+            # registers (through shared memory), so that each channel's row is stored as 16-byte vectors
+            vp = tl.permute(tl.reshape(vh, (BLOCK_T // 64, 4, DC, 8, 2)), (2, 0, 3, 1, 4))
+            tl.store(VH + (pid_bh.to(tl.int64) * DP + ch)[:, None] * NP + pid_t * BLOCK_T
+                     + tl.arange(0, BLOCK_T)[None, :], tl.reshape(vp, (DC, BLOCK_T)))
+        else:
+            tl.store(VH + vrow * NP + pid_t * BLOCK_T + jb * QB + tl.arange(0, QB)[None, None, :], vh)
     if IS_MX:
         emax = tl.max(tl.reshape(sb.to(tl.int32), (NB, DC)), axis=0) - 127
         tl.atomic_max(VEXP + pid_bh.to(tl.int64) * DP + ch, emax)
@@ -539,6 +549,7 @@ class PackedQKV(NamedTuple):
     vh: torch.Tensor | None = None  # staged V̂ᵀ (B, Hkv, DP, NKP) or None
     qkb: torch.Tensor | None = None  # smooth_k: q·k̄ per query row (B, Hq, NQP) float32 (the LSE shift / scale)
     krows: torch.Tensor | None = None  # key_rows: uint8 (B, Hkv, NKP), 1 where the (smoothed) K row holds NaN/±Inf
+    key_perm: bool = False  # kh rows / vh columns in the Gluon passes' key order (``_tiles.key_position``)
 
 
 def default_staged() -> bool:
@@ -570,13 +581,17 @@ _PREP_CFG = {False: dict(q=(32, 4), k=(16, 2), v=(16, 4), q_smooth_warps=4),
 
 
 def quantize_qkv(q, k, v, *, fmt: str = "nvfp4", smooth_q: bool = False, smooth_k: bool = False,
-                 path: int | None = None, staged: bool | None = None, key_rows: bool = False) -> PackedQKV:
+                 path: int | None = None, staged: bool | None = None, key_rows: bool = False,
+                 key_perm: bool = False) -> PackedQKV:
     """The quantization pre-pass on bhsd views (any strides). ``staged`` (Hopper/interpreter paths
     only): write K̂ and V̂ᵀ in the tensor-core operand dtype *instead of* the packed K / V codes (``kc``,
     ``vc``, ``vs`` are then empty: the main kernel reads K's scale bytes and the staged operands only).
     K̂ and NVFP4 V̂ᵀ come straight from the pre-pass kernels; MXFP4 V̂ᵀ needs every token's block
     exponent first (``vexp``), so V's packed codes go through ``_stage_kernel`` as before.
-    smooth_q keeps a reference to ``k``: the main kernel's launcher builds the correction table from it."""
+    smooth_q keeps a reference to ``k``: the main kernel's launcher builds the correction table from it.
+    ``key_perm`` (staged NVFP4 only): K̂'s rows and V̂ᵀ's columns in the order of ``_tiles.key_position`` (each
+    16-key block of a score row in one thread of the Gluon passes, ``attention_gluon._phi``); only the Gluon passes
+    read such operands (``attention_packed`` checks)."""
     if path is None:
         path = default_path(q.device)
     if staged is None:
@@ -590,6 +605,8 @@ def quantize_qkv(q, k, v, *, fmt: str = "nvfp4", smooth_q: bool = False, smooth_
     u8 = torch.uint8
     stage = staged and path != PATH_BLACKWELL
     stage_v = stage and not is_mx  # MXFP4 V̂ᵀ: from the packed codes once vexp is complete
+    if key_perm and not stage_v:
+        raise ValueError("key_perm: staged NVFP4 operands on the Hopper path only")
     none = torch.empty((0,), device=dev, dtype=u8)
     qc = torch.empty((B, Hq, NQP, DP // 2), device=dev, dtype=u8)
     qs = torch.empty((B, Hq, NQP, DP // qb), device=dev, dtype=u8)
@@ -626,25 +643,25 @@ def quantize_qkv(q, k, v, *, fmt: str = "nvfp4", smooth_q: bool = False, smooth_
         bq, nwq = SMOOTH_Q_BLOCK, cfg["q_smooth_warps"]
     fast(_prep_qk_kernel)[head_grid(NQP // bq, B * Hq)](
         q, *q.stride(), qc, qs, qs, qbar, qs, qbad, kvbad, qkb, ksub, Hq, Nq, D, NQP, g,
-        SUB_MODE=2 if smooth_q else 0, QK_SHIFT=smooth_k, BAD_MODE=1, PACKED=True, STAGE=False, QB=qb, IS_MX=is_mx,
-        BLOCK_T=bq, DP=DP, num_warps=nwq)
+        SUB_MODE=2 if smooth_q else 0, QK_SHIFT=smooth_k, BAD_MODE=1, PACKED=True, STAGE=False, KEY_PERM=False, QB=qb,
+        IS_MX=is_mx, BLOCK_T=bq, DP=DP, num_warps=nwq)
     fast(_prep_qk_kernel)[head_grid(NKP // bt, B * Hkv)](
         k, *k.stride(), kc if not stage else ks, ks, ksub, ks, kh if stage else ks, krows if key_rows else ks, kvbad,
         ks, ks, Hkv, Nk, D, NKP, g, SUB_MODE=1 if smooth_k else 0, QK_SHIFT=False, BAD_MODE=3 if key_rows else 2,
-        PACKED=not stage, STAGE=stage, QB=qb, IS_MX=is_mx, BLOCK_T=bt, DP=DP, num_warps=nw)
+        PACKED=not stage, STAGE=stage, KEY_PERM=key_perm, QB=qb, IS_MX=is_mx, BLOCK_T=bt, DP=DP, num_warps=nw)
     # V: 128 tokens x dc channels per program, r consecutive tokens x 8 channels per thread (see
     # _prep_v_kernel; r = 4: no register spill at D = 128 but ~15% more instructions per element)
     dc, r = cfg["v"]
     dc = min(DP, dc)
     fast(_prep_v_kernel)[head_grid(NKP // 128 * (DP // dc), B * Hkv)](
         v, *v.stride(), vc if not stage_v else ks, vs if not stage_v else ks, vexp, vh if stage_v else ks, kvbad,
-        Hkv, Nk, D, NKP, g, PACKED=not stage_v, STAGE=stage_v, QB=qb, IS_MX=is_mx, R=r, BLOCK_T=128, DC=dc, DP=DP,
-        num_warps=128 * dc // (r * 256))
+        Hkv, Nk, D, NKP, g, PACKED=not stage_v, STAGE=stage_v, KEY_PERM=key_perm, QB=qb, IS_MX=is_mx, R=r,
+        BLOCK_T=128, DC=dc, DP=DP, num_warps=128 * dc // (r * 256))
     if stage and is_mx:
         vh = _stage_v(vc, vs, vexp, is_mx, qb, path)
         vc = vs = none
     return PackedQKV(qc, qs, kc, ks, vc, vs, vexp, qbar, k if smooth_q else None, kbar, qbad, kvbad, fmt, Nq, Nk,
-                     D, path, kh, vh, qkb if smooth_k else None, krows)
+                     D, path, kh, vh, qkb if smooth_k else None, krows, key_perm)
 
 
 # =================================================================================================
@@ -1018,6 +1035,15 @@ def gluon_pass_choice(kernel: str, *, is_mx: bool, two_level_p: bool, online: bo
     return can, does
 
 
+def gluon_key_order(does: bool, *, online: bool, smooth_q: bool, dp: int) -> bool:
+    """Whether ``fp4attn.attention`` has the pre-pass write its staged operands in the Gluon passes' key order
+    (``quantize_qkv(key_perm=True)``), given ``does`` (``gluon_pass_choice``'s): single-level P with both passes on
+    the Gluon kernels (the row-max pass there: ``attention_gluon.rowmax_preferred``, not with smooth_q). The attention
+    pass then takes each block's maximum and scale in one thread: 9-15% faster (H100, BENCHMARKS.md, forty-sixth
+    session). Two-level P (sage3) ran 6-9% slower so (its loop spills), so it keeps key order."""
+    return does and not online and not smooth_q and attention_gluon.rowmax_preferred(dp)
+
+
 def attention_packed(pk: PackedQKV, *, causal: bool, scale: float, two_level_p: bool, B: int, Hq: int,
                      Hkv: int, out: torch.Tensor, online: bool | None = None,
                      config: dict | None = None, max_config: dict | None = None,
@@ -1110,15 +1136,19 @@ def attention_packed(pk: PackedQKV, *, causal: bool, scale: float, two_level_p: 
 
     # the row-max pass on the Gluon kernel too, where the attention pass runs there (not with smooth_q)
     gluon_max = use_gluon and not smooth_q and attention_gluon.rowmax_preferred(DP)
+    if pk.key_perm and not (use_gluon and (online or gluon_max)):
+        raise ValueError("operands in the Gluon passes' key order (quantize_qkv(key_perm=True)) run on the Gluon "
+                         "attention and row-max passes only")
 
     def launch(pmax, cfg, i0, n):
         if pmax == 1 and gluon_max:
-            attention_gluon.launch_rowmax(args, causal=causal, i0=i0, n=n, B=B, Hq=Hq, cfg=gluon_max_config)
+            attention_gluon.launch_rowmax(args, causal=causal, i0=i0, n=n, B=B, Hq=Hq, cfg=gluon_max_config,
+                                          key_perm=pk.key_perm)
             return
         if pmax != 1 and use_gluon:
             attention_gluon.launch(args, causal=causal, two_level=two_level_p, smooth_q=smooth_q, i0=i0, n=n, B=B,
                                    Hq=Hq, cfg=gluon_config or attention_gluon.default_config(DP),
-                                   thrift_mask=thrift_mask)
+                                   thrift_mask=thrift_mask, key_perm=pk.key_perm)
             return
         c = dict(cfg)
         extra = {k: c.pop(k) for k in ("num_warps", "num_stages", "maxnreg") if k in c}
@@ -1150,8 +1180,17 @@ def attention_fwd(q, k, v, *, causal: bool = False, scale: float | None = None, 
     scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
     if path is None:
         path = default_path(q.device)
+    if staged is None:
+        staged = default_staged()
+    is_mx = quant_block(fmt)[1]
+    online_ = two_level_p if online is None else online
+    dp = head_dim_padded(D, path)
+    _, does = gluon_pass_choice(os.environ.get("FP4ATTN_ATTN_KERNEL", "auto"), is_mx=is_mx, two_level_p=two_level_p,
+                                online=online_, smooth_q=smooth_q, staged=staged, dp=dp, path=path, device=q.device,
+                                window=window, sinks=sinks)
     pk = quantize_qkv(q, k, v, fmt=fmt, smooth_q=smooth_q, smooth_k=smooth_k, path=path, staged=staged,
-                      key_rows=window is not None)
+                      key_rows=window is not None,
+                      key_perm=gluon_key_order(does, online=online_, smooth_q=smooth_q, dp=dp))
     if out is None:
         out = torch.empty((B, Hq, Nq, D), device=q.device, dtype=q.dtype)
     lse = attention_packed(pk, causal=causal, scale=scale, two_level_p=two_level_p, B=B, Hq=Hq, Hkv=Hkv,

@@ -59,9 +59,17 @@ import os
 
 import torch
 
-from ..formats.triton_helpers import e2m1_decode_f16, e4m3_decode_f16, fake_quant_p, fake_quant_p_f16
+from ..formats.triton_helpers import e2m1_decode_f16, e4m3_decode_f16, fake_quant_p, fake_quant_p_f16, phi_blocks_f16
 from ._launch import head_grid
-from ._tiles import causal_key_range, finish_rows, head_program, two_level_scale, two_level_step, visible
+from ._tiles import (
+    causal_key_range,
+    finish_rows,
+    head_program,
+    position_key,
+    two_level_scale,
+    two_level_step,
+    visible,
+)
 
 try:  # Gluon ships with Triton >= 3.5
     from triton.experimental import gluon
@@ -131,13 +139,31 @@ if HAVE_GLUON:
         return p, l_i, m_i, tau, pre
 
     @gluon.jit
-    def _phi(p, QB: gl.constexpr, P_L: gl.constexpr, P16: gl.constexpr):
-        """ϕ(P̃) in fp16, in the layout of the P·V wgmma's A operand (registers)."""
-        if P16:
+    def _phi(p, QB: gl.constexpr, P_L: gl.constexpr, P16: gl.constexpr, KEY_PERM: gl.constexpr):
+        """ϕ(P̃) in fp16, in the layout of the P·V wgmma's A operand (registers). KEY_PERM (keys in storage order,
+        ``attention.key_position``; float16 rounding): the 16 keys of a block are the 16 columns one thread holds of
+        its row, column 8j + 2q + e of each 64 for lane q of a quad (j = 0..7, e = 0, 1), so the block maxima are
+        taken in-thread and each scale is computed once, not in all four lanes of the quad after two shuffles."""
+        if KEY_PERM:
+            BM: gl.constexpr = p.shape[0]
+            BN: gl.constexpr = p.shape[1]
+            pb = gl.reshape(p, [BM, BN // 64, 8, 4, 2]).to(gl.float16)
+            pq = gl.reshape(phi_blocks_f16(pb, gl.max(gl.max(pb, axis=4, keep_dims=True), axis=2, keep_dims=True)),
+                            [BM, BN])
+        elif P16:
             pq = fake_quant_p_f16(p, QB)
         else:
             pq = fake_quant_p(p, QB, False, True)
         return gl.convert_layout(pq, P_L)
+
+    @gluon.jit
+    def _tile_keys(BLOCK_N: gl.constexpr, L: gl.constexpr, KEY_PERM: gl.constexpr):
+        """The key (from the tile's first) of each score column of a tile; KEY_PERM: K̂ / V̂ᵀ in the pre-pass's key
+        order (``attention.key_position``), else in order."""
+        c = gl.arange(0, BLOCK_N, layout=L)
+        if KEY_PERM:
+            c = position_key(c)
+        return c
 
     @gluon.jit
     def _load(desc, smem, bar, r, c, slot):
@@ -162,7 +188,7 @@ if HAVE_GLUON:
               n_tiles, zero_s, m_use, qk_scale, CR, SR, offs_m, keys0, Nk, causal_off, full_end, CAUSAL: gl.constexpr,
               QB: gl.constexpr, P_L: gl.constexpr, O_ROW: gl.constexpr, BLOCK_N: gl.constexpr, NS: gl.constexpr,
               NV: gl.constexpr, LAST: gl.constexpr, P16: gl.constexpr, SMOOTH_Q: gl.constexpr,
-              TWO_LEVEL: gl.constexpr, THRIFT: gl.constexpr):
+              TWO_LEVEL: gl.constexpr, THRIFT: gl.constexpr, KEY_PERM: gl.constexpr):
         """Key tile t of the loop (its scores are ``s_cur``, from ``_shifted``): issue S of tile t + 1 (unless
         LAST), round P̃ of tile t, issue its P·V; return the scores of tile t + 1 (LAST: ``s_cur``; every
         wgmma done) and the row statistics.
@@ -188,7 +214,7 @@ if HAVE_GLUON:
             acc, p16 = _pv_done(acc, p16, v_desc, v_smem, v_bar, vrow, t, n_tiles, BLOCK_N, NV, 0 if LAST else 1)
             p, l_i, m_i, tau, pre = _p_tile(s_cur, l_i, m_i, tau, t * BLOCK_N, offs_m, keys0, Nk, causal_off,
                                             full_end, SR, CAUSAL, TWO_LEVEL, THRIFT, BLOCK_N)
-        p16 = _phi(p, QB, P_L, P16)
+        p16 = _phi(p, QB, P_L, P16, KEY_PERM)
         mbarrier.wait(v_bar.index(t % NV), (t // NV) & 1)
         acc = warpgroup_mma(p16, v_smem.index(t % NV).permute((1, 0)), acc, is_async=True)
         if LAST:
@@ -220,6 +246,7 @@ if HAVE_GLUON:
                             THRIFT: gl.constexpr, QB: gl.constexpr,
                             BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, DP: gl.constexpr, NS: gl.constexpr,
                             NV: gl.constexpr, UNROLL: gl.constexpr, Q_SL: gl.constexpr, P16: gl.constexpr,
+                            KEY_PERM: gl.constexpr,
                             STAGE_O: gl.constexpr, O_SL: gl.constexpr, O_ST: gl.constexpr, num_warps: gl.constexpr):
         S_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
                                                       instr_shape=[16, BLOCK_N, 16])
@@ -271,7 +298,7 @@ if HAVE_GLUON:
                 _load(v_desc, v_smem, v_bar, vrow, i * BLOCK_N, i)
 
         offs_m = m0 + gl.arange(0, BLOCK_M, layout=ROW)
-        keys0 = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, S_L))
+        keys0 = _tile_keys(BLOCK_N, gl.SliceLayout(0, S_L), KEY_PERM)  # the key of each score column
         if TWO_LEVEL:  # one pass: the running max, and the unit of the accumulator (two_level_step)
             m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, ROW)
             m_use = m_i
@@ -299,17 +326,19 @@ if HAVE_GLUON:
                     s_cur, acc, p16, l_i, m_i, tau = _step(
                         t + u, s_cur, acc, p16, l_i, m_i, tau, q_smem, k_desc, k_smem, k_bar, v_desc, v_smem, v_bar,
                         krow, vrow, n_tiles, zero_s, m_use, qk_scale, CR, SR, offs_m, keys0, Nk, causal_off, full_end,
-                        CAUSAL, QB, P_L, O_ROW, BLOCK_N, NS, NV, False, P16, SMOOTH_Q, TWO_LEVEL, THRIFT)
+                        CAUSAL, QB, P_L, O_ROW, BLOCK_N, NS, NV, False, P16, SMOOTH_Q, TWO_LEVEL, THRIFT,
+                        KEY_PERM)
             if UNROLL == 2:
                 if (n_tiles - 1) % 2 == 1:
                     s_cur, acc, p16, l_i, m_i, tau = _step(
                         n_tiles - 2, s_cur, acc, p16, l_i, m_i, tau, q_smem, k_desc, k_smem, k_bar, v_desc, v_smem,
                         v_bar, krow, vrow, n_tiles, zero_s, m_use, qk_scale, CR, SR, offs_m, keys0, Nk, causal_off,
-                        full_end, CAUSAL, QB, P_L, O_ROW, BLOCK_N, NS, NV, False, P16, SMOOTH_Q, TWO_LEVEL, THRIFT)
+                        full_end, CAUSAL, QB, P_L, O_ROW, BLOCK_N, NS, NV, False, P16, SMOOTH_Q, TWO_LEVEL, THRIFT,
+                        KEY_PERM)
             s_cur, acc, p16, l_i, m_i, tau = _step(
                 n_tiles - 1, s_cur, acc, p16, l_i, m_i, tau, q_smem, k_desc, k_smem, k_bar, v_desc, v_smem, v_bar,
                 krow, vrow, n_tiles, zero_s, m_use, qk_scale, CR, SR, offs_m, keys0, Nk, causal_off, full_end,
-                CAUSAL, QB, P_L, O_ROW, BLOCK_N, NS, NV, True, P16, SMOOTH_Q, TWO_LEVEL, THRIFT)
+                CAUSAL, QB, P_L, O_ROW, BLOCK_N, NS, NV, True, P16, SMOOTH_Q, TWO_LEVEL, THRIFT, KEY_PERM)
         for i in gl.static_range(NS):
             mbarrier.invalidate(k_bar.index(i))
         for i in gl.static_range(NV):
@@ -371,7 +400,7 @@ if HAVE_GLUON:
     def _rowmax_kernel_gl(Qc, Qs, k_desc, MBUF, qk_scale, Hq, GROUP, Nq, Nk, NQP, NKP, I0, ROWS_END,
                           CAUSAL: gl.constexpr, QB: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                           DP: gl.constexpr, NS: gl.constexpr, Q_REG: gl.constexpr, Q_SL: gl.constexpr,
-                          num_warps: gl.constexpr):
+                          KEY_PERM: gl.constexpr, num_warps: gl.constexpr):
         """The row-max pass (the Triton kernel's ``PMAX=1``, single-level NVFP4 on the staged K̂, no smooth_q, window
         or sinks): m = max over the visible keys of S·scale (log2 domain), per query row, into MBUF. A GEMM with a
         max epilogue, so the tensor cores set its pace; here S of tile t + 1 runs (asynchronous wgmma) while the
@@ -417,7 +446,7 @@ if HAVE_GLUON:
                 _load(k_desc, k_smem, k_bar, krow + i * BLOCK_N, 0, i)
 
         offs_m = m0 + gl.arange(0, BLOCK_M, layout=ROW)
-        keys0 = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, S_L))
+        keys0 = _tile_keys(BLOCK_N, gl.SliceLayout(0, S_L), KEY_PERM)
         m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, ROW)
         zero_s = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, S_L)
         if n_tiles > 0:
@@ -514,12 +543,14 @@ def default_config(dp: int) -> dict:
 
 
 def launch(args, *, causal: bool, two_level: bool, smooth_q: bool, i0: int, n: int, B: int, Hq: int, cfg: dict,
-           thrift_mask: torch.Tensor | None = None):
+           thrift_mask: torch.Tensor | None = None, key_perm: bool = False):
     """The attention pass of ``attention.attention_packed`` on this kernel (``args``: that launcher's argument
     tuple, staged operands) for 128-query blocks i0 ... i0 + n - 1: single-level P with the exact row max
     (the Triton kernel's PMAX=2) or two-level P in one pass (PMAX=0); with smooth_q, the correction table of
     those blocks. ``thrift_mask`` (two-level P, 64-row tiles): ThriftAttention's (B, Hq, nqb, nkb) int8 selection
-    mask of 64-token blocks; the selected key tiles of each query block are left out (``thrift``'s FP4 phase)."""
+    mask of 64-token blocks; the selected key tiles of each query block are left out (``thrift``'s FP4 phase).
+    ``key_perm``: the staged operands are in ``_tiles.key_position`` order (float16 P̃ rounding, key tiles of a
+    multiple of 64)."""
     (qc, qs, _kc, _ks, _vc, _vs, _vexp, table, out, lse, mbuf, kh, vh, qbad, kvbad, _krows, _sink, so_b, so_h,
      so_n, so_d,
      qk_scale, _hq, group, nq, nk, nqp, nkp, d) = args
@@ -535,12 +566,14 @@ def launch(args, *, causal: bool, two_level: bool, smooth_q: bool, i0: int, n: i
         assert thrift_mask.is_contiguous() and thrift_mask.shape[:2] == (B, Hq)
     selm, nqb, nkb = (thrift_mask, thrift_mask.shape[2], thrift_mask.shape[3]) if thrift else (qbad, 1, 1)
     stage_o, o_sl, o_st = _out_staging(bm, bn, dp, ns, out.dtype, cfg["num_warps"])
+    p16 = cfg.get("P16", True)
+    assert not key_perm or (p16 and bn % 64 == 0), cfg
     _attn_fwd_kernel_gl[grid](qc.view(torch.uint8), qs, k_desc, v_desc, table, selm, out, lse, mbuf, qbad, kvbad,
                               so_b, so_h, so_n, so_d, qk_scale, Hq, group, nq, nk, nqp, nkp, d, i0, n, nqb, nkb,
                               CAUSAL=causal, SMOOTH_Q=smooth_q, TWO_LEVEL=two_level, THRIFT=thrift, QB=16,
                               BLOCK_M=bm, BLOCK_N=bn,
                               DP=dp, NS=ns, NV=nv,
-                              UNROLL=cfg["UNROLL"], Q_SL=q_sl, P16=cfg.get("P16", True),
+                              UNROLL=cfg["UNROLL"], Q_SL=q_sl, P16=p16, KEY_PERM=key_perm,
                               STAGE_O=stage_o, O_SL=o_sl, O_ST=o_st,
                               num_warps=cfg["num_warps"], **{k: cfg[k] for k in ("maxnreg",) if k in cfg})
 
@@ -561,18 +594,21 @@ def rowmax_preferred(dp: int) -> bool:
     return choice == "gluon" or (choice == "auto" and dp in (64, 128))
 
 
-def launch_rowmax(args, *, causal: bool, i0: int, n: int, B: int, Hq: int, cfg: dict | None = None):
+def launch_rowmax(args, *, causal: bool, i0: int, n: int, B: int, Hq: int, cfg: dict | None = None,
+                  key_perm: bool = False):
     """The row-max pass of ``attention.attention_packed`` (single-level NVFP4, staged operands, no smooth_q) on
-    ``_rowmax_kernel_gl`` for 128-query blocks i0 ... i0 + n - 1: the exact row maxima into the launcher's MBUF."""
+    ``_rowmax_kernel_gl`` for 128-query blocks i0 ... i0 + n - 1: the exact row maxima into the launcher's MBUF.
+    ``key_perm``: K̂ in ``_tiles.key_position`` order (key tiles of a multiple of 64)."""
     (qc, qs, _kc, _ks, _vc, _vs, _vexp, _table, _out, _lse, mbuf, kh, _vh, _qbad, _kvbad, _krows, _sink, *_so,
      qk_scale, _hq, group, nq, nk, nqp, nkp, _d) = args
     dp = kh.shape[-1]
     cfg = cfg or ROWMAX_CONFIGS[dp]
     bm, bn = cfg["BLOCK_M"], cfg["BLOCK_N"]
+    assert not key_perm or bn % 64 == 0, cfg
     q_sl, k_sl, _ = _smem_layouts(bm, bn, dp)
     k_desc = TensorDescriptor(kh, [kh.numel() // dp, dp], [dp, 1], [bn, dp], k_sl)
     grid = head_grid(-(-n * 128 // bm), B * Hq)
     _rowmax_kernel_gl[grid](qc.view(torch.uint8), qs, k_desc, mbuf, qk_scale, Hq, group, nq, nk, nqp, nkp, i0,
                             (i0 + n) * 128, CAUSAL=causal, QB=16, BLOCK_M=bm, BLOCK_N=bn, DP=dp, NS=cfg["NS"],
-                            Q_REG=cfg["Q_REG"], Q_SL=q_sl, num_warps=cfg["num_warps"],
+                            Q_REG=cfg["Q_REG"], Q_SL=q_sl, KEY_PERM=key_perm, num_warps=cfg["num_warps"],
                             **{k: cfg[k] for k in ("maxnreg",) if k in cfg})
