@@ -85,9 +85,13 @@ def _fp4_fns(q, k, v, recipe, causal, config):
     out = torch.empty_like(q)
     scale = D ** -0.5
 
-    def quant():
+    path = A.default_path(q.device)
+    key_perm = A.op_key_perm(D, fmt=a["fmt"], two_level_p=a["two_level_p"], online=a["online"],
+                             smooth_q=a["smooth_q"], staged=a["staged"], path=path, device=q.device)
+
+    def quant():  # (the operands fp4attn.attention would write: key order for the Gluon passes)
         return A.quantize_qkv(q, k, v, fmt=a["fmt"], smooth_q=a["smooth_q"], smooth_k=a["smooth_k"],
-                              staged=a["staged"])
+                              staged=a["staged"], path=path, key_perm=key_perm)
 
     pk = quant()
 

@@ -1168,6 +1168,18 @@ def attention_packed(pk: PackedQKV, *, causal: bool, scale: float, two_level_p: 
     return lse
 
 
+def op_key_perm(D: int, *, fmt: str, two_level_p: bool, online: bool | None, smooth_q: bool, staged: bool,
+                path: int, device, window=None, sinks=None) -> bool:
+    """``quantize_qkv``'s ``key_perm`` for ``attention_fwd``'s passes (``attention_packed`` with the kernel of
+    ``FP4ATTN_ATTN_KERNEL``, default auto): ``gluon_key_order`` of ``gluon_pass_choice``'s choice."""
+    online = two_level_p if online is None else online
+    dp = head_dim_padded(D, path)
+    _, does = gluon_pass_choice(os.environ.get("FP4ATTN_ATTN_KERNEL", "auto"), is_mx=quant_block(fmt)[1],
+                                two_level_p=two_level_p, online=online, smooth_q=smooth_q, staged=staged, dp=dp,
+                                path=path, device=device, window=window, sinks=sinks)
+    return gluon_key_order(does, online=online, smooth_q=smooth_q, dp=dp)
+
+
 def attention_fwd(q, k, v, *, causal: bool = False, scale: float | None = None, fmt: str = "nvfp4",
                   smooth_q: bool = False, smooth_k: bool = False, two_level_p: bool = False,
                   out: torch.Tensor | None = None, path: int | None = None, online: bool | None = None,
@@ -1182,15 +1194,10 @@ def attention_fwd(q, k, v, *, causal: bool = False, scale: float | None = None, 
         path = default_path(q.device)
     if staged is None:
         staged = default_staged()
-    is_mx = quant_block(fmt)[1]
-    online_ = two_level_p if online is None else online
-    dp = head_dim_padded(D, path)
-    _, does = gluon_pass_choice(os.environ.get("FP4ATTN_ATTN_KERNEL", "auto"), is_mx=is_mx, two_level_p=two_level_p,
-                                online=online_, smooth_q=smooth_q, staged=staged, dp=dp, path=path, device=q.device,
-                                window=window, sinks=sinks)
+    key_perm = op_key_perm(D, fmt=fmt, two_level_p=two_level_p, online=online, smooth_q=smooth_q, staged=staged,
+                           path=path, device=q.device, window=window, sinks=sinks)
     pk = quantize_qkv(q, k, v, fmt=fmt, smooth_q=smooth_q, smooth_k=smooth_k, path=path, staged=staged,
-                      key_rows=window is not None,
-                      key_perm=gluon_key_order(does, online=online_, smooth_q=smooth_q, dp=dp))
+                      key_rows=window is not None, key_perm=key_perm)
     if out is None:
         out = torch.empty((B, Hq, Nq, D), device=q.device, dtype=q.dtype)
     lse = attention_packed(pk, causal=causal, scale=scale, two_level_p=two_level_p, B=B, Hq=Hq, Hkv=Hkv,
