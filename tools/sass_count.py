@@ -25,10 +25,10 @@ number quoted in commit messages ("SASS per tile"). ``decode`` and the Quartet k
 their public launchers at benchmark-like shapes (B=8, Hq=32, Hkv=8, D=128 decode with the default config;
 (8192, 1024) bf16 quantizer operands) through ``tests/aot_probe.py``'s launch recorder. ``SASS_PER_SM=n`` compiles
 the Gluon decode kernels under the register cap of n programs per SM instead of their config's, ``SASS_PIPE=0``
-their FP4 tiles without ``PIPE``; ``SASS_G=g`` with g query heads per kv head (default 4), ``SASS_KEY_PERM=0`` the Gluon attention passes on operands
-in key order (the op's are in ``_tiles.key_position`` order), and ``SASS_D=d`` at
-head dim d (default 128; Thrift at d <= 64 compiles the fused 16-bit tile, as the op runs it; also the attention
-kernels' head dim).
+their FP4 tiles without ``PIPE``; ``SASS_G=g`` with g query heads per kv head (default 4), ``SASS_KEY_PERM=0``
+the Gluon attention passes on operands in key order (the op's are in ``_tiles.key_position`` order), and
+``SASS_D=d`` at head dim d (default 128; Thrift at d <= 64 compiles the fused 16-bit tile, as the op runs it;
+also the attention kernels' head dim).
 """
 
 import argparse

@@ -27,7 +27,9 @@ Two kernels, read top to bottom:
      codes again in every query tile. The K and V pre-passes write them from the codes still in
      registers (the values ``stage_operands`` decodes from the packed form), and in this mode the
      packed K / V codes, which nothing reads, are not written; MXFP4 V̂ᵀ needs every token's block
-     exponent first, so V's packed codes go through ``_stage_kernel`` as a second pass.
+     exponent first, so V's packed codes go through ``_stage_kernel`` as a second pass. For the Gluon passes
+     (nvfp4, single-level P) they are written in those passes' key order (``quantize_qkv(key_perm=True)``,
+     ``_tiles.key_position``: each 16-key block of P̃ in one thread; see ``attention_gluon``).
    * MXFP4 V also records, per (head, channel), the largest block exponent over all tokens
      (``atomic_max``): the FP8 embedding below needs it.
    * Non-finite inputs are flagged here, where every element is seen anyway (see "Non-finite inputs"
@@ -1039,7 +1041,7 @@ def gluon_key_order(does: bool, *, online: bool, smooth_q: bool, dp: int) -> boo
     """Whether ``fp4attn.attention`` has the pre-pass write its staged operands in the Gluon passes' key order
     (``quantize_qkv(key_perm=True)``), given ``does`` (``gluon_pass_choice``'s): single-level P with both passes on
     the Gluon kernels (the row-max pass there: ``attention_gluon.rowmax_preferred``, not with smooth_q). The attention
-    pass then takes each block's maximum and scale in one thread: 9-15% faster (H100, BENCHMARKS.md, forty-sixth
+    pass then takes each block's maximum and scale in one thread: the op 4-11% faster (H100, BENCHMARKS.md, forty-sixth
     session). Two-level P (sage3) ran 6-9% slower so (its loop spills), so it keeps key order."""
     return does and not online and not smooth_q and attention_gluon.rowmax_preferred(dp)
 

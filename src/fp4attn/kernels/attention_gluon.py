@@ -40,6 +40,16 @@ stays in registers, and the maxima of S are scaled once per row (max(S)·scale =
 programs of 128 rows per SM at D = 128 (four of 64 at D = 64). Same maxima as the Triton pass, bit for bit (GPU test);
 1.08-1.16x faster than it, the op 1.5-4% (H100, BENCHMARKS.md, fortieth session).
 
+Key order (``KEY_PERM``; ``fp4attn.attention`` for single-level P, ``attention.gluon_key_order``): the pre-pass
+stores K̂'s rows and V̂ᵀ's columns so that key 64g + 16q + 2j + e sits at position 64g + 8j + 2q + e
+(``_tiles.key_position``), the column that lane q of a quad holds in a wgmma accumulator fragment. Score column c is
+then key ``position_key(c)`` (masks, the smooth_q table), and every 16-key block of a score row lies in one thread:
+``_phi`` takes its maximum and E4M3 scale in-thread, once, instead of after two shuffles in all four lanes of the
+quad. S, P̃ and ϕ(P̃) of each key are unchanged; P·V and the row sums add the keys in another order (1e-5 relative
+L2 in float32). Loop: 530 → 482 SASS per tile (static, both sides of the mask branch), the pass 5-12% faster, the op
+1.04-1.11x (H100 and H200, BENCHMARKS.md, forty-sixth session). Two-level P spills with it at 168 registers (sage3
+6-9% slower) and keeps key order.
+
 P̃ rounding (config ``P16``, default True): ``fake_quant_p_f16`` rounds P̃ at float16 precision, two values per
 instruction: P̃ and its quotient by the block scale are rounded to float16 before the E2M1 rounding. The loop
 is 530 SASS instructions per 64x64 tile per thread instead of 627 (``tools/sass_count.py attn_gl``, static), and
