@@ -12,6 +12,7 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import fp4attn
+from fp4attn.bench.attention import _sdpa_fn
 from fp4attn.bench.common import interleaved_min_ms
 from fp4attn.kernels import attention as A
 
@@ -30,18 +31,13 @@ def use(v):
 
 
 def rl2(a, b):
-    return ((a.float() - b.float()).norm() / b.float().norm()).item()
+    return (torch.linalg.vector_norm(a.float() - b.float()) / torch.linalg.vector_norm(b.float())).item()
 
 
 def run(B, H, N, D, causal):
     q, k, v = (torch.randn(B, H, N, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     fl = 4 * B * H * N * N * D / (2 if causal else 1)
-    fns = {}
-    for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)):
-        def f(backend=backend):
-            with sdpa_kernel([backend]):
-                return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
-        fns[name] = f
+    fns = {name: _sdpa_fn(q, k, v, causal, name) for name in ("cudnn", "flash")}
     for r in RECIPES:
         for vv in VARIANTS:
             fns[f"{r} {vv}"] = (lambda r=r: fp4attn.attention(q, k, v, causal=causal, recipe=r))
