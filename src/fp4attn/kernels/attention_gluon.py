@@ -151,7 +151,7 @@ if HAVE_GLUON:
     @gluon.jit
     def _phi(p, QB: gl.constexpr, P_L: gl.constexpr, P16: gl.constexpr, KEY_PERM: gl.constexpr):
         """ϕ(P̃) in fp16, in the layout of the P·V wgmma's A operand (registers). KEY_PERM (keys in storage order,
-        ``attention.key_position``; float16 rounding): the 16 keys of a block are the 16 columns one thread holds of
+        ``_tiles.key_position``; float16 rounding): the 16 keys of a block are the 16 columns one thread holds of
         its row, column 8j + 2q + e of each 64 for lane q of a quad (j = 0..7, e = 0, 1), so the block maxima are
         taken in-thread and each scale is computed once, not in all four lanes of the quad after two shuffles."""
         if KEY_PERM:
@@ -169,7 +169,7 @@ if HAVE_GLUON:
     @gluon.jit
     def _tile_keys(BLOCK_N: gl.constexpr, L: gl.constexpr, KEY_PERM: gl.constexpr):
         """The key (from the tile's first) of each score column of a tile; KEY_PERM: K̂ / V̂ᵀ in the pre-pass's key
-        order (``attention.key_position``), else in order."""
+        order (``_tiles.key_position``), else in order."""
         c = gl.arange(0, BLOCK_N, layout=L)
         if KEY_PERM:
             c = position_key(c)
