@@ -1037,13 +1037,19 @@ def gluon_pass_choice(kernel: str, *, is_mx: bool, two_level_p: bool, online: bo
     return can, does
 
 
+def gluon_rowmax(does: bool, *, smooth_q: bool, dp: int) -> bool:
+    """Whether the row-max pass runs on ``attention_gluon``'s kernel, given ``does`` (``gluon_pass_choice``'s: the
+    attention pass there): not with smooth_q, and where ``attention_gluon.rowmax_preferred``."""
+    return does and not smooth_q and attention_gluon.rowmax_preferred(dp)
+
+
 def gluon_key_order(does: bool, *, online: bool, smooth_q: bool, dp: int) -> bool:
     """Whether ``fp4attn.attention`` has the pre-pass write its staged operands in the Gluon passes' key order
     (``quantize_qkv(key_perm=True)``), given ``does`` (``gluon_pass_choice``'s): single-level P with both passes on
-    the Gluon kernels (the row-max pass there: ``attention_gluon.rowmax_preferred``, not with smooth_q). The attention
-    pass then takes each block's maximum and scale in one thread: the op 4-11% faster (H100, BENCHMARKS.md, forty-sixth
-    session). Two-level P (sage3) ran 6-9% slower so (its loop spills), so it keeps key order."""
-    return does and not online and not smooth_q and attention_gluon.rowmax_preferred(dp)
+    the Gluon kernels (``gluon_rowmax``). The attention pass then takes each block's maximum and scale in one
+    thread: the op 4-11% faster (H100 and H200, BENCHMARKS.md, forty-sixth session). Two-level P (sage3) ran 6-9%
+    slower so (its loop spills), so it keeps key order."""
+    return not online and gluon_rowmax(does, smooth_q=smooth_q, dp=dp)
 
 
 def attention_packed(pk: PackedQKV, *, causal: bool, scale: float, two_level_p: bool, B: int, Hq: int,
@@ -1137,7 +1143,7 @@ def attention_packed(pk: PackedQKV, *, causal: bool, scale: float, two_level_p: 
                          "no sinks)")
 
     # the row-max pass on the Gluon kernel too, where the attention pass runs there (not with smooth_q)
-    gluon_max = use_gluon and not smooth_q and attention_gluon.rowmax_preferred(DP)
+    gluon_max = gluon_rowmax(use_gluon, smooth_q=smooth_q, dp=DP)
     if pk.key_perm and not (use_gluon and (online or gluon_max)):
         raise ValueError("operands in the Gluon passes' key order (quantize_qkv(key_perm=True)) run on the Gluon "
                          "attention and row-max passes only")
