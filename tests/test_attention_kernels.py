@@ -678,10 +678,9 @@ def test_gpu_gluon_two_level_and_smooth_q(case, flags, monkeypatch):
     torch.testing.assert_close(l_g[fin], l_t[fin], rtol=0, atol=1e-5)
     assert rel_l2(o_g.float(), o_t.float()) < 2e-4
     assert torch.equal(o_g[~fin], o_t[~fin])  # rows without a key: 0
-    if tlp:  # auto takes the Gluon pass for two-level P at D = 128, the Triton pass at D = 64
-        o_a, l_a = res["gluon" if AG.preferred(D, True) else "triton"]
-        assert torch.equal(res["auto"][0], o_a) and torch.equal(res["auto"][1], l_a)
-        assert AG.preferred(D, True) == (D == 128)
+    if tlp:  # auto takes the Gluon pass for two-level P (D = 64 and 128)
+        assert AG.preferred(D, True)
+        assert torch.equal(res["auto"][0], o_g) and torch.equal(res["auto"][1], l_g)
     if flags == "sage3" and nq > 128:
         monkeypatch.setenv("FP4ATTN_SMOOTHQ_TABLE_BYTES", "1")
         out = torch.empty_like(q)
@@ -758,8 +757,8 @@ def test_gpu_gluon_key_order(case, flags):
     held by one thread) against the same passes on operands in key order. S of every key, its P̃ and the blocks of
     ϕ(P̃) are the same; only the order in which the P·V wgmma and the row sums add the keys differs, so the float32
     outputs agree to float32 rounding (1e-5 relative L2; a wrong key order is O(1) off) and the LSEs to 1e-5.
-    Single-level P with its row-max pass (what ``fp4attn.attention`` runs so: the same bits as the op), and the
-    kernel's two-level P (sage3, with its smooth_q table) in that order too (the op keeps key order there)."""
+    Single-level P with its row-max pass and two-level P (sage3: its smooth_q table in that order too); where the op
+    runs these passes so (``op_key_perm``), the same bits as the op."""
     B, hq, hkv, nq, nk, D, causal = case
     sq, sk, tlp = GLUON_FLAGS.get(flags, (False, False, False))
     q, k, v = make_qkv(B, hq, hkv, nq, nk, D, dtype=torch.bfloat16, seed=nq + 5 * nk + D)
@@ -767,8 +766,10 @@ def test_gpu_gluon_key_order(case, flags):
         pytest.skip("the Gluon attention pass needs an sm_90 GPU and Triton's Gluon")
     if sq and not tlp:
         pytest.skip("single-level smooth_q: its row max is the Triton pass's, which reads key order only")
-    default = A.gluon_key_order(True, online=tlp, smooth_q=sq, dp=D)
-    assert default == (flags == "nvfp4")
+    assert A.gluon_key_order(True, online=tlp, smooth_q=sq, dp=D) == (flags == "nvfp4" or tlp)
+    default = A.op_key_perm(D, fmt="nvfp4", two_level_p=tlp, online=None, smooth_q=sq, staged=True,
+                            path=A.PATH_HOPPER, device=q.device)
+    assert default == (flags == "nvfp4" or tlp)
     res = []
     for key_perm in (False, True):
         pk = A.quantize_qkv(q, k, v, fmt="nvfp4", staged=True, smooth_q=sq, smooth_k=sk, key_perm=key_perm)
@@ -783,10 +784,11 @@ def test_gpu_gluon_key_order(case, flags):
     err = rel_l2(o_p, o_n)
     assert err < 1e-5, err
     assert torch.equal(o_p[~fin], o_n[~fin])
-    if default:  # the op's own run: the same
-        o, lse = fp4attn.attention(q, k, v, causal=causal, recipe="nvfp4", smooth_q=sq, smooth_k=sk,
-                                   two_level_p=tlp, return_lse=True)
-        assert torch.equal(o, o_p.to(o.dtype)) and torch.equal(lse, l_p)
+    if default:  # the op's own run: the same (its LSE refers to the unsmoothed K: + scale·q·k̄, as attention_fwd)
+        o, lse = fp4attn.attention(q, k, v, causal=causal, scale=D ** -0.5, recipe="nvfp4", smooth_q=sq,
+                                   smooth_k=sk, two_level_p=tlp, return_lse=True)
+        assert torch.equal(o, o_p.to(o.dtype))
+        assert torch.equal(lse, l_p + D ** -0.5 * pk.qkb[:, :, :nq] if sk else l_p)
 
 
 def test_key_order_operands_only_on_the_gluon_passes():
@@ -820,7 +822,7 @@ def test_rowmax_kernel_choice(monkeypatch):
 
 def test_bench_reports_gluon_passes(monkeypatch):
     """``fp4attn bench attention`` times the recipes that run on the Gluon kernels once, as "gluon", instead of
-    sweeping Triton configs those kernels do not use: staged nvfp4 (D = 64, 128) and sage3 (D = 128) on an sm_90
+    sweeping Triton configs those kernels do not use: staged nvfp4 and sage3 (D = 64, 128) on an sm_90
     device, not the packed, online or mxfp4 rows, nor with FP4ATTN_ATTN_KERNEL=triton, nor on sm_100."""
     from fp4attn.bench.attention import runs_gluon
     if not A.attention_gluon.HAVE_GLUON:
@@ -829,9 +831,9 @@ def test_bench_reports_gluon_passes(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
     monkeypatch.setattr(A, "_interpret", lambda: False)  # (the bench's path is the GPU's)
-    assert runs_gluon("nvfp4-staged", 128) and runs_gluon("nvfp4-staged", 64) and runs_gluon("sage3-staged", 128)
+    assert all(runs_gluon(r, d) for r in ("nvfp4-staged", "sage3-staged") for d in (64, 128))
     assert not any(runs_gluon(r, 128) for r in ("nvfp4", "sage3", "mxfp4-staged", "nvfp4-online-staged"))
-    assert not runs_gluon("sage3-staged", 64) and not runs_gluon("nvfp4-staged", 256)
+    assert not runs_gluon("sage3-staged", 256) and not runs_gluon("nvfp4-staged", 256)
     monkeypatch.setenv("FP4ATTN_ATTN_KERNEL", "triton")
     assert not runs_gluon("nvfp4-staged", 128)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (10, 0))

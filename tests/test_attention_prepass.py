@@ -191,11 +191,15 @@ def test_prepass_fields_bit_exact(case, staged):
         # Not bit for bit: the dot's summation order (and tf32x3's three-term split, ~2^-21 relative to the
         # sum of |products| on GPU) are the kernel's. 2^-18 of that sum: 8x the split's error bound.
         corr = A.smooth_q_corr(pk, 0, pk.qbar.shape[2])  # the correction table of the main kernel
+        part = A.smooth_q_corr(pk, 1, 1)  # one query block: the same values
+        assert torch.equal(part, corr[:, :, 1:2])
+        if key_perm:  # key j's entry at column key_position(j), as K̂'s row
+            cpos = key_positions(corr.shape[-1], device=corr.device)
+            assert not torch.equal(corr[..., cpos], corr)
+            corr = corr[..., cpos]
         err = (corr.double() - exp["qcorr"]).abs()
         assert corr.shape == exp["qcorr"].shape
         assert (err <= 2.0**-18 * exp["qcorr_mag"] + 1e-30).all(), err.max()
-        part = A.smooth_q_corr(pk, 1, 1)  # one query block: the same values
-        assert torch.equal(part, corr[:, :, 1:2])
     if smooth_k:
         torch.testing.assert_close(pk.kbar, k.mean(dim=2, dtype=torch.float32), rtol=0, atol=0, equal_nan=True)
         # q·k̄ per query row (the LSE shift), from the unsmoothed q: the kernel's FP32 sum vs float64

@@ -413,7 +413,7 @@ def _prep_v_kernel(X, sx_b, sx_h, sx_n, sx_d, C, S, VEXP, VH, KVF, H, N, D, NP, 
 @triton.jit
 def _smooth_q_corr_kernel(X, sx_b, sx_h, sx_n, sx_d, SUB, QBAR, CORR, H, N, D, NKP, NQB, GROUP, I0, NQBC, Nq,
                           SUB_MODE: tl.constexpr, CAUSAL: tl.constexpr, CQB: tl.constexpr, BLOCK_T: tl.constexpr,
-                          DP: tl.constexpr):
+                          DP: tl.constexpr, KEY_PERM: tl.constexpr):
     """SageAttention3's smooth_q correction cᵢⱼ = q̄ᵢ·γ(kⱼ) with the unquantized smoothed K (as the
     reference) for the query blocks i in [I0, I0 + NQBC) of the GROUP query heads reading kv head
     (b, h): CORR (B, H·GROUP, NQBC, NKP) float32, unscaled. K (bhsd, any strides) minus SUB (k̄, SUB_MODE
@@ -425,6 +425,9 @@ def _smooth_q_corr_kernel(X, sx_b, sx_h, sx_n, sx_d, SUB, QBAR, CORR, H, N, D, N
     if SUB_MODE == 1:
         x = tl.where(msk, x - tl.load(SUB + pid_bh.to(tl.int64) * DP + cols)[None, :], 0.0)
     x = tl.where(tl.abs(x) < float("inf"), x, 0.0)
+    cpos = rows
+    if KEY_PERM:
+        cpos = key_position(rows)
     c_start = 0
     if CAUSAL:  # query blocks that see none of these keys (bottom-right) never read their entries
         c_start = tl.minimum(tl.maximum((pid_t * BLOCK_T - (N - Nq)) // 128 - I0, 0), NQBC) // CQB * CQB
@@ -435,7 +438,7 @@ def _smooth_q_corr_kernel(X, sx_b, sx_h, sx_n, sx_d, SUB, QBAR, CORR, H, N, D, N
             qb = tl.load(QBAR + (qh * NQB + I0 + ci[:, None]) * DP + cols[None, :], mask=ci[:, None] < NQBC,
                          other=0.0)  # (CQB, DP)
             c = tl.dot(qb, tl.trans(x), input_precision="tf32x3")  # (CQB, BLOCK_T): stores along keys
-            tl.store(CORR + (qh * NQBC + ci[:, None]) * NKP + rows[None, :], c, mask=ci[:, None] < NQBC)
+            tl.store(CORR + (qh * NQBC + ci[:, None]) * NKP + cpos[None, :], c, mask=ci[:, None] < NQBC)
 
 
 # The table kernel's tiles: 64 keys x 16 query blocks per dot, 4 warps. H200 sweep at (16,16,4096,128)
@@ -447,7 +450,8 @@ _CORR_CFG = dict(block_t=64, cqb=16, num_warps=4)
 
 def smooth_q_corr(pk: "PackedQKV", i0: int, nqbc: int, out: torch.Tensor | None = None,
                   causal: bool = False) -> torch.Tensor:
-    """The smooth_q correction table for query blocks [i0, i0 + nqbc): (B, Hq, nqbc, NKP) float32.
+    """The smooth_q correction table for query blocks [i0, i0 + nqbc): (B, Hq, nqbc, NKP) float32, its columns in
+    the order of the staged K̂ (``pk.key_perm``: ``_tiles.key_position``).
     ``causal``: entries of query blocks that see none of a 64-key tile (bottom-right) are left unset (the
     main kernel does not read them)."""
     B, Hq, NQB, DP = pk.qbar.shape
@@ -459,9 +463,11 @@ def smooth_q_corr(pk: "PackedQKV", i0: int, nqbc: int, out: torch.Tensor | None 
             else pk.qbar)  # unused pointer without smooth_k
     bt, cqb, nw = _CORR_CFG["block_t"], _CORR_CFG["cqb"], _CORR_CFG["num_warps"]
     bt = bt if DP <= 128 else bt // 2
+    assert not pk.key_perm or bt % 64 == 0, bt
     fast(_smooth_q_corr_kernel)[head_grid(NKP // bt, B * Hkv)](
         k, *k.stride(), ksub, pk.qbar, out, Hkv, pk.nk, pk.d, NKP, NQB, Hq // Hkv, i0, nqbc, pk.nq,
-        SUB_MODE=1 if pk.kbar is not None else 0, CAUSAL=causal, CQB=cqb, BLOCK_T=bt, DP=DP, num_warps=nw)
+        SUB_MODE=1 if pk.kbar is not None else 0, CAUSAL=causal, CQB=cqb, BLOCK_T=bt, DP=DP,
+        KEY_PERM=pk.key_perm, num_warps=nw)
     return out
 
 
@@ -1045,11 +1051,11 @@ def gluon_rowmax(does: bool, *, smooth_q: bool, dp: int) -> bool:
 
 def gluon_key_order(does: bool, *, online: bool, smooth_q: bool, dp: int) -> bool:
     """Whether ``fp4attn.attention`` has the pre-pass write its staged operands in the Gluon passes' key order
-    (``quantize_qkv(key_perm=True)``), given ``does`` (``gluon_pass_choice``'s): single-level P with both passes on
-    the Gluon kernels (``gluon_rowmax``). The attention pass then takes each block's maximum and scale in one
-    thread: the op 4-11% faster (H100 and H200, BENCHMARKS.md, forty-sixth session). Two-level P (sage3) ran 6-9%
-    slower so (its loop spills), so it keeps key order."""
-    return not online and gluon_rowmax(does, smooth_q=smooth_q, dp=dp)
+    (``quantize_qkv(key_perm=True)``), given ``does`` (``gluon_pass_choice``'s): every pass on the Gluon kernels,
+    i.e. two-level P (one pass) or single-level P with its row-max pass there too (``gluon_rowmax``). The attention
+    pass then takes each block's maximum and scale in one thread: nvfp4 4-11% faster (H100 and H200, BENCHMARKS.md,
+    forty-sixth session)."""
+    return does and (online or gluon_rowmax(does, smooth_q=smooth_q, dp=dp))
 
 
 def attention_packed(pk: PackedQKV, *, causal: bool, scale: float, two_level_p: bool, B: int, Hq: int,

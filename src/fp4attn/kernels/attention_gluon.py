@@ -40,15 +40,17 @@ stays in registers, and the maxima of S are scaled once per row (max(S)·scale =
 programs of 128 rows per SM at D = 128 (four of 64 at D = 64). Same maxima as the Triton pass, bit for bit (GPU test);
 1.08-1.16x faster than it, the op 1.5-4% (H100, BENCHMARKS.md, fortieth session).
 
-Key order (``KEY_PERM``; ``fp4attn.attention`` for single-level P, ``attention.gluon_key_order``): the pre-pass
+Key order (``KEY_PERM``; ``fp4attn.attention`` and Thrift's FP4 phase, ``attention.gluon_key_order``): the pre-pass
 stores K̂'s rows and V̂ᵀ's columns so that key 64g + 16q + 2j + e sits at position 64g + 8j + 2q + e
 (``_tiles.key_position``), the column that lane q of a quad holds in a wgmma accumulator fragment. Score column c is
-then key ``position_key(c)`` (masks, the smooth_q table), and every 16-key block of a score row lies in one thread:
-``_phi`` takes its maximum and E4M3 scale in-thread, once, instead of after two shuffles in all four lanes of the
-quad. S, P̃ and ϕ(P̃) of each key are unchanged; P·V and the row sums add the keys in another order (1e-5 relative
-L2 in float32). Loop: 530 → 482 SASS per tile (static, both sides of the mask branch), the pass 5-12% faster, the op
-1.04-1.11x (H100 and H200, BENCHMARKS.md, forty-sixth session). Two-level P spills with it at 168 registers (sage3
-6-9% slower) and keeps key order.
+then key ``position_key(c)`` (the masks; ``attention.smooth_q_corr`` writes the smooth_q table in the same order),
+and every 16-key block of a score row lies in one thread: ``_phi`` takes its maximum and E4M3 scale in-thread, once,
+instead of after two shuffles in all four lanes of the quad. S, P̃ and ϕ(P̃) of each key are unchanged; P·V and the
+row sums add the keys in another order (1e-5 relative L2 in float32). Single-level P: loop 530 → 466 SASS per tile
+(static, both sides of the mask branch), the op 1.04-1.11x (H100 and H200, BENCHMARKS.md, forty-sixth session).
+Two-level P with smooth_q (sage3): 764 → 718, the op 1.05-1.07x at D = 128 (H200, forty-seventh session). The key of
+each column is computed inside the masked branch (``_p_tile``), not kept in 16 registers across the loop: kept, it
+made the two-level loop spill.
 
 P̃ rounding (config ``P16``, default True): ``fake_quant_p_f16`` rounds P̃ at float16 precision, two values per
 instruction: P̃ and its quotient by the block scale are rounded to float16 before the E2M1 rounding. The loop
@@ -120,23 +122,28 @@ if HAVE_GLUON:
     @gluon.jit
     def _corr(CR, start_n, keys0, qk_scale, SMOOTH_Q: gl.constexpr):
         """scale·q̄ᵢ·γ(K)ᵀ of the key tile at ``start_n`` (SageAttention3's smooth_q correction, one FP32 value
-        per key from ``attention.smooth_q_corr``'s table row); without SMOOTH_Q a dummy nothing reads."""
+        per key from ``attention.smooth_q_corr``'s table row, whose columns are in K̂'s storage order: read
+        along the score columns, contiguous in each thread); without SMOOTH_Q a dummy nothing reads."""
         if SMOOTH_Q:
-            cs = gl.load(CR + start_n + keys0) * qk_scale
+            cs = gl.load(CR + start_n + gl.arange(0, keys0.shape[0], layout=keys0.type.layout)) * qk_scale
         else:
             cs = keys0.to(gl.float32)
         return cs
 
     @gluon.jit
     def _p_tile(s, l_i, m_i, tau, start_n, offs_m, keys0, Nk, causal_off, full_end, SR,
-                CAUSAL: gl.constexpr, TWO_LEVEL: gl.constexpr, THRIFT: gl.constexpr, BLOCK_N: gl.constexpr):
+                CAUSAL: gl.constexpr, TWO_LEVEL: gl.constexpr, THRIFT: gl.constexpr, BLOCK_N: gl.constexpr,
+                KEY_PERM: gl.constexpr):
         """P̃ of one tile of scores ``s`` (``_shifted``; masked past ``full_end``) and the row statistics.
         Single-level: P̃ = exp2(s) against the exact row max, l += its row sums (unquantized), ``pre`` unused.
         Two-level (``_tiles.two_level_step``): P̃/s1, the running max m, the unit ``tau`` of the accumulator
         and ``pre``, the factor the accumulator takes before this tile's product. THRIFT: a key tile selected
         for this query block (``SR``: its row of ThriftAttention's selection mask) is masked out whole."""
         if start_n >= full_end:
-            s = gl.where(visible(start_n + keys0, offs_m, Nk, causal_off, CAUSAL, 0, False), s, float("-inf"))
+            kk = gl.arange(0, BLOCK_N, layout=keys0.type.layout)
+            if KEY_PERM:
+                kk = position_key(kk)
+            s = gl.where(visible(start_n + kk, offs_m, Nk, causal_off, CAUSAL, 0, False), s, float("-inf"))
         if THRIFT:
             if gl.load(SR + start_n // BLOCK_N) != 0:
                 s = gl.full(s.shape, float("-inf"), gl.float32, s.type.layout)
@@ -212,7 +219,7 @@ if HAVE_GLUON:
         nxt = (t + 1) % NS
         if TWO_LEVEL:  # P·V of tile t - 1 done; the accumulator into this tile's unit
             p, l_i, m_i, tau, pre = _p_tile(s_cur, l_i, m_i, tau, t * BLOCK_N, offs_m, keys0, Nk, causal_off,
-                                            full_end, SR, CAUSAL, TWO_LEVEL, THRIFT, BLOCK_N)
+                                            full_end, SR, CAUSAL, TWO_LEVEL, THRIFT, BLOCK_N, KEY_PERM)
             acc, p16 = _pv_done(acc, p16, v_desc, v_smem, v_bar, vrow, t, n_tiles, BLOCK_N, NV, 0)
             acc = acc * gl.convert_layout(pre, O_ROW)[:, None]
         if not LAST:  # S of the next tile, on the tensor cores while this tile's P̃ is rounded
@@ -223,7 +230,7 @@ if HAVE_GLUON:
         if not TWO_LEVEL:  # P·V of tile t - 1 done (S(t + 1) may run on)
             acc, p16 = _pv_done(acc, p16, v_desc, v_smem, v_bar, vrow, t, n_tiles, BLOCK_N, NV, 0 if LAST else 1)
             p, l_i, m_i, tau, pre = _p_tile(s_cur, l_i, m_i, tau, t * BLOCK_N, offs_m, keys0, Nk, causal_off,
-                                            full_end, SR, CAUSAL, TWO_LEVEL, THRIFT, BLOCK_N)
+                                            full_end, SR, CAUSAL, TWO_LEVEL, THRIFT, BLOCK_N, KEY_PERM)
         p16 = _phi(p, QB, P_L, P16, KEY_PERM)
         mbarrier.wait(v_bar.index(t % NV), (t // NV) & 1)
         acc = warpgroup_mma(p16, v_smem.index(t % NV).permute((1, 0)), acc, is_async=True)
@@ -501,12 +508,13 @@ def supported(*, is_mx: bool, two_level: bool, smooth_q: bool, staged: bool, dp:
 
 
 def preferred(dp: int, two_level: bool = False) -> bool:
-    """Whether ``kernel="auto"`` picks it where it is supported. Single-level P: at D = 64 and 128 (with the
-    float32 P̃ rounding it was 5-7% faster than the Triton pass at D = 128 and ~1% slower at D = 64, H200,
-    seventeenth session; with the float16 rounding the op is 5-11% faster at both, H100, thirty-seventh session).
-    Two-level P (sage3): at D = 128 only, where the op is 1.09-1.19x faster than on the Triton pass; at D = 64
-    it was 1.04-1.06x slower (H100, BENCHMARKS.md, thirty-eighth session)."""
-    return dp == 128 if two_level else dp in (64, 128)
+    """Whether ``kernel="auto"`` picks it where it is supported: at D = 64 and 128. Single-level P: with the
+    float32 P̃ rounding it was 5-7% faster than the Triton pass at D = 128 and ~1% slower at D = 64 (H200,
+    seventeenth session); with the float16 rounding the op is 5-11% faster at both (H100, thirty-seventh session).
+    Two-level P (sage3): the op 1.09-1.19x faster than on the Triton pass at D = 128 (thirty-eighth session); at
+    D = 64 1.04-1.06x slower in key order, 1.07-1.09x faster on operands in the pass's key order (H200,
+    BENCHMARKS.md, forty-seventh session)."""
+    return dp in (64, 128)
 
 
 @functools.lru_cache(maxsize=None)

@@ -312,7 +312,8 @@ def thrift_fwd(q, k, v, *, causal: bool, scale: float, budget: float, selection=
     lse = torch.empty(B, Hq, NQP, device=q.device, dtype=torch.float32)
     fp4_in = gluon_fp4_phase(q, window)
     if fp4_in:  # the FP4 phase on the Gluon attention pass; the fused kernel below adds the 16-bit phase
-        pk = _attention.quantize_qkv(q, k, v, fmt="nvfp4", path=_attention.PATH_HOPPER, staged=True)
+        pk = _attention.quantize_qkv(q, k, v, fmt="nvfp4", path=_attention.PATH_HOPPER, staged=True,
+                                     key_perm=True)  # the Gluon pass's key order (attention_gluon)
         o4 = torch.empty(B, Hq, Nq, D, device=q.device, dtype=torch.float32)  # out's strides
         lse4 = _attention.attention_packed(pk, causal=causal, scale=scale, two_level_p=True, B=B, Hq=Hq, Hkv=Hkv,
                                            out=o4, thrift_mask=selm8)
