@@ -28,7 +28,7 @@ the Gluon decode kernels under the register cap of n programs per SM instead of 
 their FP4 tiles without ``PIPE``; ``SASS_G=g`` with g query heads per kv head (default 4), ``SASS_KEY_PERM=0``
 the Gluon attention passes on operands in key order (the op's are in ``_tiles.key_position`` order), and
 ``SASS_D=d`` at head dim d (default 128; Thrift at d <= 64 compiles the fused 16-bit tile, as the op runs it;
-also the attention kernels' head dim).
+also the attention kernels' head dim). ``corr --smooth``: sage3's smooth_q table kernel (``smooth_q_corr``).
 """
 
 import argparse
@@ -188,7 +188,7 @@ def recorded_cases(which, fmt="nvfp4", smooth=False):
             q = torch.randn(1, 2, 256, 128, dtype=torch.bfloat16)
             Ka.quantize_qkv(q, torch.randn_like(q), torch.randn_like(q), fmt=fmt, path=Ka.PATH_HOPPER,
                             staged=True, smooth_q=smooth, smooth_k=smooth)
-        if any(w in which for w in ("attn", "attnmax", "attn_gl", "attnmax_gl", "attnwin")):  # attention / row-max pass
+        if any(w in which for w in ("attn", "attnmax", "attn_gl", "attnmax_gl", "attnwin", "corr")):  # attention passes
             from fp4attn.kernels import attention as Ka
             q = torch.randn(1, 2, 256, int(os.environ.get("SASS_D", 128)), dtype=torch.bfloat16)
             pk = Ka.quantize_qkv(q, q, q, fmt=fmt, path=Ka.PATH_HOPPER, staged=True, smooth_q=smooth,
@@ -216,7 +216,7 @@ def recorded_cases(which, fmt="nvfp4", smooth=False):
              "fp8conv": "_mx_to_fp8_kernel", "prepq": "_prep_qk_kernel", "prepk": "_prep_qk_kernel",
              "prepv": "_prep_v_kernel", "attn": "_attn_fwd_kernel", "attnmax": "_attn_fwd_kernel",
              "attn_gl": "_attn_fwd_kernel_gl", "attnmax_gl": "_rowmax_kernel_gl",
-             "attnwin": "_attn_fwd_kernel", "quant": "_rows_kernel",
+             "attnwin": "_attn_fwd_kernel", "corr": "_smooth_q_corr_kernel", "quant": "_rows_kernel",
              "quantg": "_rows_kernel", "quantc": "_cols_loop_kernel", "quantcg": "_cols_loop_kernel"}
     for w in which:
         hits = [(fn, args, kwargs) for fn, args, kwargs in rec if fn.__name__ == names.get(w)]
@@ -233,7 +233,7 @@ def recorded_cases(which, fmt="nvfp4", smooth=False):
         if w in ("quest", "queste5"):  # packed MXFP4 (OUT 0) / E5M2 (OUT 1) output
             hits = [h for h in hits if h[2].get("OUT") == (w == "queste5")]
         for fn, args, kwargs in hits:
-            if w.startswith("attn"):
+            if w.startswith("attn") or w == "corr":
                 yield w, fn, args, kwargs, None
                 break
             if w.startswith("prep"):
@@ -261,8 +261,8 @@ def main():
     a = ap.parse_args()
     cases = [(*c, None) for c in kernel_cases(a.fmt, a.which)]
     ap_rec = ("decode", "decode_rowm", "decode_gl", "decode_gl_thrift", "quest", "queste5", "sr", "fp8conv", "prepq",
-              "prepk", "prepv", "attn", "attnmax", "attn_gl", "attnmax_gl", "attnwin", "quant", "quantg", "quantc",
-              "quantcg")
+              "prepk", "prepv", "attn", "attnmax", "attn_gl", "attnmax_gl", "attnwin", "corr", "quant", "quantg",
+              "quantc", "quantcg")
     cases += list(recorded_cases([w for w in a.which if w in ap_rec], a.fmt, a.smooth))
     for name, fn, args, meta, per_thread in cases:
         ck = compile_like_launch(fn, args, meta)

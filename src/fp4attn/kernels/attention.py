@@ -411,6 +411,12 @@ def _prep_v_kernel(X, sx_b, sx_h, sx_n, sx_d, C, S, VEXP, VH, KVF, H, N, D, NP, 
 
 
 @triton.jit
+def _tf32_hi(x):
+    """x rounded to TF32 (10 mantissa bits, to nearest): exact in a TF32 product; x − this is exact in float32."""
+    return ((x.to(tl.int32, bitcast=True) + 0x1000) & -8192).to(tl.float32, bitcast=True)
+
+
+@triton.jit
 def _smooth_q_corr_kernel(X, sx_b, sx_h, sx_n, sx_d, SUB, QBAR, CORR, H, N, D, NKP, NQB, GROUP, I0, NQBC, Nq,
                           SUB_MODE: tl.constexpr, CAUSAL: tl.constexpr, CQB: tl.constexpr, BLOCK_T: tl.constexpr,
                           DP: tl.constexpr, KEY_PERM: tl.constexpr):
@@ -418,16 +424,17 @@ def _smooth_q_corr_kernel(X, sx_b, sx_h, sx_n, sx_d, SUB, QBAR, CORR, H, N, D, N
     reference) for the query blocks i in [I0, I0 + NQBC) of the GROUP query heads reading kv head
     (b, h): CORR (B, H·GROUP, NQBC, NKP) float32, unscaled. K (bhsd, any strides) minus SUB (k̄, SUB_MODE
     1); non-finite keys count as 0 (they are flagged by the K pre-pass). One (query blocks × D)·(D ×
-    keys) dot per CQB query blocks, tf32x3 (three TF32 products: ~fp32 accuracy)."""
+    keys) product per CQB query blocks in three TF32 dots (hi·hi + hi·lo + lo·hi of each operand's TF32 split:
+    ~fp32 accuracy, as ``input_precision="tf32x3"``, with the keys' split done once, not per dot). KEY_PERM: key j's
+    entry at column ``key_position(j)``, where the staged K̂ holds it (BLOCK_T a multiple of 64)."""
     pid_t, pid_bh, b, h, rows = program_rows(H, BLOCK_T)
     cols = tl.arange(0, DP)
     x, msk = load_bhsd_rows(X, sx_b, sx_h, sx_n, sx_d, b, h, rows, N, D, DP)
     if SUB_MODE == 1:
         x = tl.where(msk, x - tl.load(SUB + pid_bh.to(tl.int64) * DP + cols)[None, :], 0.0)
     x = tl.where(tl.abs(x) < float("inf"), x, 0.0)
-    cpos = rows
-    if KEY_PERM:
-        cpos = key_position(rows)
+    x_hi = _tf32_hi(x)
+    x_lo = x - x_hi
     c_start = 0
     if CAUSAL:  # query blocks that see none of these keys (bottom-right) never read their entries
         c_start = tl.minimum(tl.maximum((pid_t * BLOCK_T - (N - Nq)) // 128 - I0, 0), NQBC) // CQB * CQB
@@ -437,15 +444,22 @@ def _smooth_q_corr_kernel(X, sx_b, sx_h, sx_n, sx_d, SUB, QBAR, CORR, H, N, D, N
             ci = c0 + tl.arange(0, CQB)
             qb = tl.load(QBAR + (qh * NQB + I0 + ci[:, None]) * DP + cols[None, :], mask=ci[:, None] < NQBC,
                          other=0.0)  # (CQB, DP)
-            c = tl.dot(qb, tl.trans(x), input_precision="tf32x3")  # (CQB, BLOCK_T): stores along keys
-            tl.store(CORR + (qh * NQBC + ci[:, None]) * NKP + cpos[None, :], c, mask=ci[:, None] < NQBC)
+            q_hi = _tf32_hi(qb)
+            c = tl.dot(qb - q_hi, tl.trans(x_hi), input_precision="tf32")  # (CQB, BLOCK_T): stores along keys
+            c = tl.dot(q_hi, tl.trans(x_lo), c, input_precision="tf32")
+            c = tl.dot(q_hi, tl.trans(x_hi), c, input_precision="tf32")
+            if KEY_PERM:  # key 64g + 16q + 2j + e to column 64g + 8j + 2q + e, in registers (16-byte stores)
+                c = tl.reshape(tl.permute(tl.reshape(c, (CQB, BLOCK_T // 64, 4, 8, 2)), (0, 1, 3, 2, 4)),
+                               (CQB, BLOCK_T))
+            tl.store(CORR + (qh * NQBC + ci[:, None]) * NKP + rows[None, :], c, mask=ci[:, None] < NQBC)
 
 
-# The table kernel's tiles: 64 keys x 16 query blocks per dot, 4 warps. H200 sweep at (16,16,4096,128)
-# (keys 32/64/128 x query blocks 8/16/32 x warps 2/4/8, BENCHMARKS.md, issue 4): causal 359 -> 321 us
-# (16-block dots let the key tiles of the second half skip the query blocks that cannot see them), non-causal
-# within 3% of 32 blocks.
-_CORR_CFG = dict(block_t=64, cqb=16, num_warps=4)
+# The table kernel's tiles: 64 keys x 32 query blocks per product, 4 warps. H200 sweep (keys 64/128 x query blocks
+# 16/32 x warps 4/8, with and without the keys' TF32 split hoisted out of the loop; benchmarks/sage3-keyperm-s47,
+# forty-seventh session): 411 -> 329 us at (16,16,4096,128), 355 -> 332 causal, 1133 -> 780 at (4,16,16384,128)
+# against the previous 16 blocks with tf32x3. Bound by latency at 2 programs per SM (74-98 KB of shared memory
+# in every variant), not by its 0.4 GB of traffic (~100 us).
+_CORR_CFG = dict(block_t=64, cqb=32, num_warps=4)
 
 
 def smooth_q_corr(pk: "PackedQKV", i0: int, nqbc: int, out: torch.Tensor | None = None,
