@@ -1,13 +1,12 @@
-"""Per-kernel GPU times of one op call (torch.profiler, mean of ``REPS`` calls after warmup): where sage3's time goes
-next to nvfp4's (forty-seventh session).
+"""Per-kernel GPU times of one op call (torch.profiler, mean of ``REPS`` calls after warmup: ``_util.kernel_times_us``
+of the sixth session's probes): where sage3's time goes next to nvfp4's (forty-seventh session).
 
-    PYTHONPATH=src python benchmarks/sage3-keyperm-s47/profile_ops.py
+    PYTHONPATH=src:benchmarks/session6-2026-11-22/probes python benchmarks/sage3-keyperm-s47/profile_ops.py
 """
-import collections
 import os
 
 import torch
-from torch.profiler import ProfilerActivity, profile
+from _util import kernel_times_us
 
 import fp4attn
 
@@ -18,19 +17,8 @@ REPS = int(os.environ.get("REPS", "10"))
 for (B, H, N, D, c) in SHAPES:
     q, k, v = (torch.randn(B, H, N, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     for recipe in ("nvfp4", "sage3"):
-        f = lambda q=q, k=k, v=v, c=c, recipe=recipe: fp4attn.attention(q, k, v, causal=bool(c), recipe=recipe)  # noqa: E731, E501
-        for _ in range(3):
-            f()
-        torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            for _ in range(REPS):
-                f()
-            torch.cuda.synchronize()
-        tot = collections.Counter()
-        for e in prof.events():
-            if e.device_type == torch.autograd.DeviceType.CUDA:
-                tot[e.name[:60]] += e.device_time / REPS
+        tot = kernel_times_us(lambda: fp4attn.attention(q, k, v, causal=bool(c), recipe=recipe), REPS)  # noqa: B023
         s = sum(tot.values())
         print(f"\n## {recipe} ({B},{H},{N},{D}){' causal' if c else ''}: {s / 1000:.3f} ms of kernels")
-        for name, t in tot.most_common():
+        for name, t in tot.items():
             print(f"  {t / 1000:8.3f} ms  {100 * t / s:5.1f}%  {name}")
