@@ -28,8 +28,9 @@ Two kernels, read top to bottom:
      registers (the values ``stage_operands`` decodes from the packed form), and in this mode the
      packed K / V codes, which nothing reads, are not written; MXFP4 V̂ᵀ needs every token's block
      exponent first, so V's packed codes go through ``_stage_kernel`` as a second pass. For the Gluon passes
-     (nvfp4, single-level P) they are written in those passes' key order (``quantize_qkv(key_perm=True)``,
-     ``_tiles.key_position``: each 16-key block of P̃ in one thread; see ``attention_gluon``).
+     (nvfp4 and sage3 at D = 64 / 128, Thrift's FP4 phase) they are written in those passes' key order
+     (``quantize_qkv(key_perm=True)``, ``_tiles.key_position``: each 16-key block of P̃ in one thread; see
+     ``attention_gluon``), and so is sage3's smooth_q table (``smooth_q_corr``).
    * MXFP4 V also records, per (head, channel), the largest block exponent over all tokens
      (``atomic_max``): the FP8 embedding below needs it.
    * Non-finite inputs are flagged here, where every element is seen anyway (see "Non-finite inputs"
@@ -105,7 +106,7 @@ reference on N(0,1) inputs, while the error against exact attention is unchanged
 runs two passes by default (``PMAX=1`` writes the exact row max, ``PMAX=2`` runs attention with it,
 no rescaling) and matches the reference's quantization decisions; ``online=True`` is the one-pass
 variant. Two-level P is max-invariant (P̃/s1 = 2688·exp(S − tile max)) and always runs one pass. On Hopper
-the Gluon pass (``attention_gluon``: single-level at D = 64 / 128, two-level at D = 128) and the two-level Triton
+the Gluon pass (``attention_gluon``: single- and two-level at D = 64 / 128) and the two-level Triton
 pass round P̃ at float16 precision (``fake_quant_p_f16``): ~1.2e-2 relative L2 from the reference's decisions,
 the same error against exact attention.
 
