@@ -120,18 +120,18 @@ if HAVE_GLUON:
         return x
 
     @gluon.jit
-    def _corr(CR, start_n, keys0, qk_scale, SMOOTH_Q: gl.constexpr):
+    def _corr(CR, start_n, cols, qk_scale, SMOOTH_Q: gl.constexpr):
         """scale·q̄ᵢ·γ(K)ᵀ of the key tile at ``start_n`` (SageAttention3's smooth_q correction, one FP32 value
-        per key from ``attention.smooth_q_corr``'s table row, whose columns are in K̂'s storage order: read
-        along the score columns, contiguous in each thread); without SMOOTH_Q a dummy nothing reads."""
+        per key from ``attention.smooth_q_corr``'s table row, whose columns are in K̂'s storage order: read at the
+        score columns ``cols``, contiguous in each thread); without SMOOTH_Q a dummy nothing reads."""
         if SMOOTH_Q:
-            cs = gl.load(CR + start_n + gl.arange(0, keys0.shape[0], layout=keys0.type.layout)) * qk_scale
+            cs = gl.load(CR + start_n + cols) * qk_scale
         else:
-            cs = keys0.to(gl.float32)
+            cs = cols.to(gl.float32)
         return cs
 
     @gluon.jit
-    def _p_tile(s, l_i, m_i, tau, start_n, offs_m, keys0, Nk, causal_off, full_end, SR,
+    def _p_tile(s, l_i, m_i, tau, start_n, offs_m, cols, Nk, causal_off, full_end, SR,
                 CAUSAL: gl.constexpr, TWO_LEVEL: gl.constexpr, THRIFT: gl.constexpr, BLOCK_N: gl.constexpr,
                 KEY_PERM: gl.constexpr):
         """P̃ of one tile of scores ``s`` (``_shifted``; masked past ``full_end``) and the row statistics.
@@ -140,10 +140,9 @@ if HAVE_GLUON:
         and ``pre``, the factor the accumulator takes before this tile's product. THRIFT: a key tile selected
         for this query block (``SR``: its row of ThriftAttention's selection mask) is masked out whole."""
         if start_n >= full_end:
-            kk = gl.arange(0, BLOCK_N, layout=keys0.type.layout)
-            if KEY_PERM:
-                kk = position_key(kk)
-            s = gl.where(visible(start_n + kk, offs_m, Nk, causal_off, CAUSAL, 0, False), s, float("-inf"))
+            # the keys computed here, not held across the loop (16 registers: the two-level loop spilled)
+            keys = _col_keys(cols, KEY_PERM)
+            s = gl.where(visible(start_n + keys, offs_m, Nk, causal_off, CAUSAL, 0, False), s, float("-inf"))
         if THRIFT:
             if gl.load(SR + start_n // BLOCK_N) != 0:
                 s = gl.full(s.shape, float("-inf"), gl.float32, s.type.layout)
@@ -174,13 +173,12 @@ if HAVE_GLUON:
         return gl.convert_layout(pq, P_L)
 
     @gluon.jit
-    def _tile_keys(BLOCK_N: gl.constexpr, L: gl.constexpr, KEY_PERM: gl.constexpr):
-        """The key (from the tile's first) of each score column of a tile; KEY_PERM: K̂ / V̂ᵀ in the pre-pass's key
-        order (``_tiles.key_position``), else in order."""
-        c = gl.arange(0, BLOCK_N, layout=L)
+    def _col_keys(cols, KEY_PERM: gl.constexpr):
+        """The key (from the tile's first) of each score column ``cols`` of a tile; KEY_PERM: K̂ / V̂ᵀ in the
+        pre-pass's key order (``_tiles.key_position``), else in order."""
         if KEY_PERM:
-            c = position_key(c)
-        return c
+            cols = position_key(cols)
+        return cols
 
     @gluon.jit
     def _load(desc, smem, bar, r, c, slot):
@@ -202,7 +200,7 @@ if HAVE_GLUON:
 
     @gluon.jit
     def _step(t, s_cur, acc, p16, l_i, m_i, tau, q_smem, k_desc, k_smem, k_bar, v_desc, v_smem, v_bar, krow, vrow,
-              n_tiles, zero_s, m_use, qk_scale, CR, SR, offs_m, keys0, Nk, causal_off, full_end, CAUSAL: gl.constexpr,
+              n_tiles, zero_s, m_use, qk_scale, CR, SR, offs_m, cols, Nk, causal_off, full_end, CAUSAL: gl.constexpr,
               QB: gl.constexpr, P_L: gl.constexpr, O_ROW: gl.constexpr, BLOCK_N: gl.constexpr, NS: gl.constexpr,
               NV: gl.constexpr, LAST: gl.constexpr, P16: gl.constexpr, SMOOTH_Q: gl.constexpr,
               TWO_LEVEL: gl.constexpr, THRIFT: gl.constexpr, KEY_PERM: gl.constexpr):
@@ -218,7 +216,7 @@ if HAVE_GLUON:
         ``tests/test_aot_compile.py`` checks the compiled kernels for that note."""
         nxt = (t + 1) % NS
         if TWO_LEVEL:  # P·V of tile t - 1 done; the accumulator into this tile's unit
-            p, l_i, m_i, tau, pre = _p_tile(s_cur, l_i, m_i, tau, t * BLOCK_N, offs_m, keys0, Nk, causal_off,
+            p, l_i, m_i, tau, pre = _p_tile(s_cur, l_i, m_i, tau, t * BLOCK_N, offs_m, cols, Nk, causal_off,
                                             full_end, SR, CAUSAL, TWO_LEVEL, THRIFT, BLOCK_N, KEY_PERM)
             acc, p16 = _pv_done(acc, p16, v_desc, v_smem, v_bar, vrow, t, n_tiles, BLOCK_N, NV, 0)
             acc = acc * gl.convert_layout(pre, O_ROW)[:, None]
@@ -226,10 +224,10 @@ if HAVE_GLUON:
             mbarrier.wait(k_bar.index(nxt), ((t + 1) // NS) & 1)
             s_tok = warpgroup_mma(q_smem, k_smem.index(nxt).permute((1, 0)), zero_s, use_acc=False,
                                   is_async=True)
-            cs = _corr(CR, (t + 1) * BLOCK_N, keys0, qk_scale, SMOOTH_Q)
+            cs = _corr(CR, (t + 1) * BLOCK_N, cols, qk_scale, SMOOTH_Q)
         if not TWO_LEVEL:  # P·V of tile t - 1 done (S(t + 1) may run on)
             acc, p16 = _pv_done(acc, p16, v_desc, v_smem, v_bar, vrow, t, n_tiles, BLOCK_N, NV, 0 if LAST else 1)
-            p, l_i, m_i, tau, pre = _p_tile(s_cur, l_i, m_i, tau, t * BLOCK_N, offs_m, keys0, Nk, causal_off,
+            p, l_i, m_i, tau, pre = _p_tile(s_cur, l_i, m_i, tau, t * BLOCK_N, offs_m, cols, Nk, causal_off,
                                             full_end, SR, CAUSAL, TWO_LEVEL, THRIFT, BLOCK_N, KEY_PERM)
         p16 = _phi(p, QB, P_L, P16, KEY_PERM)
         mbarrier.wait(v_bar.index(t % NV), (t // NV) & 1)
@@ -315,7 +313,7 @@ if HAVE_GLUON:
                 _load(v_desc, v_smem, v_bar, vrow, i * BLOCK_N, i)
 
         offs_m = m0 + gl.arange(0, BLOCK_M, layout=ROW)
-        keys0 = _tile_keys(BLOCK_N, gl.SliceLayout(0, S_L), KEY_PERM)  # the key of each score column
+        cols = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, S_L))  # score columns (their keys: _col_keys)
         if TWO_LEVEL:  # one pass: the running max, and the unit of the accumulator (two_level_step)
             m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, ROW)
             m_use = m_i
@@ -331,7 +329,7 @@ if HAVE_GLUON:
             mbarrier.wait(k_bar.index(0), 0)
             s_tok = warpgroup_mma(q_smem, k_smem.index(0).permute((1, 0)), zero_s, use_acc=False, is_async=True)
             s_cur = _shifted(warpgroup_mma_wait(0, deps=[s_tok]), qk_scale, m_use,
-                             _corr(CR, 0, keys0, qk_scale, SMOOTH_Q), SMOOTH_Q, TWO_LEVEL)
+                             _corr(CR, 0, cols, qk_scale, SMOOTH_Q), SMOOTH_Q, TWO_LEVEL)
             gl.thread_barrier()
             if NS < n_tiles:  # slot 0 is free: K̂ tile NS (the loop refills the slot of tile t + 1)
                 _load(k_desc, k_smem, k_bar, krow + NS * BLOCK_N, 0, 0)
@@ -342,19 +340,19 @@ if HAVE_GLUON:
                 for u in gl.static_range(UNROLL):
                     s_cur, acc, p16, l_i, m_i, tau = _step(
                         t + u, s_cur, acc, p16, l_i, m_i, tau, q_smem, k_desc, k_smem, k_bar, v_desc, v_smem, v_bar,
-                        krow, vrow, n_tiles, zero_s, m_use, qk_scale, CR, SR, offs_m, keys0, Nk, causal_off, full_end,
+                        krow, vrow, n_tiles, zero_s, m_use, qk_scale, CR, SR, offs_m, cols, Nk, causal_off, full_end,
                         CAUSAL, QB, P_L, O_ROW, BLOCK_N, NS, NV, False, P16, SMOOTH_Q, TWO_LEVEL, THRIFT,
                         KEY_PERM)
             if UNROLL == 2:
                 if (n_tiles - 1) % 2 == 1:
                     s_cur, acc, p16, l_i, m_i, tau = _step(
                         n_tiles - 2, s_cur, acc, p16, l_i, m_i, tau, q_smem, k_desc, k_smem, k_bar, v_desc, v_smem,
-                        v_bar, krow, vrow, n_tiles, zero_s, m_use, qk_scale, CR, SR, offs_m, keys0, Nk, causal_off,
+                        v_bar, krow, vrow, n_tiles, zero_s, m_use, qk_scale, CR, SR, offs_m, cols, Nk, causal_off,
                         full_end, CAUSAL, QB, P_L, O_ROW, BLOCK_N, NS, NV, False, P16, SMOOTH_Q, TWO_LEVEL, THRIFT,
                         KEY_PERM)
             s_cur, acc, p16, l_i, m_i, tau = _step(
                 n_tiles - 1, s_cur, acc, p16, l_i, m_i, tau, q_smem, k_desc, k_smem, k_bar, v_desc, v_smem, v_bar,
-                krow, vrow, n_tiles, zero_s, m_use, qk_scale, CR, SR, offs_m, keys0, Nk, causal_off, full_end,
+                krow, vrow, n_tiles, zero_s, m_use, qk_scale, CR, SR, offs_m, cols, Nk, causal_off, full_end,
                 CAUSAL, QB, P_L, O_ROW, BLOCK_N, NS, NV, True, P16, SMOOTH_Q, TWO_LEVEL, THRIFT, KEY_PERM)
         for i in gl.static_range(NS):
             mbarrier.invalidate(k_bar.index(i))
@@ -463,7 +461,7 @@ if HAVE_GLUON:
                 _load(k_desc, k_smem, k_bar, krow + i * BLOCK_N, 0, i)
 
         offs_m = m0 + gl.arange(0, BLOCK_M, layout=ROW)
-        keys0 = _tile_keys(BLOCK_N, gl.SliceLayout(0, S_L), KEY_PERM)
+        keys0 = _col_keys(gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, S_L)), KEY_PERM)
         m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, ROW)
         zero_s = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, S_L)
         if n_tiles > 0:
