@@ -9,12 +9,12 @@ error against exact attention (float32 SDPA) over nat's.
 import os
 
 import torch
-from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import fp4attn
 from fp4attn.bench.attention import _sdpa_fn
-from fp4attn.bench.common import interleaved_min_ms
+from fp4attn.bench.common import exact_attention, interleaved_min_ms
 from fp4attn.kernels import attention as A
+from fp4attn.metrics import rel_l2 as rl2
 
 SHAPES = [tuple(int(x) for x in s.split(",")) for s in os.environ.get(
     "SHAPES", "16,16,4096,128,0;16,16,4096,128,1;4,16,16384,128,0;16,16,4096,64,0;16,16,4096,64,1").split(";")]
@@ -30,10 +30,6 @@ def use(v):
     A.quantize_qkv = _quantize_qkv if v == "perm" else (lambda *a, **k: _quantize_qkv(*a, **{**k, "key_perm": False}))
 
 
-def rl2(a, b):
-    return (torch.linalg.vector_norm(a.float() - b.float()) / torch.linalg.vector_norm(b.float())).item()
-
-
 def run(B, H, N, D, causal):
     q, k, v = (torch.randn(B, H, N, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     fl = 4 * B * H * N * N * D / (2 if causal else 1)
@@ -42,9 +38,7 @@ def run(B, H, N, D, causal):
         for vv in VARIANTS:
             fns[f"{r} {vv}"] = (lambda r=r: fp4attn.attention(q, k, v, causal=causal, recipe=r))
     sl = (slice(0, 1), slice(0, 2))
-    with sdpa_kernel([SDPBackend.MATH]):
-        exact = torch.nn.functional.scaled_dot_product_attention(q[sl].float(), k[sl].float(), v[sl].float(),
-                                                                 is_causal=causal)
+    exact = exact_attention(q[sl], k[sl], v[sl], causal)
     acc = {}
     for r in RECIPES:
         outs = {}

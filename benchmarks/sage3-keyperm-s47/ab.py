@@ -11,12 +11,12 @@ attention (float32 SDPA on the first two heads).
 import os
 
 import torch
-from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import fp4attn
 from fp4attn.bench.attention import _sdpa_fn
-from fp4attn.bench.common import interleaved_min_ms
+from fp4attn.bench.common import exact_attention, interleaved_min_ms
 from fp4attn.kernels import attention as A
+from fp4attn.metrics import rel_l2 as rl2
 
 SHAPES = [tuple(int(x) for x in s.split(",")) for s in os.environ.get(
     "SHAPES", "16,16,4096,128,0;16,16,4096,128,1;4,16,16384,128,0;16,16,4096,64,0;16,16,4096,64,1;"
@@ -36,10 +36,6 @@ def use(name):
     os.environ["FP4ATTN_ATTN_KERNEL"] = parts[2] if len(parts) > 2 else "auto"
 
 
-def rl2(a, b):
-    return (torch.linalg.vector_norm(a.float() - b.float()) / torch.linalg.vector_norm(b.float())).item()
-
-
 def run(B, H, N, D, mode):
     causal = mode > 0
     q, k, v = (torch.randn(B, H, N, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
@@ -57,9 +53,7 @@ def run(B, H, N, D, mode):
     for n in (reversed(names) if REV else names):
         fns[n] = f
     sl = (slice(0, 1), slice(0, 2))
-    with sdpa_kernel([SDPBackend.MATH]):
-        exact = torch.nn.functional.scaled_dot_product_attention(q[sl].float(), k[sl].float(), v[sl].float(),
-                                                                 is_causal=causal)
+    exact = exact_attention(q[sl], k[sl], v[sl], causal)
     outs = {}
     for n in names:
         use(n)

@@ -4,7 +4,7 @@
 The inputs are the same in both trees (seeded); the script prints each tree's times and new/base ratios, and the
 relative L2 between the trees' outputs.
 
-    BASE=out/base_src/src ROUNDS=3 python benchmarks/sage3-keyperm-s47/tree_ab.py
+    BASE=out/base_src/src ROUNDS=3 PYTHONPATH=src python benchmarks/sage3-keyperm-s47/tree_ab.py
 """
 import json
 import os
@@ -50,10 +50,12 @@ for r in range(rounds):
 
 import torch  # noqa: E402
 
+from fp4attn.metrics import rel_l2  # noqa: E402
+
 on, ob = torch.load("out/tree_ab_new.pt"), torch.load("out/tree_ab_base.pt")
 print("| op | base ms | new ms | base/new | rel. L2 new vs base |")
 print("|---|---:|---:|---:|---:|")
 for k in best["new"]:
     b, n = best["base"][k], best["new"][k]
-    rl = (torch.linalg.vector_norm(on[k] - ob[k]) / torch.linalg.vector_norm(ob[k])).item()
+    rl = rel_l2(on[k], ob[k])
     print(f"| {k} | {b:.3f} | {n:.3f} | {b / n:.3f} | {rl:.2e} |")

@@ -80,6 +80,15 @@ def graph_time_ms(fn: Callable[[], object], rep_ms: float, reps: int = 1) -> flo
         return None
 
 
+def exact_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> torch.Tensor:
+    """Exact attention for the accuracy columns of the A/B scripts (benchmarks/*/ab.py): float32 SDPA on the math
+    backend (bhsd, equal head counts)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    with sdpa_kernel([SDPBackend.MATH]):
+        return torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal)
+
+
 def peak_memory_mib(fn: Callable[[], object], device=None) -> float:
     """Peak CUDA memory allocated while running ``fn`` once, above what was allocated before (MiB)."""
     torch.cuda.synchronize(device)
