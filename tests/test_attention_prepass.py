@@ -227,6 +227,49 @@ def test_prepass_fields_bit_exact(case, staged):
         eq("vh (stage_operands)", vh, exp["vh"])
 
 
+@pytest.mark.skipif(not HAS_CUDA, reason="the bf16 table runs compiled (the interpreter has no bf16 dot)")
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("poison", [False, True], ids=["finite", "nonfinite"])
+@pytest.mark.parametrize("nq,nk", [(300, 333), (4200, 4200)], ids=["ragged", "two-chunks"])
+def test_corr_table_bf16(nq, nk, causal, poison):
+    """sage3's smooth_q table from bf16 K (``_smooth_q_corr_kernel``'s BF16_DOT path: q̄·k − q̄·k̄ from bf16
+    products against q̄'s three bf16 parts) against float64 q̄·(k − k̄): every entry a query block reads (causal,
+    bottom-right: the keys its last row sees; GQA; 4200 queries: 33 blocks, two 32-block chunks of the kernel).
+    Tolerance 2^-20 of |q̄|·(|k| + |k̄|), the magnitude its error is relative to (2^-23 measured on an H200): ~8x the
+    three-part error, far below the FP4 error the table feeds. Keys whose smoothed row is non-finite (flagged by the
+    K pre-pass: every row that sees one is NaN) are not compared; padded keys are 0."""
+    B, hq, hkv, D = 2, 4, 2, 128
+    g = torch.Generator().manual_seed(nq + nk + poison)
+    q = torch.randn(B, hq, nq, D, generator=g) + 0.3
+    k = torch.randn(B, hkv, nk, D, generator=g) * 2.0 + 0.5
+    v = torch.randn(B, hkv, nk, D, generator=g)
+    if poison:
+        k[0, 1, nk // 2, 5] = INF
+        k[1, 0, 17, 7] = NAN
+    q, k, v = (t.to(DEV, torch.bfloat16) for t in (q, k, v))
+    pk = A.quantize_qkv(q, k, v, fmt="nvfp4", smooth_q=True, smooth_k=True, path=PATH, staged=True, key_perm=True)
+    nqb, NKP = pk.qbar.shape[2], pk.ks.shape[2]
+    corr = A.smooth_q_corr(pk, 0, nqb, causal=causal)[..., key_positions(NKP, device=DEV)]  # key order
+    kb = pk.kbar.double()[:, :, None, :]
+    kd = k.double()
+    qb = pk.qbar[..., :D].double()
+    rep = hq // hkv
+    want = qb @ (kd - kb).repeat_interleave(rep, dim=1).transpose(-1, -2)
+    mag = qb.abs() @ (kd.abs() + kb.abs()).repeat_interleave(rep, dim=1).transpose(-1, -2)
+    keys = torch.arange(nk, device=DEV)
+    read = torch.ones(nqb, nk, dtype=torch.bool, device=DEV)
+    if causal:  # block i's last row sees keys up to min(128(i + 1), nq) - 1 + nk - nq
+        last = torch.clamp(128 * torch.arange(1, nqb + 1, device=DEV), max=nq) - 1 + nk - nq
+        read = keys[None, :] <= last[:, None]
+    fin = torch.isfinite(kd - kb).all(dim=-1).repeat_interleave(rep, dim=1)  # (B, hq, nk)
+    check = read[None, None] & fin[:, :, None, :]
+    assert check.float().mean() > 0.2  # (a non-finite key makes its whole head's smoothed K non-finite, via k̄)
+    got = corr[..., :nk].double()
+    assert ((got - want).abs() <= 2.0**-20 * mag)[check].all(), ((got - want).abs() / mag)[check].max()
+    if not causal:
+        assert not corr[..., nk:].any()  # padded keys
+
+
 def test_key_positions_put_each_block_in_one_lane():
     """The Gluon passes' key order: a permutation within every 64 keys, ``position_key`` its inverse, and the 16
     columns 8j + 2q + e (j < 8, e < 2) that lane q of a quad holds in a wgmma accumulator fragment are the 16 keys of

@@ -15,8 +15,9 @@ Two kernels, read top to bottom:
      subtracts the per-128-query-block mean q̄ᵢ, computed inside the 128-row tile, and stores q̄ᵢ in
      FP32. The correction cᵢⱼ = q̄ᵢ·γ(kⱼ) uses the *unquantized* smoothed K, as the reference (the
      dequantized K̂ instead moves the result by ~0.05 relative L2 at small sizes, at the SPEC §6 limit):
-     ``_smooth_q_corr_kernel`` writes it as a table, one FP32 value per (query block, key), from a
-     tf32x3 dot (~fp32 accuracy), and the main kernel adds scale·cᵢⱼ to S: one load per key instead of
+     ``_smooth_q_corr_kernel`` writes it as a table, one FP32 value per (query block, key), from
+     tensor-core products of ~fp32 accuracy (bf16 K: q̄ᵢ·kⱼ − q̄ᵢ·k̄ against q̄ᵢ in three bf16 parts; else
+     tf32x3), and the main kernel adds scale·cᵢⱼ to S: one load per key instead of
      a K tile reduced against q̄ᵢ in every key tile of every query tile (that cost sage3 ~25% of its
      time). The table grows as N²/32 bytes per head, so ``attention_packed`` builds it for as many
      query blocks at a time as ``smooth_q_table_max_bytes`` (256 MiB) allows and runs the main kernel
@@ -419,48 +420,88 @@ def _tf32_hi(x):
 
 @triton.jit
 def _smooth_q_corr_kernel(X, sx_b, sx_h, sx_n, sx_d, SUB, QBAR, CORR, H, N, D, NKP, NQB, GROUP, I0, NQBC, Nq,
-                          SUB_MODE: tl.constexpr, CAUSAL: tl.constexpr, CQB: tl.constexpr, BLOCK_T: tl.constexpr,
-                          DP: tl.constexpr, KEY_PERM: tl.constexpr):
+                          NPROG_T, SUB_MODE: tl.constexpr, CAUSAL: tl.constexpr, CQB: tl.constexpr,
+                          BLOCK_T: tl.constexpr, DP: tl.constexpr, KEY_PERM: tl.constexpr, BF16_DOT: tl.constexpr):
     """SageAttention3's smooth_q correction cᵢⱼ = q̄ᵢ·γ(kⱼ) with the unquantized smoothed K (as the
     reference) for the query blocks i in [I0, I0 + NQBC) of the GROUP query heads reading kv head
-    (b, h): CORR (B, H·GROUP, NQBC, NKP) float32, unscaled. K (bhsd, any strides) minus SUB (k̄, SUB_MODE
-    1); non-finite keys count as 0 (they are flagged by the K pre-pass). One (query blocks × D)·(D ×
-    keys) product per CQB query blocks in three TF32 dots (hi·hi + hi·lo + lo·hi of each operand's TF32 split:
-    ~fp32 accuracy, as ``input_precision="tf32x3"``, with the keys' split done once, not per dot). KEY_PERM: key j's
-    entry at column ``key_position(j)``, where the staged K̂ holds it (BLOCK_T a multiple of 64)."""
-    pid_t, pid_bh, b, h, rows = program_rows(H, BLOCK_T)
+    (b, h): CORR (B, H·GROUP, NQBC, NKP) float32, unscaled, zero at padded keys; KEY_PERM: key j's entry at column
+    ``key_position(j)``, where the staged K̂ holds it (BLOCK_T a multiple of 64). K (bhsd, any strides) minus SUB
+    (k̄, SUB_MODE 1). Keys × query blocks products on the tensor cores (keys along the MMA's M: wgmma), ~fp32
+    accuracy:
+    - BF16_DOT (bf16 K): q̄ᵢ·kⱼ − q̄ᵢ·k̄, the bf16 keys exact as the operand of three bf16 products against q̄'s split
+      into three bf16 parts (24 bits: the float32 significand), the smallest first; the error is relative to
+      |q̄ᵢ|·(|kⱼ| + |k̄|). Entries of keys whose smoothed row holds NaN/±Inf are unspecified but finite: the K
+      pre-pass flags those keys, and every query row that sees one is NaN (a non-finite entry could instead hide
+      every key of a row: −∞ scores leave no key seen, so the row would be 0, not NaN).
+    - otherwise q̄ᵢ·(kⱼ − k̄) in three TF32 products (hi·hi + hi·lo + lo·hi of each operand's TF32 split, as
+      ``input_precision="tf32x3"``), non-finite entries of the smoothed K counting as 0.
+    Loops: query head, chunk of CQB query blocks (q̄'s parts made once), then the key tiles pid_t, pid_t + NPROG_T,
+    ... of this program (causal: those the chunk sees), the next tile's keys loaded while this one's products run."""
+    pid_t, pid_bh = head_program()
+    b = pid_bh // H
+    h = pid_bh % H
     cols = tl.arange(0, DP)
-    x, msk = load_bhsd_rows(X, sx_b, sx_h, sx_n, sx_d, b, h, rows, N, D, DP)
+    src = X + b.to(tl.int64) * sx_b + h.to(tl.int64) * sx_h
     if SUB_MODE == 1:
-        x = tl.where(msk, x - tl.load(SUB + pid_bh.to(tl.int64) * DP + cols)[None, :], 0.0)
-    x = tl.where(tl.abs(x) < float("inf"), x, 0.0)
-    x_hi = _tf32_hi(x)
-    x_lo = x - x_hi
-    c_start = 0
-    if CAUSAL:  # query blocks that see none of these keys (bottom-right) never read their entries
-        c_start = tl.minimum(tl.maximum((pid_t * BLOCK_T - (N - Nq)) // 128 - I0, 0), NQBC) // CQB * CQB
+        kbar = tl.load(SUB + pid_bh.to(tl.int64) * DP + cols)
+    n_t = NKP // BLOCK_T
     for j in range(GROUP):
         qh = (pid_bh * GROUP + j).to(tl.int64)  # query head b·Hq + h·GROUP + j
-        for c0 in range(c_start, NQBC, CQB):
+        for c0 in range(0, NQBC, CQB):
             ci = c0 + tl.arange(0, CQB)
             qb = tl.load(QBAR + (qh * NQB + I0 + ci[:, None]) * DP + cols[None, :], mask=ci[:, None] < NQBC,
                          other=0.0)  # (CQB, DP)
-            q_hi = _tf32_hi(qb)
-            c = tl.dot(qb - q_hi, tl.trans(x_hi), input_precision="tf32")  # (CQB, BLOCK_T): stores along keys
-            c = tl.dot(q_hi, tl.trans(x_lo), c, input_precision="tf32")
-            c = tl.dot(q_hi, tl.trans(x_hi), c, input_precision="tf32")
-            if KEY_PERM:  # key 64g + 16q + 2j + e to column 64g + 8j + 2q + e, in registers (16-byte stores)
-                c = tl.reshape(tl.permute(tl.reshape(c, (CQB, BLOCK_T // 64, 4, 8, 2)), (0, 1, 3, 2, 4)),
-                               (CQB, BLOCK_T))
-            tl.store(CORR + (qh * NQBC + ci[:, None]) * NKP + rows[None, :], c, mask=ci[:, None] < NQBC)
+            if BF16_DOT:  # q̄ in three bf16 parts
+                q1 = qb.to(tl.bfloat16)
+                r = qb - q1.to(tl.float32)
+                q2 = r.to(tl.bfloat16)
+                q3 = (r - q2.to(tl.float32)).to(tl.bfloat16)
+                if SUB_MODE == 1:
+                    qk = tl.sum(qb * kbar[None, :], 1)
+            else:
+                q_hi = _tf32_hi(qb)
+                q_lo = qb - q_hi
+            t_end = n_t
+            if CAUSAL:  # key tiles that no query block of this chunk sees (bottom-right) are never read
+                t_end = tl.minimum(n_t, tl.cdiv((I0 + c0 + CQB) * 128 + N - Nq, BLOCK_T))
+            rows_n = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
+            x_n = tl.load(src + rows_n[:, None].to(tl.int64) * sx_n + cols[None, :] * sx_d,
+                          mask=(rows_n[:, None] < N) & (cols[None, :] < D), other=0.0)
+            for t in range(pid_t, t_end, NPROG_T):
+                rows = t * BLOCK_T + tl.arange(0, BLOCK_T)
+                x = x_n
+                rows_n = rows + NPROG_T * BLOCK_T  # the next tile's keys, in flight during this one's products
+                x_n = tl.load(src + rows_n[:, None].to(tl.int64) * sx_n + cols[None, :] * sx_d,
+                              mask=(rows_n[:, None] < N) & (cols[None, :] < D), other=0.0)
+                if BF16_DOT:  # the smallest part first
+                    ct = tl.dot(x, tl.trans(q3))  # (BLOCK_T, CQB)
+                    ct = tl.dot(x, tl.trans(q2), ct)
+                    ct = tl.dot(x, tl.trans(q1), ct)
+                    if SUB_MODE == 1:
+                        ct = ct - qk[None, :]
+                    ct = tl.where((rows[:, None] < N) & (tl.abs(ct) < float("inf")), ct, 0.0)
+                else:
+                    x = x.to(tl.float32)
+                    if SUB_MODE == 1:
+                        x = tl.where((rows[:, None] < N) & (cols[None, :] < D), x - kbar[None, :], 0.0)
+                    x = tl.where(tl.abs(x) < float("inf"), x, 0.0)
+                    x_hi = _tf32_hi(x)
+                    ct = tl.dot(x_hi, tl.trans(q_lo), input_precision="tf32")
+                    ct = tl.dot(x - x_hi, tl.trans(q_hi), ct, input_precision="tf32")
+                    ct = tl.dot(x_hi, tl.trans(q_hi), ct, input_precision="tf32")
+                if KEY_PERM:  # key 64g + 16q + 2j + e to row 64g + 8j + 2q + e, in registers
+                    ct = tl.reshape(tl.permute(tl.reshape(ct, (BLOCK_T // 64, 4, 8, 2, CQB)), (0, 2, 1, 3, 4)),
+                                    (BLOCK_T, CQB))
+                tl.store(CORR + (qh * NQBC + ci[None, :]) * NKP + rows[:, None], ct, mask=ci[None, :] < NQBC)
 
 
-# The table kernel's tiles: 64 keys x 32 query blocks per product, 4 warps. H200 sweep (keys 64/128 x query blocks
-# 16/32 x warps 4/8, with and without the keys' TF32 split hoisted out of the loop; benchmarks/sage3-keyperm-s47,
-# forty-seventh session): 411 -> 329 us at (16,16,4096,128), 355 -> 332 causal, 1133 -> 780 at (4,16,16384,128)
-# against the previous 16 blocks with tf32x3. Bound by latency at 2 programs per SM (74-98 KB of shared memory
-# in every variant), not by its 0.4 GB of traffic (~100 us).
-_CORR_CFG = dict(block_t=64, cqb=32, num_warps=4)
+# The table kernel's tiles: 64 keys x 32 query blocks per product, 4 warps, 4 key tiles per program. H200
+# (benchmarks/corr-s48, forty-eighth session), against the forty-seventh session's kernel (one key tile per program,
+# query blocks along M: mma.sync tf32x3 on the smoothed keys, 246 registers): 328 -> 126 us at (16,16,4096,128),
+# 332 -> 127 causal, 780 -> 426 at (4,16,16384,128), 176 -> 78 at (16,16,4096,64). 2 / 8 / 16 tiles per program:
+# 146 / 122 / 122 us at the first shape, 469 / 444 / 465 at the second; 64 query blocks per product: 375 us there
+# (K read half as often), 182 at the first. The plain fill of its bytes takes 33 / 118 us.
+_CORR_CFG = dict(block_t=64, cqb=32, num_warps=4, tiles_per_prog=4)
 
 
 def smooth_q_corr(pk: "PackedQKV", i0: int, nqbc: int, out: torch.Tensor | None = None,
@@ -479,10 +520,11 @@ def smooth_q_corr(pk: "PackedQKV", i0: int, nqbc: int, out: torch.Tensor | None 
     bt, cqb, nw = _CORR_CFG["block_t"], _CORR_CFG["cqb"], _CORR_CFG["num_warps"]
     bt = bt if DP <= 128 else bt // 2
     assert not pk.key_perm or bt % 64 == 0, bt
-    fast(_smooth_q_corr_kernel)[head_grid(NKP // bt, B * Hkv)](
-        k, *k.stride(), ksub, pk.qbar, out, Hkv, pk.nk, pk.d, NKP, NQB, Hq // Hkv, i0, nqbc, pk.nq,
+    nprog = cdiv(NKP // bt, _CORR_CFG["tiles_per_prog"])
+    fast(_smooth_q_corr_kernel)[head_grid(nprog, B * Hkv)](
+        k, *k.stride(), ksub, pk.qbar, out, Hkv, pk.nk, pk.d, NKP, NQB, Hq // Hkv, i0, nqbc, pk.nq, nprog,
         SUB_MODE=1 if pk.kbar is not None else 0, CAUSAL=causal, CQB=cqb, BLOCK_T=bt, DP=DP,
-        KEY_PERM=pk.key_perm, num_warps=nw)
+        KEY_PERM=pk.key_perm, BF16_DOT=k.dtype == torch.bfloat16 and not _interpret(), num_warps=nw)
     return out
 
 
