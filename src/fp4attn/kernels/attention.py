@@ -421,15 +421,16 @@ def _tf32_hi(x):
 @triton.jit
 def _smooth_q_corr_kernel(X, sx_b, sx_h, sx_n, sx_d, SUB, QBAR, CORR, H, N, D, NKP, NQB, GROUP, I0, NQBC, Nq,
                           NPROG_T, SUB_MODE: tl.constexpr, CAUSAL: tl.constexpr, CQB: tl.constexpr,
-                          BLOCK_T: tl.constexpr, DP: tl.constexpr, KEY_PERM: tl.constexpr, BF16_DOT: tl.constexpr):
+                          BLOCK_T: tl.constexpr, DP: tl.constexpr, KEY_PERM: tl.constexpr, K_EXACT: tl.constexpr):
     """SageAttention3's smooth_q correction cᵢⱼ = q̄ᵢ·γ(kⱼ) with the unquantized smoothed K (as the
     reference) for the query blocks i in [I0, I0 + NQBC) of the GROUP query heads reading kv head
     (b, h): CORR (B, H·GROUP, NQBC, NKP) float32, unscaled, zero at padded keys; KEY_PERM: key j's entry at column
     ``key_position(j)``, where the staged K̂ holds it (BLOCK_T a multiple of 64). K (bhsd, any strides) minus SUB
     (k̄, SUB_MODE 1). Keys × query blocks products on the tensor cores (keys along the MMA's M: wgmma), ~fp32
     accuracy:
-    - BF16_DOT (bf16 K): q̄ᵢ·kⱼ − q̄ᵢ·k̄, the bf16 keys exact as the operand of three bf16 products against q̄'s split
-      into three bf16 parts (24 bits: the float32 significand), the smallest first; the error is relative to
+    - K_EXACT (16-bit K): q̄ᵢ·kⱼ − q̄ᵢ·k̄, the keys exact as an operand: K_EXACT 1 (bf16 K) three bf16 products
+      against q̄'s split into three bf16 parts (24 bits: the float32 significand), K_EXACT 2 (fp16 K, exact in TF32)
+      two TF32 products against q̄'s TF32 hi / lo parts (22 bits); the smallest part first. The error is relative to
       |q̄ᵢ|·(|kⱼ| + |k̄|). Entries of keys whose smoothed row holds NaN/±Inf are unspecified but finite: the K
       pre-pass flags those keys, and every query row that sees one is NaN (a non-finite entry could instead hide
       every key of a row: −∞ scores leave no key seen, so the row would be 0, not NaN).
@@ -451,16 +452,16 @@ def _smooth_q_corr_kernel(X, sx_b, sx_h, sx_n, sx_d, SUB, QBAR, CORR, H, N, D, N
             ci = c0 + tl.arange(0, CQB)
             qb = tl.load(QBAR + (qh * NQB + I0 + ci[:, None]) * DP + cols[None, :], mask=ci[:, None] < NQBC,
                          other=0.0)  # (CQB, DP)
-            if BF16_DOT:  # q̄ in three bf16 parts
+            if K_EXACT == 1:  # q̄ in three bf16 parts
                 q1 = qb.to(tl.bfloat16)
                 r = qb - q1.to(tl.float32)
                 q2 = r.to(tl.bfloat16)
                 q3 = (r - q2.to(tl.float32)).to(tl.bfloat16)
-                if SUB_MODE == 1:
-                    qk = tl.sum(qb * kbar[None, :], 1)
             else:
                 q_hi = _tf32_hi(qb)
                 q_lo = qb - q_hi
+            if K_EXACT != 0 and SUB_MODE == 1:
+                qk = tl.sum(qb * kbar[None, :], 1)
             t_end = n_t
             if CAUSAL:  # key tiles that no query block of this chunk sees (bottom-right) are never read
                 t_end = tl.minimum(n_t, tl.cdiv((I0 + c0 + CQB) * 128 + N - Nq, BLOCK_T))
@@ -473,10 +474,15 @@ def _smooth_q_corr_kernel(X, sx_b, sx_h, sx_n, sx_d, SUB, QBAR, CORR, H, N, D, N
                 rows_n = rows + NPROG_T * BLOCK_T  # the next tile's keys, in flight during this one's products
                 x_n = tl.load(src + rows_n[:, None].to(tl.int64) * sx_n + cols[None, :] * sx_d,
                               mask=(rows_n[:, None] < N) & (cols[None, :] < D), other=0.0)
-                if BF16_DOT:  # the smallest part first
-                    ct = tl.dot(x, tl.trans(q3))  # (BLOCK_T, CQB)
-                    ct = tl.dot(x, tl.trans(q2), ct)
-                    ct = tl.dot(x, tl.trans(q1), ct)
+                if K_EXACT != 0:  # the smallest part first
+                    if K_EXACT == 1:
+                        ct = tl.dot(x, tl.trans(q3))  # (BLOCK_T, CQB)
+                        ct = tl.dot(x, tl.trans(q2), ct)
+                        ct = tl.dot(x, tl.trans(q1), ct)
+                    else:
+                        x = x.to(tl.float32)
+                        ct = tl.dot(x, tl.trans(q_lo), input_precision="tf32")
+                        ct = tl.dot(x, tl.trans(q_hi), ct, input_precision="tf32")
                     if SUB_MODE == 1:
                         ct = ct - qk[None, :]
                     ct = tl.where((rows[:, None] < N) & (tl.abs(ct) < float("inf")), ct, 0.0)
@@ -504,6 +510,14 @@ def _smooth_q_corr_kernel(X, sx_b, sx_h, sx_n, sx_d, SUB, QBAR, CORR, H, N, D, N
 _CORR_CFG = dict(block_t=64, cqb=32, num_warps=4, tiles_per_prog=4)
 
 
+def _corr_k_exact(dtype: torch.dtype) -> int:
+    """``_smooth_q_corr_kernel``'s K_EXACT for keys of ``dtype``: 1 bf16 (not under the interpreter, which has no bf16
+    dot: it takes fp16's TF32 form of the same sum, the bf16 keys being exact in TF32 too), 2 fp16, 0 otherwise."""
+    if dtype == torch.bfloat16:
+        return 2 if _interpret() else 1
+    return 2 if dtype == torch.float16 else 0
+
+
 def smooth_q_corr(pk: "PackedQKV", i0: int, nqbc: int, out: torch.Tensor | None = None,
                   causal: bool = False) -> torch.Tensor:
     """The smooth_q correction table for query blocks [i0, i0 + nqbc): (B, Hq, nqbc, NKP) float32, its columns in
@@ -524,7 +538,7 @@ def smooth_q_corr(pk: "PackedQKV", i0: int, nqbc: int, out: torch.Tensor | None 
     fast(_smooth_q_corr_kernel)[head_grid(nprog, B * Hkv)](
         k, *k.stride(), ksub, pk.qbar, out, Hkv, pk.nk, pk.d, NKP, NQB, Hq // Hkv, i0, nqbc, pk.nq, nprog,
         SUB_MODE=1 if pk.kbar is not None else 0, CAUSAL=causal, CQB=cqb, BLOCK_T=bt, DP=DP,
-        KEY_PERM=pk.key_perm, BF16_DOT=k.dtype == torch.bfloat16 and not _interpret(), num_warps=nw)
+        KEY_PERM=pk.key_perm, K_EXACT=_corr_k_exact(k.dtype), num_warps=nw)
     return out
 
 
