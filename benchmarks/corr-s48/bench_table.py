@@ -1,7 +1,8 @@
 """The smooth_q correction table kernel (``attention.smooth_q_corr``) alone, over tile configs
 (``attention._CORR_CFG`` overrides in VARIANTS, a ';'-separated list of 'k=v,k=v'; '' is the tree's default), next
-to a plain fill of the same bytes. With CHECK=1, the first variant's table against float64 (bf16 inputs):
-the largest error over |q̄|·(|k| + |k̄|), the magnitude the bf16 path's error is relative to. Forty-eighth session.
+to a plain fill of the same bytes; DTYPE=fp16: fp16 inputs (default bf16). With CHECK=1, the first variant's table
+against float64: the largest error over |q̄|·(|k| + |k̄|), the magnitude the 16-bit paths' error is relative to.
+Forty-eighth session.
 
     PYTHONPATH=src python benchmarks/corr-s48/bench_table.py             # this tree
     PYTHONPATH=out/base_src/src VARIANTS= python benchmarks/corr-s48/bench_table.py   # the old tree's default
@@ -19,11 +20,12 @@ SHAPES = [tuple(int(x) for x in s.split(",")) for s in os.environ.get(
 VARIANTS = [dict((kv.split("=")[0], int(kv.split("=")[1])) for kv in v.split(",") if kv)
             for v in os.environ.get("VARIANTS", ";tiles_per_prog=2;tiles_per_prog=4;tiles_per_prog=8").split(";")]
 CHECK = os.environ.get("CHECK", "1") == "1"
+DTYPE = {"bf16": torch.bfloat16, "fp16": torch.float16}[os.environ.get("DTYPE", "bf16")]  # the inputs
 
 
 def shape(B, H, N, D, c):
     g = torch.Generator(device="cuda").manual_seed(0)
-    q, k, v = (torch.randn(B, H, N, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(3))
+    q, k, v = (torch.randn(B, H, N, D, device="cuda", dtype=DTYPE, generator=g) for _ in range(3))
     k = k + 0.5  # a mean for smooth_k to remove
     pk = A.quantize_qkv(q, k, v, fmt="nvfp4", staged=True, smooth_q=True, smooth_k=True, key_perm=True)
     nqb = pk.qbar.shape[2]
