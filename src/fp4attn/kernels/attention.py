@@ -16,9 +16,9 @@ Two kernels, read top to bottom:
      FP32. The correction cᵢⱼ = q̄ᵢ·γ(kⱼ) uses the *unquantized* smoothed K, as the reference (the
      dequantized K̂ instead moves the result by ~0.05 relative L2 at small sizes, at the SPEC §6 limit):
      ``_smooth_q_corr_kernel`` writes it as a table, one FP32 value per (query block, key), from
-     tensor-core products of ~fp32 accuracy (bf16 K: q̄ᵢ·kⱼ − q̄ᵢ·k̄ against q̄ᵢ in three bf16 parts; else
-     tf32x3), and the main kernel adds scale·cᵢⱼ to S: one load per key instead of
-     a K tile reduced against q̄ᵢ in every key tile of every query tile (that cost sage3 ~25% of its
+     tensor-core products of ~fp32 accuracy (16-bit K: q̄ᵢ·kⱼ − q̄ᵢ·k̄, the keys exact as an operand, against
+     q̄ᵢ in three bf16 / two TF32 parts; else tf32x3), and the main kernel adds scale·cᵢⱼ to S: one load per key
+     instead of a K tile reduced against q̄ᵢ in every key tile of every query tile (that cost sage3 ~25% of its
      time). The table grows as N²/32 bytes per head, so ``attention_packed`` builds it for as many
      query blocks at a time as ``smooth_q_table_max_bytes`` (256 MiB) allows and runs the main kernel
      chunk by chunk (K is read once more per chunk: negligible next to the N² attention work).
