@@ -119,9 +119,16 @@ def load_bhsd_rows(X, sx_b, sx_h, sx_n, sx_d, b, h, rows, N, D, DP: tl.constexpr
     (len(rows), DP) float32 tile zero-padded past N tokens and D channels; also returns the mask."""
     cols = tl.arange(0, DP)
     msk = (rows[:, None] < N) & (cols[None, :] < D)
-    src = X + b.to(tl.int64) * sx_b + h.to(tl.int64) * sx_h
-    x = tl.load(src + rows[:, None].to(tl.int64) * sx_n + cols[None, :] * sx_d, mask=msk, other=0.0)
+    x = load_rows(X + b.to(tl.int64) * sx_b + h.to(tl.int64) * sx_h, sx_n, sx_d, rows, cols, N, D)
     return x.to(tl.float32), msk
+
+
+@triton.jit
+def load_rows(src, sx_n, sx_d, rows, cols, N, D):
+    """``load_bhsd_rows``'s load from the head's base pointer ``src``: rows x cols in the tensor's dtype, zero past N
+    tokens and D channels (not converted: a load issued ahead of its use stays in flight until then)."""
+    return tl.load(src + rows[:, None].to(tl.int64) * sx_n + cols[None, :] * sx_d,
+                   mask=(rows[:, None] < N) & (cols[None, :] < D), other=0.0)
 
 
 @triton.jit

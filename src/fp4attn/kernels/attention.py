@@ -176,6 +176,7 @@ from ._tiles import (
     head_program,
     key_position,
     load_bhsd_rows,
+    load_rows,
     online_softmax_step,
     program_rows,
     two_level_scale,
@@ -465,15 +466,12 @@ def _smooth_q_corr_kernel(X, sx_b, sx_h, sx_n, sx_d, SUB, QBAR, CORR, H, N, D, N
             t_end = n_t
             if CAUSAL:  # key tiles that no query block of this chunk sees (bottom-right) are never read
                 t_end = tl.minimum(n_t, tl.cdiv((I0 + c0 + CQB) * 128 + N - Nq, BLOCK_T))
-            rows_n = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
-            x_n = tl.load(src + rows_n[:, None].to(tl.int64) * sx_n + cols[None, :] * sx_d,
-                          mask=(rows_n[:, None] < N) & (cols[None, :] < D), other=0.0)
+            x_n = load_rows(src, sx_n, sx_d, pid_t * BLOCK_T + tl.arange(0, BLOCK_T), cols, N, D)
             for t in range(pid_t, t_end, NPROG_T):
                 rows = t * BLOCK_T + tl.arange(0, BLOCK_T)
                 x = x_n
-                rows_n = rows + NPROG_T * BLOCK_T  # the next tile's keys, in flight during this one's products
-                x_n = tl.load(src + rows_n[:, None].to(tl.int64) * sx_n + cols[None, :] * sx_d,
-                              mask=(rows_n[:, None] < N) & (cols[None, :] < D), other=0.0)
+                # the next tile's keys, in flight during this one's products
+                x_n = load_rows(src, sx_n, sx_d, rows + NPROG_T * BLOCK_T, cols, N, D)
                 if K_EXACT != 0:  # the smallest part first
                     if K_EXACT == 1:
                         ct = tl.dot(x, tl.trans(q3))  # (BLOCK_T, CQB)
@@ -1110,7 +1108,7 @@ def gluon_pass_choice(kernel: str, *, is_mx: bool, two_level_p: bool, online: bo
     can = (online == two_level_p and window is None and sinks is None and path == PATH_HOPPER
            and attention_gluon.supported(is_mx=is_mx, two_level=two_level_p, smooth_q=smooth_q, staged=staged, dp=dp,
                                          device=device))
-    does = can and (kernel == "gluon" or thrift or (kernel == "auto" and attention_gluon.preferred(dp, two_level_p)))
+    does = can and (kernel == "gluon" or thrift or (kernel == "auto" and attention_gluon.preferred(dp)))
     return can, does
 
 
