@@ -679,7 +679,7 @@ def test_gpu_gluon_two_level_and_smooth_q(case, flags, monkeypatch):
     assert rel_l2(o_g.float(), o_t.float()) < 2e-4
     assert torch.equal(o_g[~fin], o_t[~fin])  # rows without a key: 0
     if tlp:  # auto takes the Gluon pass for two-level P (D = 64 and 128)
-        assert AG.preferred(D, True)
+        assert AG.preferred(D)
         assert torch.equal(res["auto"][0], o_g) and torch.equal(res["auto"][1], l_g)
     if flags == "sage3" and nq > 128:
         monkeypatch.setenv("FP4ATTN_SMOOTHQ_TABLE_BYTES", "1")

@@ -505,7 +505,7 @@ def supported(*, is_mx: bool, two_level: bool, smooth_q: bool, staged: bool, dp:
     return device.type == "cuda" and torch.cuda.get_device_capability(device) == (9, 0)
 
 
-def preferred(dp: int, two_level: bool = False) -> bool:
+def preferred(dp: int) -> bool:
     """Whether ``kernel="auto"`` picks it where it is supported: at D = 64 and 128. Single-level P: with the
     float32 P̃ rounding it was 5-7% faster than the Triton pass at D = 128 and ~1% slower at D = 64 (H200,
     seventeenth session); with the float16 rounding the op is 5-11% faster at both (H100, thirty-seventh session).
