@@ -825,18 +825,19 @@ def test_bench_reports_gluon_passes(monkeypatch):
     sweeping Triton configs those kernels do not use: staged nvfp4 and sage3 (D = 64, 128) on an sm_90
     device, not the packed, online or mxfp4 rows, nor with FP4ATTN_ATTN_KERNEL=triton, nor on sm_100."""
     from fp4attn.bench.attention import runs_gluon
+    from fp4attn.ops import _dispatch
     if not A.attention_gluon.HAVE_GLUON:
         pytest.skip("this Triton has no Gluon")
     monkeypatch.delenv("FP4ATTN_ATTN_KERNEL", raising=False)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    monkeypatch.setattr(_dispatch, "capability", lambda device=None: (9, 0))
     monkeypatch.setattr(A, "_interpret", lambda: False)  # (the bench's path is the GPU's)
     assert all(runs_gluon(r, d) for r in ("nvfp4-staged", "sage3-staged") for d in (64, 128))
     assert not any(runs_gluon(r, 128) for r in ("nvfp4", "sage3", "mxfp4-staged", "nvfp4-online-staged"))
     assert not runs_gluon("sage3-staged", 256) and not runs_gluon("nvfp4-staged", 256)
     monkeypatch.setenv("FP4ATTN_ATTN_KERNEL", "triton")
     assert not runs_gluon("nvfp4-staged", 128)
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (10, 0))
+    monkeypatch.setattr(_dispatch, "capability", lambda device=None: (10, 0))
     monkeypatch.delenv("FP4ATTN_ATTN_KERNEL")
     assert not runs_gluon("nvfp4-staged", 128)
 

@@ -130,3 +130,26 @@ def test_device_ints_equals_torch_tensor(vals, dtype):
     got = device_ints(vals, "cpu", dtype)
     want = torch.tensor(vals, dtype=dtype)
     assert got.dtype == want.dtype and got.shape == want.shape and torch.equal(got, want)
+
+
+def test_empty0_is_one_cached_placeholder_per_device_and_dtype():
+    """``empty0``: zero elements, the asked device and dtype, one tensor per (device, dtype) (made once)."""
+    from fp4attn.kernels._launch import empty0
+
+    a, b = empty0(torch.device("cpu"), torch.float32), empty0(torch.device("cpu"), torch.uint8)
+    assert a.numel() == 0 and a.dtype == torch.float32 and b.dtype == torch.uint8 and a.device.type == "cpu"
+    assert empty0(torch.device("cpu"), torch.float32) is a and a is not b
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_gpu_cached_capability_equals_torchs():
+    """``_dispatch.capability`` (cached per device) answers as ``torch.cuda.get_device_capability`` for a device,
+    its index, or None (the current device)."""
+    from fp4attn.ops import _dispatch
+
+    for i in range(torch.cuda.device_count()):
+        want = torch.cuda.get_device_capability(i)
+        assert _dispatch.capability(torch.device("cuda", i)) == want == _dispatch.capability(i)
+    cur = torch.cuda.get_device_capability()
+    assert _dispatch.capability(None) == _dispatch.capability(torch.device("cuda")) == cur

@@ -580,10 +580,11 @@ def test_native_mxfp4_path_matches_fp8_path(monkeypatch):
 
 
 def test_gemm_path_dispatch(monkeypatch):
+    from fp4attn.ops import _dispatch
     monkeypatch.delenv("FP4ATTN_QUARTET_GEMM", raising=False)
     assert kq.gemm_path(torch.device("cpu")) == "fp8"
     for cap, path in (((9, 0), "fp8"), ((8, 9), "fp8"), ((10, 0), "mxfp4"), ((12, 0), "mxfp4")):
-        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d=None, c=cap: c)
+        monkeypatch.setattr(_dispatch, "capability", lambda d=None, c=cap: c)
         assert kq.gemm_path(torch.device("cuda")) == path
     monkeypatch.setenv("FP4ATTN_QUARTET_GEMM", "fp8")
     assert kq.gemm_path(torch.device("cuda")) == "fp8"

@@ -87,6 +87,20 @@ def device_ints(vals, device, dtype=torch.int32) -> torch.Tensor:
     return torch.tensor(vals, dtype=dtype, device=device)
 
 
+_EMPTY0: dict = {}
+
+
+def empty0(device, dtype: torch.dtype) -> torch.Tensor:
+    """A zero-element tensor of ``dtype`` on ``device``, made once: the placeholder of a kernel's unused pointer
+    argument (nothing reads or writes it). An allocation costs ~5 µs of host time, and the attention pre-pass made
+    five such placeholders per call (benchmarks/order-s49)."""
+    key = (device, dtype)
+    t = _EMPTY0.get(key)
+    if t is None:
+        t = _EMPTY0[key] = torch.empty((0,), device=device, dtype=dtype)
+    return t
+
+
 def next_pow2(n: int) -> int:
     """``triton.next_power_of_2`` for host code (0 for 0, as Triton's)."""
     return 1 << (n - 1).bit_length() if n > 0 else 0

@@ -166,9 +166,10 @@ from ..formats.triton_helpers import (
     pack_nibbles,
     unpack_nibbles_words,
 )
+from ..ops import _dispatch
 from ..ops._dispatch import interpreting as _interpret
 from . import attention_gluon
-from ._launch import cdiv, fast, head_grid
+from ._launch import cdiv, empty0, fast, head_grid
 from ._tiles import (
     LOG2E,
     causal_key_range,
@@ -207,7 +208,7 @@ def default_path(device: torch.device | None = None) -> int:
     env = os.environ.get("FP4ATTN_ATTN_PATH", "")
     if env:
         return PATH_NAMES[env]
-    major, _ = torch.cuda.get_device_capability(device)
+    major, _ = _dispatch.capability(device)
     return PATH_BLACKWELL if major >= 10 else PATH_HOPPER
 
 
@@ -684,7 +685,7 @@ def quantize_qkv(q, k, v, *, fmt: str = "nvfp4", smooth_q: bool = False, smooth_
     stage_v = stage and not is_mx  # MXFP4 V̂ᵀ: from the packed codes once vexp is complete
     if key_perm and not stage_v:
         raise ValueError("key_perm: staged NVFP4 operands on the Hopper path only")
-    none = torch.empty((0,), device=dev, dtype=u8)
+    none = empty0(dev, u8)
     qc = torch.empty((B, Hq, NQP, DP // 2), device=dev, dtype=u8)
     qs = torch.empty((B, Hq, NQP, DP // qb), device=dev, dtype=u8)
     kc = none if stage else torch.empty((B, Hkv, NKP, DP // 2), device=dev, dtype=u8)
@@ -694,14 +695,14 @@ def quantize_qkv(q, k, v, *, fmt: str = "nvfp4", smooth_q: bool = False, smooth_
     kh = torch.empty((B, Hkv, NKP, DP), device=dev, dtype=_staged_dtype(is_mx, path)) if stage else None
     vh = torch.empty((B, Hkv, DP, NKP), device=dev, dtype=_staged_dtype(is_mx, path)) if stage_v else None
     vexp = (torch.full((B, Hkv, DP), -127, device=dev, dtype=torch.int32) if is_mx
-            else torch.empty((0,), device=dev, dtype=torch.int32))
+            else empty0(dev, torch.int32))
     qbar = (torch.empty((B, Hq, NQP // SMOOTH_Q_BLOCK, DP), device=dev, dtype=torch.float32) if smooth_q
-            else torch.empty((0,), device=dev, dtype=torch.float32))
+            else empty0(dev, torch.float32))
     kbar = None
-    ksub = torch.empty((0,), device=dev, dtype=torch.float32)
+    ksub = empty0(dev, torch.float32)
     # smooth_k: q·k̄ per query row (the LSE shift), from the Q pre-pass. (smooth_q's correction table is
     # built by attention_packed, chunk by chunk, from k: see smooth_q_corr)
-    qkb = torch.empty((0,), device=dev, dtype=torch.float32)
+    qkb = empty0(dev, torch.float32)
     if smooth_k:
         kbar = k.mean(dim=2, dtype=torch.float32)  # (B, Hkv, D), as the reference; no float32 copy of K
         ksub = torch.nn.functional.pad(kbar, (0, DP - D)).contiguous()

@@ -72,6 +72,7 @@ import os
 import torch
 
 from ..formats.triton_helpers import e2m1_decode_f16, e4m3_decode_f16, fake_quant_p, fake_quant_p_f16, phi_blocks_f16
+from ..ops import _dispatch
 from ._launch import head_grid
 from ._tiles import (
     causal_key_range,
@@ -502,7 +503,7 @@ def supported(*, is_mx: bool, two_level: bool, smooth_q: bool, staged: bool, dp:
     an sm_90 GPU."""
     if not (HAVE_GLUON and staged and not is_mx and dp in (64, 128)):
         return False
-    return device.type == "cuda" and torch.cuda.get_device_capability(device) == (9, 0)
+    return device.type == "cuda" and _dispatch.capability(device) == (9, 0)
 
 
 def preferred(dp: int) -> bool:

@@ -86,6 +86,7 @@ from ..formats.triton_helpers import (
     unpack_e2m1_f16_scaled,
     unpack_nibbles,
 )
+from ..ops import _dispatch
 from ..ops._dispatch import interpreting as _interpret
 from ..ops._validate import check_choice
 from . import decode_gluon
@@ -682,13 +683,7 @@ def _use_gluon(kernel: str, q: torch.Tensor, thrift: bool, rows: int, block_n: i
                              "rows per kv head (G·n_q) and block_n 32 or 64 dividing the page size (64 with a Thrift "
                              "selection)")
         return True
-    return ok and _capability(q.device.index if q.device.index is not None else torch.cuda.current_device()) == (9, 0)
-
-
-@functools.lru_cache(maxsize=None)
-def _capability(index: int) -> tuple:
-    """Compute capability of CUDA device ``index`` (cached: decode runs once per generated token)."""
-    return torch.cuda.get_device_capability(index)
+    return ok and _dispatch.capability(q.device) == (9, 0)
 
 
 def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor | None = None,
@@ -736,8 +731,7 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
     # rows ran mma.sync tiles: 1406 instead of 1184 SASS per tile, 1.03-1.05x the time of 64 padded rows, H100)
     BLOCK_M = None
     if rowm:
-        hopper = q.is_cuda and not _interpret() and _capability(
-            q.device.index if q.device.index is not None else torch.cuda.current_device())[0] == 9
+        hopper = q.is_cuda and not _interpret() and _dispatch.capability(q.device)[0] == 9
         BLOCK_M = block_m or max(64 if hopper else 16, next_pow2(G * NQ))
     # (the FP4 tile: the config's keys, or fewer where the page is smaller; see block_n below)
     bn = block_n or min(gcfg["block_n"], cache.page_size & -cache.page_size)
@@ -809,8 +803,8 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
     # scale bytes as uint8 (decoded in registers; the interpreter has no float8 either)
     ks, vs = cache.k_scale.view(torch.uint8), cache.v_scale.view(torch.uint8)
     # the reduce as a programmatic dependent launch (see _PDL), sm_90+
-    pdl = _PDL and q.is_cuda and not interp and not (n16 and _THRIFT_STREAMS == "side") and _capability(
-        dev.index if dev.index is not None else torch.cuda.current_device())[0] >= 9
+    pdl = (_PDL and q.is_cuda and not interp and not (n16 and _THRIFT_STREAMS == "side")
+           and _dispatch.capability(dev)[0] >= 9)
     if gluon:
         side = n16 and _THRIFT_STREAMS == "side"
         if side:  # the 16-bit partials on a side stream (forked from and joined back into the current one:

@@ -91,6 +91,7 @@ from ..formats.triton_helpers import (
     unpack_nibbles,
 )
 from ..formats.triton_stochastic import e2m1_sr_code, e2m1_sr_code_u16, sr_uniform_bits
+from ..ops import _dispatch
 from ..reference.quartet import QUEST_EPS, QUEST_STD_FACTOR, SR_RESCALE, _splitmix64, hadamard_matrix
 from ._launch import cdiv, fast
 
@@ -1169,7 +1170,7 @@ def gemm_path(device: torch.device) -> str:
     env = os.environ.get("FP4ATTN_QUARTET_GEMM", "")
     if env in ("fp8", "mxfp4"):
         return env
-    if device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 10:
+    if device.type == "cuda" and _dispatch.capability(device)[0] >= 10:
         return "mxfp4"
     return "fp8"
 
@@ -1186,7 +1187,7 @@ def supported(x: torch.Tensor, weight: torch.Tensor, hadamard_group: int) -> boo
     N, K = weight.shape
     if K % 32 or N % 32 or not hasattr(torch, "_scaled_mm"):
         return False
-    if torch.cuda.get_device_capability(x.device) < (8, 9):  # FP8 tensor cores: Ada, Hopper, Blackwell
+    if _dispatch.capability(x.device) < (8, 9):  # FP8 tensor cores: Ada, Hopper, Blackwell
         return False
     M = x.numel() // K
     return max(M, 1) * max(K, N) < 2 ** 31 and (M + 31) * max(K, N) < 2 ** 31

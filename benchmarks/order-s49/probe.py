@@ -1,0 +1,88 @@
+"""Forty-ninth session probe (issue 4): (1) causal programs of the Gluon passes taking their head's query tiles longest
+first (``FP4ATTN_CAUSAL_ORDER=heavy``) against the grid order (``light``), interleaved in one process; (2) how much of
+the eager op's ``do_bench`` time is not kernel time: eager do_bench, the same call replayed from a CUDA graph, the
+host's time per call while the GPU is busy, and the per-kernel sum (torch.profiler).
+
+    PYTHONPATH=src python benchmarks/order-s49/probe.py
+"""
+import os
+import time
+
+import torch
+import triton.testing
+
+import fp4attn
+from fp4attn.bench.common import capture_graph
+from fp4attn.metrics import rel_l2
+
+SHAPES = [(16, 16, 4096, 128, True), (4, 16, 16384, 128, True), (16, 16, 4096, 64, True), (2, 32, 8192, 128, True),
+          (16, 16, 4096, 128, False)]
+ROUNDS = int(os.environ.get("ROUNDS", "4"))
+
+
+def order(o):
+    os.environ["FP4ATTN_CAUSAL_ORDER"] = o
+
+
+def kernel_sum_ms(f, n=5):
+    from torch.profiler import ProfilerActivity, profile
+    f()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(n):
+            f()
+        torch.cuda.synchronize()
+    tot = {}
+    for e in prof.key_averages():
+        if e.device_type.name == "CUDA":
+            tot[e.key] = e.device_time_total / 1000 / n
+    return sum(tot.values()), tot
+
+
+def host_us(f, n=20):
+    torch.cuda.synchronize()
+    torch.cuda._sleep(int(2e9))  # keep the GPU busy so that the host never waits for it
+    t0 = time.perf_counter()
+    for _ in range(n):
+        f()
+    t1 = time.perf_counter()
+    torch.cuda.synchronize()
+    return (t1 - t0) / n * 1e6
+
+
+def run(B, H, N, D, c):
+    g = torch.Generator(device="cuda").manual_seed(B * N + D)
+    q, k, v = (torch.randn(B, H, N, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(3))
+    flops = 4 * B * H * N * N * D / (2 if c else 1)
+    tag = f"({B},{H},{N},{D}){' causal' if c else ''}"
+    for recipe in ("nvfp4", "sage3"):
+        def f(recipe=recipe):
+            return fp4attn.attention(q, k, v, causal=c, recipe=recipe)
+        outs, best = {}, {}
+        for o in ("light", "heavy"):
+            order(o)
+            outs[o] = f().float()
+        for r in range(ROUNDS):
+            for o in (("light", "heavy") if r % 2 == 0 else ("heavy", "light")):
+                order(o)
+                best[o] = min(best.get(o, 1e9), triton.testing.do_bench(f, warmup=10, rep=100))
+        eq = torch.equal(outs["light"], outs["heavy"])
+        print(f"{recipe:6s} {tag:26s} light {best['light']:.3f} ms heavy {best['heavy']:.3f} ms "
+              f"light/heavy {best['light'] / best['heavy']:.4f}  outputs equal: {eq} "
+              f"(rel L2 {rel_l2(outs['heavy'], outs['light']):.1e})  heavy {flops / best['heavy'] / 1e9:.0f} TF/s",
+              flush=True)
+    order("light")
+
+    def f():
+        return fp4attn.attention(q, k, v, causal=c, recipe="nvfp4")
+    med = triton.testing.do_bench(f, warmup=25, rep=200, return_mode="median")
+    gr = capture_graph(f)
+    gmed = triton.testing.do_bench(gr.replay, warmup=25, rep=200, return_mode="median")
+    ks, parts = kernel_sum_ms(f)
+    print(f"  nvfp4 {tag}: eager do_bench median {med:.3f} ms, graph replay {gmed:.3f} ms, kernel sum {ks:.3f} ms, "
+          f"host {host_us(f):.0f} us/call; " + ", ".join(f"{k[:24]} {v:.3f}" for k, v in parts.items()), flush=True)
+
+
+print(torch.cuda.get_device_name())
+for shape in SHAPES:
+    run(*shape)
