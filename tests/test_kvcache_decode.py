@@ -1912,7 +1912,10 @@ def test_decode_gpu_many_splits_long_context():
     dev, D, L = "cuda", 128, 40000
     k, v = _kv(1, 1, L, D, seed=63)
     c = KVCache.from_dense(k.to(dev), v.to(dev))
-    q = torch.randn(1, 4, 1, D, device=dev, dtype=torch.bfloat16)
+    # q from a seeded generator: with 4 query rows the criteria below have thin margins (40 seeds on an H100: cosine
+    # 0.9959-0.9970, the error 0.913-0.995 of its bound; benchmarks/order-s49/results/flaky_probe_h100.txt), and an
+    # unseeded q failed one suite run (H100, forty-ninth session). Seed 0: cosine 0.9970, error 0.952 of the bound.
+    q = torch.randn(1, 4, 1, D, device=dev, dtype=torch.bfloat16, generator=torch.Generator(dev).manual_seed(0))
     out, lse = Dk.decode_fwd(q, c, scale=D ** -0.5)
     ref, ref_lse = decode_reference(q, c, scale=D ** -0.5)
     exact = reference.attention(q, k.to(dev), v.to(dev), causal=True, recipe="bf16")
