@@ -1,0 +1,53 @@
+"""Forty-ninth session probe: the host's time per eager call of the public ops, with the GPU kept busy so that the
+host never waits for it, and a cProfile of the nvfp4 attention call (where the ~0.8 ms per call goes).
+
+    PYTHONPATH=src python benchmarks/order-s49/host_profile.py
+"""
+import cProfile
+import pstats
+import time
+
+import torch
+
+import fp4attn
+
+
+def host_us(f, n=50):
+    f()
+    torch.cuda.synchronize()
+    torch.cuda._sleep(int(3e9))
+    t0 = time.perf_counter()
+    for _ in range(n):
+        f()
+    t1 = time.perf_counter()
+    torch.cuda.synchronize()
+    return (t1 - t0) / n * 1e6
+
+
+B, H, N, D = 1, 16, 1024, 128
+g = torch.Generator(device="cuda").manual_seed(0)
+q, k, v = (torch.randn(B, H, N, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(3))
+ops = {
+    "sdpa": lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True),
+    "nvfp4": lambda: fp4attn.attention(q, k, v, causal=True),
+    "mxfp4": lambda: fp4attn.attention(q, k, v, causal=True, recipe="mxfp4"),
+    "sage3": lambda: fp4attn.attention(q, k, v, causal=True, recipe="sage3"),
+    "thrift5": lambda: fp4attn.thrift_attention(q, k, v, causal=True, budget=0.05),
+    "quantize": lambda: fp4attn.quantize(q),
+}
+for name, f in ops.items():
+    print(f"{name:10s} host {host_us(f):7.1f} us/call", flush=True)
+
+f = ops["nvfp4"]
+f()
+torch.cuda.synchronize()
+torch.cuda._sleep(int(3e9))
+pr = cProfile.Profile()
+pr.enable()
+for _ in range(50):
+    f()
+pr.disable()
+torch.cuda.synchronize()
+st = pstats.Stats(pr)
+st.sort_stats("tottime").print_stats(30)
+st.sort_stats("cumulative").print_stats(40)
