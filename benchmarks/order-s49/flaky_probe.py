@@ -1,12 +1,20 @@
-import os, sys
+"""Forty-ninth session: test_decode_gpu_many_splits_long_context's criteria over 40 seeded q (its q was unseeded).
+
+    PYTHONPATH=src python benchmarks/order-s49/flaky_probe.py
+"""
+import os
+import sys
+
 sys.path.insert(0, "tests")
 os.environ.setdefault("TRITON_INTERPRET", "0")
-import torch
-from test_kvcache_decode import _kv, _rel
-from fp4attn import reference
-from fp4attn.kvcache import KVCache
-from fp4attn.ops.decode import decode_reference
-from fp4attn.kernels import decode as Dk
+import torch  # noqa: E402
+
+from fp4attn import reference  # noqa: E402
+from fp4attn.kernels import decode as Dk  # noqa: E402
+from fp4attn.kvcache import KVCache  # noqa: E402
+from fp4attn.ops.decode import decode_reference  # noqa: E402
+from test_kvcache_decode import _kv, _rel  # noqa: E402
+
 dev, D, L = "cuda", 128, 40000
 k, v = _kv(1, 1, L, D, seed=63)
 c = KVCache.from_dense(k.to(dev), v.to(dev))
@@ -19,7 +27,8 @@ for s in range(40):
     ref, ref_lse = decode_reference(q, c, scale=D ** -0.5)
     exact = reference.attention(q, exact_k, exact_v, causal=True, recipe="bf16")
     cos = torch.nn.functional.cosine_similarity(out.double().flatten(), ref.double().flatten(), dim=0).item()
-    r1 = _rel(out, exact); r2 = 1.05 * _rel(ref, exact) + 2e-3
+    r1 = _rel(out, exact)
+    r2 = 1.05 * _rel(ref, exact) + 2e-3
     dl = (lse - ref_lse.to(lse.device)).abs().max().item()
     one, _ = Dk.decode_fwd(q, c, scale=D ** -0.5, num_splits=40)
     r3 = _rel(out, one)

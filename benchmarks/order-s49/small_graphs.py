@@ -5,29 +5,15 @@ the first two shapes the wall time of ``torch.compile(mode="reduce-overhead")`` 
 
     PYTHONPATH=src python benchmarks/order-s49/small_graphs.py
 """
-import time
-
 import torch
 import triton.testing
+from small_shapes import wall_us  # (this directory: run as a script)
 
 import fp4attn
 from fp4attn.bench.common import capture_graph
 
 SHAPES = [(1, 32, 1024, 128), (1, 32, 2048, 128), (1, 16, 512, 128), (4, 32, 1024, 128), (1, 32, 4096, 128),
           (1, 32, 8192, 128)]
-
-
-def wall_us(f, n=200):
-    best = 1e9
-    for _ in range(3):
-        f()
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(n):
-            f()
-        torch.cuda.synchronize()
-        best = min(best, (time.perf_counter() - t0) / n * 1e6)
-    return best
 
 
 def sdpa(q, k, v):

@@ -28,16 +28,21 @@ def wall_us(f, n=200):
     return best
 
 
-print(torch.cuda.get_device_name())
-print("| shape (causal) | op | wall µs per call | GPU µs (do_bench) |")
-print("|---|---|---:|---:|")
-for (B, H, N, D) in SHAPES:
-    g = torch.Generator(device="cuda").manual_seed(N)
-    q, k, v = (torch.randn(B, H, N, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(3))
-    ops = {"sdpa": lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True),  # noqa: B023
-           "nvfp4": lambda: fp4attn.attention(q, k, v, causal=True),  # noqa: B023
-           "sage3": lambda: fp4attn.attention(q, k, v, causal=True, recipe="sage3")}  # noqa: B023
-    for name, f in ops.items():
-        w = wall_us(f)
-        gt = triton.testing.do_bench(f, warmup=10, rep=50) * 1e3
-        print(f"| ({B},{H},{N},{D}) | {name} | {w:.1f} | {gt:.1f} |", flush=True)
+def main():
+    print(torch.cuda.get_device_name())
+    print("| shape (causal) | op | wall µs per call | GPU µs (do_bench) |")
+    print("|---|---|---:|---:|")
+    for (B, H, N, D) in SHAPES:
+        g = torch.Generator(device="cuda").manual_seed(N)
+        q, k, v = (torch.randn(B, H, N, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(3))
+        ops = {"sdpa": lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True),  # noqa: B023
+               "nvfp4": lambda: fp4attn.attention(q, k, v, causal=True),  # noqa: B023
+               "sage3": lambda: fp4attn.attention(q, k, v, causal=True, recipe="sage3")}  # noqa: B023
+        for name, f in ops.items():
+            w = wall_us(f)
+            gt = triton.testing.do_bench(f, warmup=10, rep=50) * 1e3
+            print(f"| ({B},{H},{N},{D}) | {name} | {w:.1f} | {gt:.1f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
