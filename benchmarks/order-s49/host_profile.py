@@ -12,10 +12,13 @@ import torch
 import fp4attn
 
 
-def host_us(f, n=50):
-    f()
+def host_us(f, n=50, sleep_cycles=int(3e9), warm=True):
+    """Host µs per call of ``f`` over ``n`` calls while the GPU sleeps ``sleep_cycles`` (the host never waits for
+    it; keep n x launches per call under the launch queue's ~1000 entries); ``warm``: one call first."""
+    if warm:
+        f()
     torch.cuda.synchronize()
-    torch.cuda._sleep(int(3e9))
+    torch.cuda._sleep(sleep_cycles)
     t0 = time.perf_counter()
     for _ in range(n):
         f()
@@ -24,30 +27,35 @@ def host_us(f, n=50):
     return (t1 - t0) / n * 1e6
 
 
-B, H, N, D = 1, 16, 1024, 128
-g = torch.Generator(device="cuda").manual_seed(0)
-q, k, v = (torch.randn(B, H, N, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(3))
-ops = {
-    "sdpa": lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True),
-    "nvfp4": lambda: fp4attn.attention(q, k, v, causal=True),
-    "mxfp4": lambda: fp4attn.attention(q, k, v, causal=True, recipe="mxfp4"),
-    "sage3": lambda: fp4attn.attention(q, k, v, causal=True, recipe="sage3"),
-    "thrift5": lambda: fp4attn.thrift_attention(q, k, v, causal=True, budget=0.05),
-    "quantize": lambda: fp4attn.quantize(q),
-}
-for name, f in ops.items():
-    print(f"{name:10s} host {host_us(f):7.1f} us/call", flush=True)
+def main():
+    B, H, N, D = 1, 16, 1024, 128
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v = (torch.randn(B, H, N, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(3))
+    ops = {
+        "sdpa": lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True),
+        "nvfp4": lambda: fp4attn.attention(q, k, v, causal=True),
+        "mxfp4": lambda: fp4attn.attention(q, k, v, causal=True, recipe="mxfp4"),
+        "sage3": lambda: fp4attn.attention(q, k, v, causal=True, recipe="sage3"),
+        "thrift5": lambda: fp4attn.thrift_attention(q, k, v, causal=True, budget=0.05),
+        "quantize": lambda: fp4attn.quantize(q),
+    }
+    for name, f in ops.items():
+        print(f"{name:10s} host {host_us(f):7.1f} us/call", flush=True)
 
-f = ops["nvfp4"]
-f()
-torch.cuda.synchronize()
-torch.cuda._sleep(int(3e9))
-pr = cProfile.Profile()
-pr.enable()
-for _ in range(50):
+    f = ops["nvfp4"]
     f()
-pr.disable()
-torch.cuda.synchronize()
-st = pstats.Stats(pr)
-st.sort_stats("tottime").print_stats(30)
-st.sort_stats("cumulative").print_stats(40)
+    torch.cuda.synchronize()
+    torch.cuda._sleep(int(3e9))
+    pr = cProfile.Profile()
+    pr.enable()
+    for _ in range(50):
+        f()
+    pr.disable()
+    torch.cuda.synchronize()
+    st = pstats.Stats(pr)
+    st.sort_stats("tottime").print_stats(30)
+    st.sort_stats("cumulative").print_stats(40)
+
+
+if __name__ == "__main__":
+    main()

@@ -6,10 +6,10 @@ host's time per call while the GPU is busy, and the per-kernel sum (torch.profil
     PYTHONPATH=src python benchmarks/order-s49/probe.py
 """
 import os
-import time
 
 import torch
 import triton.testing
+from host_profile import host_us  # (this directory: run as a script)
 
 import fp4attn
 from fp4attn.bench.common import capture_graph
@@ -37,17 +37,6 @@ def kernel_sum_ms(f, n=5):
         if e.device_type.name == "CUDA":
             tot[e.key] = e.device_time_total / 1000 / n
     return sum(tot.values()), tot
-
-
-def host_us(f, n=20):
-    torch.cuda.synchronize()
-    torch.cuda._sleep(int(2e9))  # keep the GPU busy so that the host never waits for it
-    t0 = time.perf_counter()
-    for _ in range(n):
-        f()
-    t1 = time.perf_counter()
-    torch.cuda.synchronize()
-    return (t1 - t0) / n * 1e6
 
 
 def run(B, H, N, D, c):
@@ -79,8 +68,9 @@ def run(B, H, N, D, c):
     gr = capture_graph(f)
     gmed = triton.testing.do_bench(gr.replay, warmup=25, rep=200, return_mode="median")
     ks, parts = kernel_sum_ms(f)
+    hus = host_us(f, n=20, sleep_cycles=int(2e9), warm=False)
     print(f"  nvfp4 {tag}: eager do_bench median {med:.3f} ms, graph replay {gmed:.3f} ms, kernel sum {ks:.3f} ms, "
-          f"host {host_us(f):.0f} us/call; " + ", ".join(f"{k[:24]} {v:.3f}" for k, v in parts.items()), flush=True)
+          f"host {hus:.0f} us/call; " + ", ".join(f"{k[:24]} {v:.3f}" for k, v in parts.items()), flush=True)
 
 
 print(torch.cuda.get_device_name())
