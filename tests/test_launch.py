@@ -153,3 +153,121 @@ def test_gpu_cached_capability_equals_torchs():
         assert _dispatch.capability(torch.device("cuda", i)) == want == _dispatch.capability(i)
     cur = torch.cuda.get_device_capability()
     assert _dispatch.capability(None) == _dispatch.capability(torch.device("cuda")) == cur
+
+
+def _gluon_probe_binder():
+    """Triton's binder of a Gluon kernel ``(desc, n, f, B: constexpr)`` for sm_90, or None without Gluon."""
+    try:
+        from triton.experimental import gluon
+    except ImportError:  # pragma: no cover - Triton < 3.5
+        return None
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler.compiler import make_backend
+
+    jf = gluon.jit(_probe)
+    return create_function_from_signature(jf.signature, jf.params, make_backend(GPUTarget("cuda", 90, 32)))
+
+
+def _desc_candidates():
+    from triton.experimental.gluon import language as gl
+
+    from fp4attn.kernels._launch import TmaDesc
+
+    # per block: the default 128-byte swizzle and a 64-byte one (fp16 and bf16 share the default layouts)
+    lay = {(b, sw): (gl.NVMMASharedLayout.get_default_for(list(b), gl.float16) if sw == 128
+                     else gl.NVMMASharedLayout(swizzle_byte_width=sw, element_bitwidth=16, rank=2))
+           for b in [(64, 64), (32, 64), (64, 128)] for sw in (128, 64)}
+    f16 = torch.zeros(256, 128, dtype=torch.float16)
+    bf16 = torch.zeros(256, 128, dtype=torch.bfloat16)
+    out = []
+    for x in (f16, bf16):
+        for block in [(64, 64), (32, 64), (64, 128)]:
+            for base, shape, strides in [(x, (256, 128), (128, 1)), (x[64:], (192, 128), (128, 1)),
+                                         (x, (512, 64), (64, 1)), (x[8:], (248, 128), (128, 1))]:
+                for sw in (128, 64):
+                    out.append(TmaDesc(base, shape, strides, block, lay[(block, sw)]))
+    return out
+
+
+def test_tma_desc_keys_mean_equal_triton_specializations():
+    """``TmaDesc`` arguments (Gluon kernels' host TMA descriptors): equal ``spec_key``s imply equal specializations
+    by Triton's binder of the checked ``TensorDescriptor`` made from them, and the key separates dtype, block shape
+    and layout (which Triton does specialize on)."""
+    binder = _gluon_probe_binder()
+    if binder is None:  # pragma: no cover
+        pytest.skip("no Gluon in this Triton")
+    seen = {}
+    for c in _desc_candidates():
+        d = c.descriptor()
+        assert (d.base is c.base and list(d.shape) == list(c.shape) and list(d.strides) == list(c.strides)
+                and list(d.block_shape) == list(c.block_shape) and d.layout == c.layout and d.padding == c.padding)
+        spec = binder(d, 7, 1.0, B=4)[1][0]
+        key = spec_key((c,), (False,))
+        if key in seen:
+            assert seen[key][1] == spec, f"spec_key merges {seen[key][0]} and {c}: {seen[key][1]} vs {spec}"
+        else:
+            seen[key] = (c, spec)
+    assert len({s for _, s in seen.values()}) == 12  # 2 dtypes x 3 blocks x 2 layouts, each its own kernel
+    assert len(seen) >= 12
+
+
+if os.environ.get("TRITON_INTERPRET", "0") in ("", "0") and torch.cuda.is_available():
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
+
+    @gluon.jit
+    def _tma_rows(desc, Y, scale, BM: gl.constexpr, BN: gl.constexpr):
+        """Y[rows of program] = scale · (the BM x BN tile of ``desc`` at (program · BM, 0)), through one TMA."""
+        pid = gl.program_id(0)
+        smem = gl.allocate_shared_memory(desc.dtype, [BM, BN], desc.layout)
+        bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        mbarrier.init(bar, count=1)
+        mbarrier.expect(bar, desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(desc, [pid * BM, 0], bar, smem)
+        mbarrier.wait(bar, 0)
+        mbarrier.invalidate(bar)
+        lay: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+        x = smem.load(lay).to(gl.float32) * scale
+        rows = pid * BM + gl.arange(0, BM, layout=gl.SliceLayout(1, lay))
+        cols = gl.arange(0, BN, layout=gl.SliceLayout(0, lay))
+        gl.store(Y + rows[:, None] * BN + cols[None, :], x)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_gpu_fast_launch_of_a_gluon_kernel_with_tma_descriptors():
+    """A Gluon kernel with a host TMA descriptor through ``fast`` with ``TmaDesc``: every call reads its own
+    tensor (new bases, shapes and offsets at one key), cached calls skip Triton's run path, and a dtype or block
+    change is a new key."""
+    if _dispatch_capability() < (9, 0):
+        pytest.skip("TMA needs sm_90+")
+    from fp4attn.kernels._launch import TmaDesc
+
+    k = fast(_tma_rows)
+    k._cache.clear()
+    f16 = gl.NVMMASharedLayout.get_default_for([64, 64], gl.float16)
+    g = torch.Generator(device="cuda").manual_seed(0)
+    calls = []
+    orig = _tma_rows.run
+    for i, (rows, off, dtype) in enumerate([(128, 0, torch.float16), (256, 0, torch.float16), (64, 64, torch.float16),
+                                            (192, 128, torch.float16), (128, 0, torch.bfloat16)]):
+        x = torch.randn(rows + off, 64, device="cuda", generator=g).to(dtype)[off:]
+        lay = f16 if dtype == torch.float16 else gl.NVMMASharedLayout.get_default_for([64, 64], gl.bfloat16)
+        y = torch.full((rows, 64), -1.0, device="cuda")
+        if i in (2, 3):  # same key as the first call: the kept kernel, not Triton's run
+            _tma_rows.run = lambda *a, **kw: calls.append(1) or orig(*a, **kw)
+        try:
+            k[(rows // 64,)](TmaDesc(x, (rows, 64), (64, 1), (64, 64), lay), y, 0.5, BM=64, BN=64)
+        finally:
+            if "run" in _tma_rows.__dict__:
+                del _tma_rows.run
+        assert torch.equal(y, x.float() * 0.5), (rows, off, dtype)
+    assert calls == []
+    assert len(k._cache) == 2  # fp16 and bf16 descriptors
+
+
+def _dispatch_capability():
+    from fp4attn.ops import _dispatch
+
+    return _dispatch.capability(None)

@@ -14,7 +14,9 @@ extra call through Triton, never a wrong kernel):
 - the current CUDA device;
 - per positional argument: a tensor's dtype and whether its address is 16-byte aligned; an int of a
   ``do_not_specialize`` parameter (seeds that change every call): its 32-bit / 64-bit / unsigned range;
-  anything else (ints, floats, bools, None): its type and value;
+  a ``TmaDesc`` (a Gluon kernel's host TMA descriptor): what Triton specializes it on (the base's dtype, the
+  block shape, the shared layout) and what ``TensorDescriptor`` checks (alignment, rank, padding); anything else
+  (ints, floats, bools, None): its type and value;
 - the keyword arguments' values (constexprs and launch options such as ``num_warps``).
 
 Positional constexprs, callable grids, runtime arguments given by keyword, unhashable keyword values,
@@ -27,6 +29,7 @@ binder: equal keys imply equal specializations.
 from __future__ import annotations
 
 import os
+from typing import NamedTuple
 
 import torch
 import triton
@@ -36,12 +39,44 @@ _INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 _MAX_KEYS = 4096
 
 
+class TmaDesc(NamedTuple):
+    """A host TMA descriptor argument of a Gluon kernel, for ``fast``: the fields of Gluon's ``TensorDescriptor``
+    (``triton.experimental.gluon.nvidia.hopper``), without its construction-time checks (~6 µs of host time each).
+    ``fast`` keys it as Triton specializes a descriptor (base dtype, block shape, shared layout; padding and the
+    16-byte alignment of base and strides, which the checks would assert, on top) and hands it to the compiled
+    kernel's launcher as it is (the launcher reads these fields by name to encode the descriptor); a call that goes
+    through Triton gets a checked ``TensorDescriptor`` made from it (``descriptor``). Build it only where base and
+    strides satisfy ``TensorDescriptor``'s checks (contiguous last dim, 16-byte aligned), e.g. from a tensor the op
+    allocated itself."""
+
+    base: torch.Tensor
+    shape: tuple
+    strides: tuple
+    block_shape: tuple
+    layout: object
+    padding: str = "zero"
+
+    def descriptor(self):
+        """The checked Gluon ``TensorDescriptor`` of the same fields."""
+        from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+        return TensorDescriptor(self.base, list(self.shape), list(self.strides), list(self.block_shape), self.layout,
+                                self.padding)
+
+
+def _desc_key(a: TmaDesc):
+    esize = a.base.element_size()
+    return (TmaDesc, a.base.dtype, a.base.data_ptr() % 16 == 0, tuple(a.block_shape), a.layout, a.padding,
+            len(a.shape), tuple((s * esize) % 16 == 0 for s in a.strides[:-1]), a.strides[-1] == 1)
+
+
 def spec_key(args, dns):
     """The positional arguments' part of the cache key (module doc): a tuple, one hashable item per
     argument; ``dns``: per argument, whether its parameter is ``do_not_specialize``."""
     T = torch.Tensor
     return tuple([(a.dtype, a.data_ptr() % 16 == 0) if isinstance(a, T)
                   else (type(a), -0x80000000 <= a <= 0x7FFFFFFF, a >= 0x8000000000000000) if d and type(a) is int
+                  else _desc_key(a) if type(a) is TmaDesc
                   else (type(a), a) for a, d in zip(args, dns)])
 
 
@@ -115,6 +150,11 @@ def _hooked() -> bool:
     return False
 
 
+def _checked(args):
+    """``args`` for Triton's own launch path: ``TmaDesc`` arguments as checked Gluon ``TensorDescriptor``s."""
+    return [a.descriptor() if type(a) is TmaDesc else a for a in args]
+
+
 class FastKernel:
     """``fast(kernel)``: ``[grid](*args, **meta)`` as the ``triton.jit`` kernel, through a cache of its
     compiled kernels keyed by the arguments (module doc). ``.fn`` is the kernel itself."""
@@ -135,13 +175,13 @@ class FastKernel:
 
     def launch(self, grid, args, meta):
         if self._triton_path or callable(grid) or len(args) > self._first_constexpr or _hooked():
-            return self.fn[grid](*args, **meta)
+            return self.fn[grid](*_checked(args), **meta)
         dev = torch._C._cuda_getDevice()
         key = (dev, spec_key(args, self._dns), tuple(meta.items()))
         try:
             hit = self._cache.get(key)
         except TypeError:  # an unhashable keyword value
-            return self.fn[grid](*args, **meta)
+            return self.fn[grid](*_checked(args), **meta)
         if hit is None:
             return self._miss(key, grid, args, meta)
         ck, tail = hit
@@ -153,7 +193,7 @@ class FastKernel:
     def _miss(self, key, grid, args, meta):
         """Launch through Triton and keep its compiled kernel with the arguments after ``args`` (the
         keyword ones and defaults, in signature order: fixed for a key)."""
-        ck = self.fn[grid](*args, **meta)
+        ck = self.fn[grid](*_checked(args), **meta)
         if any(k in self._names and k not in self._constexprs for k in meta):
             # a runtime argument by keyword would key the cache by its value (a tensor: by identity)
             self._triton_path = True  # Triton's own path from now on

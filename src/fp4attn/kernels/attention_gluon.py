@@ -73,7 +73,7 @@ import torch
 
 from ..formats.triton_helpers import e2m1_decode_f16, e4m3_decode_f16, fake_quant_p, fake_quant_p_f16, phi_blocks_f16
 from ..ops import _dispatch
-from ._launch import head_grid
+from ._launch import TmaDesc, fast, head_grid
 from ._tiles import (
     causal_key_range,
     finish_rows,
@@ -94,7 +94,6 @@ try:  # Gluon ships with Triton >= 3.5
         warpgroup_mma,
         warpgroup_mma_wait,
     )
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
     HAVE_GLUON = True
 except ImportError:  # pragma: no cover - older Triton: the Triton kernel serves every device
     HAVE_GLUON = False
@@ -574,8 +573,8 @@ def launch(args, *, causal: bool, two_level: bool, smooth_q: bool, i0: int, n: i
     bm, bn, ns, nv = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["NS"], cfg["NV"]
     dp = kh.shape[-1]
     q_sl, k_sl, v_sl = _smem_layouts(bm, bn, dp)
-    k_desc = TensorDescriptor(kh, [kh.numel() // dp, dp], [dp, 1], [bn, dp], k_sl)
-    v_desc = TensorDescriptor(vh, [vh.numel() // nkp, nkp], [nkp, 1], [dp, bn], v_sl)
+    k_desc = TmaDesc(kh, (kh.numel() // dp, dp), (dp, 1), (bn, dp), k_sl)
+    v_desc = TmaDesc(vh, (vh.numel() // nkp, nkp), (nkp, 1), (dp, bn), v_sl)
     grid = head_grid(n * (128 // bm), B * Hq)
     thrift = thrift_mask is not None
     if thrift:
@@ -585,14 +584,12 @@ def launch(args, *, causal: bool, two_level: bool, smooth_q: bool, i0: int, n: i
     stage_o, o_sl, o_st = _out_staging(bm, bn, dp, ns, out.dtype, cfg["num_warps"])
     p16 = cfg.get("P16", True)
     assert not key_perm or (p16 and bn % 64 == 0), cfg
-    _attn_fwd_kernel_gl[grid](qc.view(torch.uint8), qs, k_desc, v_desc, table, selm, out, lse, mbuf, qbad, kvbad,
-                              so_b, so_h, so_n, so_d, qk_scale, Hq, group, nq, nk, nqp, nkp, d, i0, n, nqb, nkb,
-                              CAUSAL=causal, SMOOTH_Q=smooth_q, TWO_LEVEL=two_level, THRIFT=thrift, QB=16,
-                              BLOCK_M=bm, BLOCK_N=bn,
-                              DP=dp, NS=ns, NV=nv,
-                              UNROLL=cfg["UNROLL"], Q_SL=q_sl, P16=p16, KEY_PERM=key_perm,
-                              STAGE_O=stage_o, O_SL=o_sl, O_ST=o_st,
-                              num_warps=cfg["num_warps"], **{k: cfg[k] for k in ("maxnreg",) if k in cfg})
+    fast(_attn_fwd_kernel_gl)[grid](qc.view(torch.uint8), qs, k_desc, v_desc, table, selm, out, lse, mbuf, qbad,
+                                    kvbad, so_b, so_h, so_n, so_d, qk_scale, Hq, group, nq, nk, nqp, nkp, d, i0, n,
+                                    nqb, nkb, CAUSAL=causal, SMOOTH_Q=smooth_q, TWO_LEVEL=two_level, THRIFT=thrift,
+                                    QB=16, BLOCK_M=bm, BLOCK_N=bn, DP=dp, NS=ns, NV=nv, UNROLL=cfg["UNROLL"],
+                                    Q_SL=q_sl, P16=p16, KEY_PERM=key_perm, STAGE_O=stage_o, O_SL=o_sl, O_ST=o_st,
+                                    num_warps=cfg["num_warps"], **{k: cfg[k] for k in ("maxnreg",) if k in cfg})
 
 
 # The row-max pass (H100 sweep, benchmarks/rowmax-s40): at D = 128, 128 query rows on two warp groups, 64-key tiles,
@@ -623,9 +620,9 @@ def launch_rowmax(args, *, causal: bool, i0: int, n: int, B: int, Hq: int, cfg: 
     bm, bn = cfg["BLOCK_M"], cfg["BLOCK_N"]
     assert not key_perm or bn % 64 == 0, cfg
     q_sl, k_sl, _ = _smem_layouts(bm, bn, dp)
-    k_desc = TensorDescriptor(kh, [kh.numel() // dp, dp], [dp, 1], [bn, dp], k_sl)
+    k_desc = TmaDesc(kh, (kh.numel() // dp, dp), (dp, 1), (bn, dp), k_sl)
     grid = head_grid(-(-n * 128 // bm), B * Hq)
-    _rowmax_kernel_gl[grid](qc.view(torch.uint8), qs, k_desc, mbuf, qk_scale, Hq, group, nq, nk, nqp, nkp, i0,
-                            (i0 + n) * 128, CAUSAL=causal, QB=16, BLOCK_M=bm, BLOCK_N=bn, DP=dp, NS=cfg["NS"],
-                            Q_REG=cfg["Q_REG"], Q_SL=q_sl, KEY_PERM=key_perm, num_warps=cfg["num_warps"],
-                            **{k: cfg[k] for k in ("maxnreg",) if k in cfg})
+    fast(_rowmax_kernel_gl)[grid](qc.view(torch.uint8), qs, k_desc, mbuf, qk_scale, Hq, group, nq, nk, nqp, nkp, i0,
+                                  (i0 + n) * 128, CAUSAL=causal, QB=16, BLOCK_M=bm, BLOCK_N=bn, DP=dp, NS=cfg["NS"],
+                                  Q_REG=cfg["Q_REG"], Q_SL=q_sl, KEY_PERM=key_perm, num_warps=cfg["num_warps"],
+                                  **{k: cfg[k] for k in ("maxnreg",) if k in cfg})
