@@ -517,6 +517,12 @@ def _corr_k_exact(dtype: torch.dtype) -> int:
     return 2 if dtype == torch.float16 else 0
 
 
+def _kbar_padded(kbar: torch.Tensor, dp: int) -> torch.Tensor:
+    """k̄ (B, Hkv, D) float32, contiguous (``quantize_qkv``'s mean), zero-padded to the kernels' head dim ``dp``:
+    itself where D = dp (no copy launched)."""
+    return kbar if kbar.shape[-1] == dp else torch.nn.functional.pad(kbar, (0, dp - kbar.shape[-1])).contiguous()
+
+
 def smooth_q_corr(pk: "PackedQKV", i0: int, nqbc: int, out: torch.Tensor | None = None,
                   causal: bool = False) -> torch.Tensor:
     """The smooth_q correction table for query blocks [i0, i0 + nqbc): (B, Hq, nqbc, NKP) float32, its columns in
@@ -528,8 +534,7 @@ def smooth_q_corr(pk: "PackedQKV", i0: int, nqbc: int, out: torch.Tensor | None 
     Hkv, NKP = k.shape[1], pk.ks.shape[2]
     if out is None:
         out = torch.empty((B, Hq, nqbc, NKP), device=k.device, dtype=torch.float32)
-    ksub = (torch.nn.functional.pad(pk.kbar, (0, DP - pk.d)).contiguous() if pk.kbar is not None
-            else pk.qbar)  # unused pointer without smooth_k
+    ksub = _kbar_padded(pk.kbar, DP) if pk.kbar is not None else pk.qbar  # unused pointer without smooth_k
     bt, cqb, nw = _CORR_CFG["block_t"], _CORR_CFG["cqb"], _CORR_CFG["num_warps"]
     bt = bt if DP <= 128 else bt // 2
     assert not pk.key_perm or bt % 64 == 0, bt
@@ -705,7 +710,7 @@ def quantize_qkv(q, k, v, *, fmt: str = "nvfp4", smooth_q: bool = False, smooth_
     qkb = empty0(dev, torch.float32)
     if smooth_k:
         kbar = k.mean(dim=2, dtype=torch.float32)  # (B, Hkv, D), as the reference; no float32 copy of K
-        ksub = torch.nn.functional.pad(kbar, (0, DP - D)).contiguous()
+        ksub = _kbar_padded(kbar, DP)
         qkb = torch.empty((B, Hq, NQP), device=dev, dtype=torch.float32)
     g = Hq // Hkv
     qbad = torch.empty((B, Hq, NQP), device=dev, dtype=u8)
@@ -1268,9 +1273,10 @@ def attention_fwd(q, k, v, *, causal: bool = False, scale: float | None = None, 
                   smooth_q: bool = False, smooth_k: bool = False, two_level_p: bool = False,
                   out: torch.Tensor | None = None, path: int | None = None, online: bool | None = None,
                   staged: bool | None = None, config: dict | None = None, window: tuple[int, int] | None = None,
-                  sinks: torch.Tensor | None = None):
+                  sinks: torch.Tensor | None = None, want_lse: bool = True):
     """Pre-pass + main kernel on bhsd views (any strides). Returns (out (B, Hq, Nq, D) in q's dtype,
-    lse (B, Hq, Nq) float32). ``window``, ``sinks``: see ``attention_packed``."""
+    lse (B, Hq, Nq) float32), lse None with ``want_lse=False`` (the op called without ``return_lse``: no
+    smooth_k shift of it is computed). ``window``, ``sinks``: see ``attention_packed``."""
     B, Hq, Nq, D = q.shape
     Hkv = k.shape[1]
     scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
@@ -1286,6 +1292,8 @@ def attention_fwd(q, k, v, *, causal: bool = False, scale: float | None = None, 
         out = torch.empty((B, Hq, Nq, D), device=q.device, dtype=q.dtype)
     lse = attention_packed(pk, causal=causal, scale=scale, two_level_p=two_level_p, B=B, Hq=Hq, Hkv=Hkv,
                            out=out, online=online, config=config, window=window, sinks=sinks)
+    if not want_lse:
+        return out, None
     lse = lse[:, :, :Nq]
     if pk.kbar is not None:
         # K smoothing shifts every score of a row by scale·q·k̄ (softmax-invariant); LSE refers to the

@@ -138,8 +138,9 @@ def select(q: torch.Tensor, k: torch.Tensor, *, causal: bool, budget: float, win
     Hkv, Nk = k.shape[1], k.shape[2]
     nqb, nkb = cdiv(Nq, BLOCK), cdiv(Nk, BLOCK)
     DP = next_pow2(max(D, 16))
-    qm = torch.zeros(B, Hq, nqb, DP, device=q.device, dtype=torch.float32)
-    km = torch.zeros(B, Hkv, nkb, DP, device=q.device, dtype=torch.float32)
+    # every entry written by _block_mean_kernel (padded channels as 0): no memset
+    qm = torch.empty(B, Hq, nqb, DP, device=q.device, dtype=torch.float32)
+    km = torch.empty(B, Hkv, nkb, DP, device=q.device, dtype=torch.float32)
     for x, m, H, N, nb in ((q, qm, Hq, Nq, nqb), (k, km, Hkv, Nk, nkb)):
         if x.stride(-1) != 1:
             x = x.contiguous()
@@ -154,7 +155,7 @@ def select(q: torch.Tensor, k: torch.Tensor, *, causal: bool, budget: float, win
                                                  CAUSAL=right, WINDOW=left, NKB_P2=next_pow2(nkb),
                                                  CH=max(1, min(DP, 8192 // next_pow2(nkb))), DP=DP,
                                                  KMAX_P2=kmax, num_warps=4)
-    return seli, selm.bool(), kk
+    return seli, selm.view(torch.bool), kk  # the kernel writes 0 / 1: a bool view, no conversion launched
 
 
 # =================================================================================================
@@ -304,7 +305,8 @@ def thrift_fwd(q, k, v, *, causal: bool, scale: float, budget: float, selection=
     if selection is None:
         selection = select(q, k, causal=causal, budget=budget, window=window)
     seli, selm, kk = selection
-    selm8 = selm.to(torch.int8).contiguous()
+    # the int8 mask the kernels read: a bool mask's bytes are its 0 / 1 values (a view, no conversion launched)
+    selm8 = (selm.view(torch.int8) if selm.dtype == torch.bool else selm.to(torch.int8)).contiguous()
     qx, kx, vx = prep(q, 0, "nvfp4", dot_dtype), prep(k, 0, "nvfp4", dot_dtype), prep(v, 0, "nvfp4", dot_dtype)
     NQP, NKP, DP = pad_tokens(Nq), pad_tokens(Nk), head_dim_padded(D)
     nqb, nkb = cdiv(Nq, BLOCK), cdiv(Nk, BLOCK)

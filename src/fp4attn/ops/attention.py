@@ -87,10 +87,10 @@ def attention(q, k, v, *, causal=False, scale=None, recipe="nvfp4", layout="bhsd
 
 def op_outputs(out, lse, q_dtype, layout, return_lse):
     """(out, lse) as the FP4 custom ops return them: lse contiguous float32, or an empty tensor when the
-    caller did not ask for it (no copy of the padded LSE: one launch less per call)."""
+    caller did not ask for it (``lse`` may then be None; no copy of the padded LSE: one launch less per call)."""
     if return_lse:
         return finish(out, lse, q_dtype, layout, True)
-    return finish(out, None, q_dtype, layout, False), lse.new_empty(0)
+    return finish(out, None, q_dtype, layout, False), out.new_empty(0, dtype=torch.float32)
 
 
 def _empty_out(q: torch.Tensor, layout: str) -> torch.Tensor:
@@ -141,7 +141,7 @@ def _attention_fp4_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causa
         out, lse = attention_fwd(q, k, v, causal=causal, scale=scale, fmt=fmt, smooth_q=smooth_q,
                                  smooth_k=smooth_k, two_level_p=two_level_p, out=out,
                                  window=window_from_args(window_left, window_right),
-                                 sinks=sinks)
+                                 sinks=sinks, want_lse=return_lse)
         return op_outputs(out, lse, q.dtype, layout, return_lse)
 
 
