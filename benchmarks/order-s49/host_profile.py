@@ -42,19 +42,24 @@ def main():
     for name, f in ops.items():
         print(f"{name:10s} host {host_us(f):7.1f} us/call", flush=True)
 
-    f = ops["nvfp4"]
+    profile_calls(ops["nvfp4"], (("tottime", 30), ("cumulative", 40)))
+
+
+def profile_calls(f, orders, n=50):
+    """Print a cProfile of ``n`` calls of ``f`` made while the GPU sleeps, once per (sort key, line count) of
+    ``orders`` (e.g. (("tottime", 30),)). (Also used by ``host-s50/host_ab.py``.)"""
     f()
     torch.cuda.synchronize()
     torch.cuda._sleep(int(3e9))
     pr = cProfile.Profile()
     pr.enable()
-    for _ in range(50):
+    for _ in range(n):
         f()
     pr.disable()
     torch.cuda.synchronize()
     st = pstats.Stats(pr)
-    st.sort_stats("tottime").print_stats(30)
-    st.sort_stats("cumulative").print_stats(40)
+    for key, lines in orders:
+        st.sort_stats(key).print_stats(lines)
 
 
 if __name__ == "__main__":
