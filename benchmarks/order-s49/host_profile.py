@@ -3,13 +3,15 @@ host never waits for it, and a cProfile of the nvfp4 attention call (where the ~
 
     PYTHONPATH=src python benchmarks/order-s49/host_profile.py
 """
-import cProfile
-import pstats
+import os
+import sys
 import time
 
 import torch
 
 import fp4attn
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "quartet"))
 
 
 def host_us(f, n=50, sleep_cycles=int(3e9), warm=True):
@@ -46,21 +48,16 @@ def main():
 
 
 def profile_calls(f, orders, n=50):
-    """Print a cProfile of ``n`` calls of ``f`` made while the GPU sleeps, once per (sort key, line count) of
-    ``orders`` (e.g. (("tottime", 30),)). (Also used by ``host-s50/host_ab.py``.)"""
+    """Print a cProfile of ``n`` calls of ``f`` made while the GPU sleeps, one profiled run per (sort key, line count)
+    of ``orders`` (e.g. (("tottime", 30),)), through ``quartet/probe_util.profile``. (Also used by
+    ``host-s50/host_ab.py``.)"""
+    from probe_util import profile
+
     f()
     torch.cuda.synchronize()
     torch.cuda._sleep(int(3e9))
-    pr = cProfile.Profile()
-    pr.enable()
-    for _ in range(n):
-        f()
-    pr.disable()
-    torch.cuda.synchronize()
-    st = pstats.Stats(pr)
     for key, lines in orders:
-        st.sort_stats(key).print_stats(lines)
-
+        profile(f, n, lines, sort=key)
 
 if __name__ == "__main__":
     main()
