@@ -517,12 +517,6 @@ def _corr_k_exact(dtype: torch.dtype) -> int:
     return 2 if dtype == torch.float16 else 0
 
 
-def _kbar_padded(kbar: torch.Tensor, dp: int) -> torch.Tensor:
-    """k̄ (B, Hkv, D) float32, contiguous (``quantize_qkv``'s mean), zero-padded to the kernels' head dim ``dp``:
-    itself where D = dp (no copy launched)."""
-    return kbar if kbar.shape[-1] == dp else torch.nn.functional.pad(kbar, (0, dp - kbar.shape[-1])).contiguous()
-
-
 def smooth_q_corr(pk: "PackedQKV", i0: int, nqbc: int, out: torch.Tensor | None = None,
                   causal: bool = False) -> torch.Tensor:
     """The smooth_q correction table for query blocks [i0, i0 + nqbc): (B, Hq, nqbc, NKP) float32, its columns in
@@ -534,7 +528,7 @@ def smooth_q_corr(pk: "PackedQKV", i0: int, nqbc: int, out: torch.Tensor | None 
     Hkv, NKP = k.shape[1], pk.ks.shape[2]
     if out is None:
         out = torch.empty((B, Hq, nqbc, NKP), device=k.device, dtype=torch.float32)
-    ksub = _kbar_padded(pk.kbar, DP) if pk.kbar is not None else pk.qbar  # unused pointer without smooth_k
+    ksub = pk.kbar_p if pk.kbar is not None else pk.qbar  # unused pointer without smooth_k
     bt, cqb, nw = _CORR_CFG["block_t"], _CORR_CFG["cqb"], _CORR_CFG["num_warps"]
     bt = bt if DP <= 128 else bt // 2
     assert not pk.key_perm or bt % 64 == 0, bt
@@ -633,6 +627,7 @@ class PackedQKV(NamedTuple):
     qkb: torch.Tensor | None = None  # smooth_k: q·k̄ per query row (B, Hq, NQP) float32 (the LSE shift / scale)
     krows: torch.Tensor | None = None  # key_rows: uint8 (B, Hkv, NKP), 1 where the (smoothed) K row holds NaN/±Inf
     key_perm: bool = False  # kh rows / vh columns in the Gluon passes' key order (``_tiles.key_position``)
+    kbar_p: torch.Tensor | None = None  # smooth_k: kbar zero-padded to DP (B, Hkv, DP), as the kernels read it
 
 
 def default_staged() -> bool:
@@ -710,7 +705,8 @@ def quantize_qkv(q, k, v, *, fmt: str = "nvfp4", smooth_q: bool = False, smooth_
     qkb = empty0(dev, torch.float32)
     if smooth_k:
         kbar = k.mean(dim=2, dtype=torch.float32)  # (B, Hkv, D), as the reference; no float32 copy of K
-        ksub = _kbar_padded(kbar, DP)
+        # zero-padded to DP as the kernels read it (PackedQKV.kbar_p): k̄ itself where D = DP, no copy launched
+        ksub = kbar if D == DP else torch.nn.functional.pad(kbar, (0, DP - D)).contiguous()
         qkb = torch.empty((B, Hq, NQP), device=dev, dtype=torch.float32)
     g = Hq // Hkv
     qbad = torch.empty((B, Hq, NQP), device=dev, dtype=u8)
@@ -744,7 +740,7 @@ def quantize_qkv(q, k, v, *, fmt: str = "nvfp4", smooth_q: bool = False, smooth_
         vh = _stage_v(vc, vs, vexp, is_mx, qb, path)
         vc = vs = none
     return PackedQKV(qc, qs, kc, ks, vc, vs, vexp, qbar, k if smooth_q else None, kbar, qbad, kvbad, fmt, Nq, Nk,
-                     D, path, kh, vh, qkb if smooth_k else None, krows, key_perm)
+                     D, path, kh, vh, qkb if smooth_k else None, krows, key_perm, ksub if smooth_k else None)
 
 
 # =================================================================================================
