@@ -247,6 +247,16 @@ def fam_decode():
                                        cf.v_scale.view(torch.uint8), buf[:, :64], buf[:, 0], buf[:, 1], 0.1, 2, 4,
                                        cf.page_table.shape[1], 128, 3, 8, 64, self_, 4, maxnreg=Dk.gluon_maxnreg(True),
                                        window=w_, sink=s_, fused16=True)
+        # a kv group's selection (GROUP16: a selected page's tile from the 16-bit copy only): D = 128 with two new
+        # tokens, D = 64 with a window and sinks
+        for D, w_, s_ in ((128, None, None), (64, 100, buf[:, 2])):
+            kd = torch.randn(2, 2, 300, D, dtype=torch.bfloat16)
+            cf = fp4attn.KVCache.from_dense(kd, torch.randn_like(kd), lengths=[300, 100], keep_16bit=True)
+            Dk.decode_gluon.launch(torch.randn(2, 8, 2, D, dtype=torch.bfloat16), cf, cf.page_table,
+                                   cf.k_scale.view(torch.uint8), cf.v_scale.view(torch.uint8), buf[:, :D], buf[:, 0],
+                                   buf[:, 1], 0.1, 2, 4, cf.page_table.shape[1], 128, 3, 8, 64,
+                                   torch.zeros(2, 8, cf.page_table.shape[1], dtype=torch.int8), 4,
+                                   maxnreg=Dk.gluon_maxnreg(True), window=w_, sink=s_, group16=True)
         for s_ in (None, sel):
             Dk.decode_gluon.launch(q, c16, c16.page_table, c16.k_scale.view(torch.uint8),
                                    c16.v_scale.view(torch.uint8), buf, buf[:, 0], buf[:, 1], 0.1, 2, 4,

@@ -1474,7 +1474,8 @@ def test_select_pages_gpu_equals_thrift_select(nq):
     outs = {}
     for share in ("group", "head"):
         outs[share] = fp4attn.decode(q, c, thrift_budget=0.05, thrift_share=share)
-        ref_out, _ = decode_fwd(q, c, scale=1.0 / math.sqrt(128), selection=thrift_select(q, c, 0.05, share=share))
+        ref_out, _ = decode_fwd(q, c, scale=1.0 / math.sqrt(128), selection=thrift_select(q, c, 0.05, share=share),
+                                group_sel=share == "group")  # (as the op: GROUP16 tiles for a group's selection)
         assert torch.equal(outs[share], ref_out)
     assert torch.equal(fp4attn.decode(q, c, thrift_budget=0.05), outs["group"])
     assert not torch.equal(outs["group"], outs["head"])  # G = 4 heads per kv head: the rules differ
@@ -1820,7 +1821,7 @@ def test_decode_rows_along_m_gpu_equals_transposed_tiles(D, G, nq, window, sinks
 
 @pytest.mark.gpu
 @gpu
-@pytest.mark.parametrize("thrift", [False, True])
+@pytest.mark.parametrize("thrift", [False, "head", "group"])
 def test_decode_gpu_dependent_launch_of_the_reduce_changes_no_bit(monkeypatch, thrift):
     """The reduce kernel launched as a programmatic dependent of the split kernel (it waits on griddepcontrol
     before reading the partials; the Gluon split kernel triggers it at its start) gives the bits of plain
@@ -1831,16 +1832,18 @@ def test_decode_gpu_dependent_launch_of_the_reduce_changes_no_bit(monkeypatch, t
     k, v = _kv(2, 2, max(lens), 128, seed=74)
     c = KVCache.from_dense(k.to("cuda"), v.to("cuda"), lengths=lens, keep_16bit=thrift)
     q = torch.randn(2, 8, 1, 128, device="cuda", dtype=torch.bfloat16)
-    sel = Dk.select_pages(q, c, 0.05) if thrift else None
+    # ("head": the FP4 kernel and the 16-bit stream kernel; "group": GROUP16 tiles in the one split kernel)
+    sel = Dk.select_pages(q, c, 0.05, share=thrift) if thrift else None
+    kw = dict(scale=128 ** -0.5, selection=sel, group_sel=thrift == "group")
     monkeypatch.setattr(Dk, "_THRIFT_STREAMS", "serial")  # (after the side stream's join it is not used)
     monkeypatch.setattr(Dk, "_THRIFT_GLUON_MIN_WORK", 0)  # Thrift on the Gluon path at this size too (sm_90)
     monkeypatch.setattr(Dk, "_PDL", False)
-    want = Dk.decode_fwd(q, c, scale=128 ** -0.5, selection=sel)
+    want = Dk.decode_fwd(q, c, **kw)
     monkeypatch.setattr(Dk, "_PDL", True)
-    got = Dk.decode_fwd(q, c, scale=128 ** -0.5, selection=sel)
+    got = Dk.decode_fwd(q, c, **kw)
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
-        replay = Dk.decode_fwd(q, c, scale=128 ** -0.5, selection=sel)
+        replay = Dk.decode_fwd(q, c, **kw)
     for _ in range(3):
         g.replay()
         torch.cuda.synchronize()

@@ -519,14 +519,15 @@ def test_thrift_sinks_decode_gpu():
         assert torch.allclose(lse, ref_lse.float(), atol=1e-3)
         none = fp4attn.decode(q, c, thrift_budget=0.1, sinks=torch.full_like(sinks, float("-inf")), **wkw)
         plain = decode_fwd(q, c, scale=128 ** -0.5, selection=select_pages(q, c, 0.1, window=w, share="group"),
-                           window=w)[0]
+                           window=w, group_sel=True)[0]  # (the op's: its selection is the kv group's)
         assert torch.equal(none, plain) and torch.equal(out[:, 5], plain[:, 5])
 
 
 @pytest.mark.gpu
 @gpu
 def test_thrift_decode_gpu_kernel_choice(monkeypatch):
-    """Thrift runs the Gluon path on sm_90 (the bits of kernel='gluon'), with a window or sinks too, from
+    """Thrift runs the Gluon path on sm_90 (the bits of kernel='gluon'), with a window or sinks too: with the kv
+    group's selection (the default thrift_share) at any size (GROUP16 tiles), with per-head selections from
     B·Hkv·(tokens covered) = _THRIFT_GLUON_MIN_WORK on, and the fused Triton kernel below (the bits of
     kernel='triton'); the selection without a window is the whole sequence's."""
     from fp4attn.kernels import decode as Dk
@@ -539,19 +540,23 @@ def test_thrift_decode_gpu_kernel_choice(monkeypatch):
     ref, _ = decode_reference(q, c, scale=D ** -0.5, selection=sel.bool())
     _thrift_close(out, ref)
     if torch.cuda.get_device_capability() == (9, 0):
-        assert torch.equal(out, Dk.decode_fwd(q, c, scale=D ** -0.5, selection=sel, kernel="triton")[0])
-        assert not torch.equal(out, Dk.decode_fwd(q, c, scale=D ** -0.5, selection=sel, kernel="gluon")[0])
-        for work, gluon in ((Dk._THRIFT_GLUON_MIN_WORK - 1, False), (Dk._THRIFT_GLUON_MIN_WORK, True)):
-            assert Dk._use_gluon("auto", q, True, 4, 64, c.page_size, work) == gluon
+        def gluon(s, **kw):
+            return Dk.decode_fwd(q, c, scale=D ** -0.5, selection=s, kernel="gluon", group_sel=True, **kw)[0]
+
+        assert torch.equal(out, gluon(sel))
+        sh = Dk.select_pages(q, c, 0.05)  # per head: the fused Triton kernel below the threshold
+        head = fp4attn.decode(q, c, thrift_budget=0.05, thrift_share="head")
+        assert torch.equal(head, Dk.decode_fwd(q, c, scale=D ** -0.5, selection=sh, kernel="triton")[0])
+        assert not torch.equal(head, Dk.decode_fwd(q, c, scale=D ** -0.5, selection=sh, kernel="gluon")[0])
+        for work, on in ((Dk._THRIFT_GLUON_MIN_WORK - 1, False), (Dk._THRIFT_GLUON_MIN_WORK, True)):
+            assert Dk._use_gluon("auto", q, True, 4, 64, c.page_size, work) == on
         monkeypatch.setattr(Dk, "_THRIFT_GLUON_MIN_WORK", 1)  # any work: the Gluon path
-        assert torch.equal(fp4attn.decode(q, c, thrift_budget=0.05),
-                           Dk.decode_fwd(q, c, scale=D ** -0.5, selection=sel, kernel="gluon")[0])
+        assert torch.equal(fp4attn.decode(q, c, thrift_budget=0.05, thrift_share="head"),
+                           Dk.decode_fwd(q, c, scale=D ** -0.5, selection=sh, kernel="gluon")[0])
         sw = Dk.select_pages(q, c, 0.05, window=500, share="group")
-        assert torch.equal(fp4attn.decode(q, c, thrift_budget=0.05, window_size=(500, 0)),
-                           Dk.decode_fwd(q, c, scale=D ** -0.5, selection=sw, window=500, kernel="gluon")[0])
+        assert torch.equal(fp4attn.decode(q, c, thrift_budget=0.05, window_size=(500, 0)), gluon(sw, window=500))
         s = torch.zeros(8, device="cuda")
-        assert torch.equal(fp4attn.decode(q, c, thrift_budget=0.05, sinks=s),
-                           Dk.decode_fwd(q, c, scale=D ** -0.5, selection=sel, sinks=s, kernel="gluon")[0])
+        assert torch.equal(fp4attn.decode(q, c, thrift_budget=0.05, sinks=s), gluon(sel, sinks=s))
 
 
 @pytest.mark.gpu

@@ -186,7 +186,8 @@ def bench_shape(shape, args, bw):
 
         def thrift_kernel():
             kw64 = {n: x for n, x in kw.items() if n != "block_n"}
-            return decode_fwd(q, cache16, scale=D ** -0.5, selection=sel, num_splits=nsplit, **kw64)[0]
+            return decode_fwd(q, cache16, scale=D ** -0.5, selection=sel, num_splits=nsplit, group_sel=True,
+                              **kw64)[0]
 
         def thrift_op():
             return fp4attn.decode(q, cache16, thrift_budget=0.05, num_splits=nsplit)
@@ -194,18 +195,22 @@ def bench_shape(shape, args, bw):
         def thrift_op_head():
             return fp4attn.decode(q, cache16, thrift_budget=0.05, num_splits=nsplit, thrift_share="head")
 
-        # bytes: FP4 pages + the 16-bit pages some head of a group selected (read once per group)
+        # bytes: the 16-bit pages some head of a group selected (read once per group) + the FP4 pages, of which
+        # the group rule (GROUP16 tiles) reads only the others
         grp = sel.view(B, Hkv, Hq // Hkv, -1).any(dim=2)
-        t16 = int(grp.sum().item()) * cache16.page_size * D * 2 * 2
-        res["thrift5 (kernel)"] = times(thrift_kernel, fp4_bytes(B, Hkv, N, D) + t16)
-        res["thrift5 (op, selection incl.)"] = times(thrift_op, fp4_bytes(B, Hkv, N, D) + t16)
+        n16 = int(grp.sum().item())
+        t16 = n16 * cache16.page_size * D * 2 * 2
+        t4 = fp4_bytes(B, Hkv, N, D)
+        t4g = t4 - fp4_bytes(n16, 1, cache16.page_size, D)
+        res["thrift5 (kernel)"] = times(thrift_kernel, t4g + t16)
+        res["thrift5 (op, selection incl.)"] = times(thrift_op, t4g + t16)
         if Hq > Hkv:  # the per-head rule: the same 16-bit pages read, fewer of them used
-            res["thrift5 (op, thrift_share=head)"] = times(thrift_op_head, fp4_bytes(B, Hkv, N, D) + t16)
+            res["thrift5 (op, thrift_share=head)"] = times(thrift_op_head, t4 + t16)
         with torch.no_grad():
             bb = min(B, 2)
             sub = fp4attn.KVCache.from_dense(k[:bb], v[:bb], keep_16bit=True)
             s2 = thrift_select(q[:bb], sub, 0.05, share="group")
-            o_t = decode_fwd(q[:bb], sub, scale=D ** -0.5, selection=s2)[0].float()
+            o_t = decode_fwd(q[:bb], sub, scale=D ** -0.5, selection=s2, group_sel=True)[0].float()
             ref_t, _ = decode_reference(q[:bb], sub, scale=D ** -0.5, selection=s2)
             acc["thrift kernel vs ref rel L2"] = ((o_t - ref_t).norm() / ref_t.norm()).item()
             acc["thrift selected page share"] = nsel / (B * Hq * -(-N // cache16.page_size))

@@ -522,7 +522,8 @@ _WIDE_CONFIG = {False: dict(block_n=64, num_warps=4, num_stages=2, per_sm=3, max
                 True: dict(block_n=64, num_warps=4, num_stages=2, per_sm=2, max_tiles=None)}
 _GLUON_CONFIG = {False: dict(block_n=32, num_warps=1, num_stages=1, per_sm=16, max_tiles=None, min_programs=512),
                  # Thrift: 64-key tiles (the two-level P̃ tile), the selected pages in the 16-bit stream (in the
-                 # kernel at <= 64 channels and <= 8 rows, decode_gluon.fused16_fits, which fit this cap); at most
+                 # kernel for a kv group's selection at <= 128 channels, decode_gluon.group16_fits, and for per-head
+                 # ones at <= 64 channels and <= 8 rows, decode_gluon.fused16_fits, which fit this cap); at most
                  # 168 registers (ptxas chose 174 for a variant of the kernel: 11 programs per SM, and splits sized
                  # for 12 per SM ran in two waves: the FP4 kernel 1.55x the time, the Thrift op 1.23-1.27x;
                  # benchmarks/grid-s19/)
@@ -568,8 +569,9 @@ _PDL = os.environ.get("FP4ATTN_DECODE_PDL", "1") != "0"
 _PAGES_16BIT = 32
 _STAGES_16BIT = 3
 _WARPS_16BIT = 4
-# Thrift on Hopper: the Gluon FP4 kernel + the 16-bit stream (two kernels on two CUDA streams) pays a fixed cost
-# that the fused Triton split kernel does not: below B·Hkv·(tokens covered) = 2^17 the Triton kernel is faster
+# Thrift on Hopper, per-head selections: the Gluon FP4 kernel + the 16-bit stream (two kernels on two CUDA streams)
+# pays a fixed cost that the fused Triton split kernel does not: below B·Hkv·(tokens covered) = 2^17 the Triton kernel
+# is faster (a kv group's selection runs GROUP16 tiles in the one Gluon kernel at any size, see decode_fwd)
 # (H100 CUDA graphs, benchmarks/gluon-window-s25/: Triton/Gluon time 0.71-0.88 at 2^15-2^16, 0.94-1.13 at
 # 2^17, 1.19-1.46 at 2^18 and above; with or without a window).
 _THRIFT_GLUON_MIN_WORK = 1 << 17
@@ -690,7 +692,8 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
                num_splits: int | None = None, block_n: int | None = None, num_warps: int | None = None,
                num_stages: int | None = None, kernel: str = "auto", per_sm: int | None = None,
                window: int | None = None, sinks: torch.Tensor | None = None, rowm: bool | None = None,
-               block_m: int | None = None, maxnreg: int | None = None, pipe: bool | None = None):
+               block_m: int | None = None, maxnreg: int | None = None, pipe: bool | None = None,
+               group_sel: bool = False, group16: bool | None = None):
     """q (B, Hq, NQ, D) contiguous -> (out (B, Hq, NQ, D) in q.dtype, lse (B, Hq, NQ) float32).
 
     ``selection``: (B, Hq, max_pages) bool Thrift selection (pages computed in 16 bits) or None; an int8
@@ -707,6 +710,11 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
     SM, ``gluon_maxnreg``). ``pipe``: the Gluon kernel's FP4 tiles carry the next tile's bytes in registers
     (``_GLUON_PIPE``; default: where ``decode_gluon.pipe_fits``, at most its programs per SM, and ``_pipe_pays``
     unless the splits or programs per SM are given).
+    ``group_sel``: the caller vouches that ``selection``'s rows are equal within each kv group (``select_pages`` /
+    ``thrift_select`` with share="group"). The Gluon kernel then computes a selected page as one 16-bit tile, its FP4
+    bytes not read (``decode_gluon.GROUP16``; ``group16``: default where ``decode_gluon.group16_fits``, False keeps
+    the paths for per-head selections), instead of reading and masking them and adding the page in a separate 16-bit
+    stream (D > 64) or next to them in the same tile (``FUSED16``, D <= 64).
     """
     thrift = selection is not None
     B, Hq, NQ, D = q.shape
@@ -720,8 +728,11 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
         # and int32)
         window = min(window, max(max(cache.lengths, default=0), cache.reserved_len))
     gcfg = (_GLUON_WIDE if D > 128 else _GLUON_CONFIG)[thrift]
-    # Thrift's work (sequences x kv heads x tokens the splits cover; 64: its tile) for the choice of its kernel
-    work = B * Hkv * (max_c if window is None else min(max_c, window + NQ + 64)) if thrift else None
+    # Thrift's work (sequences x kv heads x tokens the splits cover; 64: its tile) for the choice of its kernel;
+    # none for a kv group's selection that GROUP16 runs: 1.17-1.28x the Triton kernel down to 2^14 (H200,
+    # benchmarks/group16-s51/cross.py)
+    group_fits = group_sel and decode_gluon.group16_fits(D, G * NQ, cache.dtype) and group16 is not False
+    work = B * Hkv * (max_c if window is None else min(max_c, window + NQ + 64)) if thrift and not group_fits else None
     gluon = _use_gluon(kernel, q, thrift, G * NQ, block_n or gcfg["block_n"], cache.page_size, work)
     if rowm is None:
         rowm = not gluon and not thrift and G * NQ > wide_rows(D)
@@ -783,9 +794,14 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
     maxp = cache.page_table.shape[1]
     # Thrift with the Gluon FP4 kernel: its selected pages come from the kernel itself (fused16, small tiles) or from a
     # separate 16-bit stream whose partials occupy n16 more split slots (with a window: enough for its candidate pages)
-    fused16 = thrift and gluon and decode_gluon.fused16_fits(D, BLOCK_M, cache.dtype)
+    can16 = thrift and gluon and group_sel and decode_gluon.group16_fits(D, BLOCK_M, cache.dtype)
+    if group16 and not can16:
+        raise ValueError("group16: the Gluon kernel with a kv-group-shared selection (group_sel=True), <= 128 "
+                         "channels, <= 8 query rows per kv head and a float16 / bfloat16 cache")
+    group16 = can16 if group16 is None else bool(group16)
+    fused16 = thrift and gluon and not group16 and decode_gluon.fused16_fits(D, BLOCK_M, cache.dtype)
     pages16 = max(maxp, 1) if window is None else _window_pages(window, NQ, PS, max(maxp, 1))
-    n16 = max(1, -(-pages16 // _PAGES_16BIT)) if (thrift and gluon and not fused16) else 0
+    n16 = max(1, -(-pages16 // _PAGES_16BIT)) if (thrift and gluon and not fused16 and not group16) else 0
     ns_all = num_splits + n16
     DP = next_pow2(D)  # the kernels' channels: a head dim of 48, 80, 96, ... runs padded tiles
     OP = torch.empty(B * Hkv * ns_all * BLOCK_M, DP, dtype=torch.float32, device=dev)
@@ -820,7 +836,7 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
                             maxnreg=maxnreg or gluon_maxnreg(thrift, per_sm or cfg["per_sm"]),
                             pdl_trigger=pdl, window=window, sink=None if sinks is None else sink,
                             l2_prefetch=not thrift and not pipe and D <= _GLUON_L2_PREFETCH_MAX_D, fused16=fused16,
-                            pipe=pipe)
+                            pipe=pipe, group16=group16)
         if side:
             cur.wait_stream(s16)
         elif n16:

@@ -64,6 +64,15 @@ their unquantized P̃ (rounded to V's dtype) times V; one online softmax over bo
 channels the branch needs 255 registers (8 programs per SM instead of 12): 1.00-1.03x the two-kernel path at D = 128
 and slower at D = 96, 256 or 16 rows (spills; benchmarks/thrift-fused-s31/), which those keep.
 
+``GROUP16`` (Thrift with a selection equal for every query head of the kv group, ``decode``'s default
+thrift_share="group", at tiles of <= 128 channels and <= 8 query rows, ``group16_fits``): each tile is one of two
+exclusive branches, chosen by the group's selection bit (read a tile ahead): a selected page from the 16-bit copy only
+(``_tile16``: its FP4 bytes are neither read nor decoded), any other as an FP4 tile with no selection to read. The
+two-kernel path above reads and decodes every FP4 tile, masks the selected ones and streams the 16-bit pages in a
+second kernel; ``FUSED16`` computes both halves of a selected tile. At 5% budgets (18.8% of the pages in the group's
+union, G = 4) 1.24-1.26x the two-kernel path at D = 128 and 1.16-1.17x ``FUSED16`` at D = 64 (H200,
+benchmarks/group16-s51/); at D = 128 168 registers with 24 bytes of spill stores (one new token).
+
 Head dims: the tiles have D = 64, 128 or 256 channels (the layouts need powers of two); a cache of another head
 dim DR (a multiple of 16, 48 ... 240: Phi-3's 96) runs the next of them with masked loads (``PAD``), its padding
 channels zeros that score and accumulate nothing. 256-channel tiles (Gemma 2 / 3) take ~190 registers per thread.
@@ -368,14 +377,16 @@ if HAVE_GLUON:
               D: gl.constexpr, PS: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
               LH: gl.constexpr, MMA: gl.constexpr, MASKED: gl.constexpr, THRIFT: gl.constexpr,
               WINDOW: gl.constexpr, LK16: gl.constexpr, LV16: gl.constexpr, PAD: gl.constexpr,
-              FUSED16: gl.constexpr, FOLD: gl.constexpr, WORDS: gl.constexpr = False, LV: gl.constexpr = None):
+              FUSED16: gl.constexpr, FOLD: gl.constexpr, WORDS: gl.constexpr = False, LV: gl.constexpr = None,
+              GROUP16: gl.constexpr = False):
         """One tile of the key loop: decode K̂ into A fragments, Sᵀ, online softmax over the keys (axis 0),
         P̃ rounded per 16 keys, decode V̂ᵀ into A fragments, Oᵀ += V̂ᵀ·ϕ(P̃)ᵀ. ``MASKED``: the keys' committed,
         causal and (``WINDOW``, left extent WL) sliding-window masks. ``THRIFT``: two-level P̃ on the FP4 tile; the
         rows whose query head selected the tile's page are left out (scores -inf: the 16-bit stream kernel computes
         them) or, with ``FUSED16``, take their scores from the 16-bit keys of pool page ``page`` and add their
         unquantized P̃ times its 16-bit values (a uniform branch, taken when some row selected the page).
-        ``WORDS`` (``PIPE``): kh, ks, vb, vs are ``_load_words``' words (same values, decoded the same way)."""
+        ``WORDS`` (``PIPE``): kh, ks, vb, vs are ``_load_words``' words (same values, decoded the same way).
+        ``GROUP16``: the tile is not selected (the caller runs ``_tile16`` on selected ones): no selection read."""
         AOP: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
         BOP: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=MMA, k_width=2)
         if WORDS and D >= 128:
@@ -396,7 +407,7 @@ if HAVE_GLUON:
         kA = gl.convert_layout(gl.reshape(gl.permute(J, (0, 2, 5, 4, 1, 3)), (BLOCK_N, D)), AOP,
                                assert_trivial=True)
         sT = _fold_cols(mma_v2(kA, qT, gl.zeros([BLOCK_N, BLOCK_M], gl.float32, layout=MMA)), FOLD) * s_scale
-        if THRIFT:  # rows whose query head selected this page: scores from the 16-bit keys, or left out
+        if THRIFT and not GROUP16:  # rows whose query head selected the page: scores from the 16-bit keys, or left out
             sel = gl.load(SEL + sel_rows * MAXP + t0 // PS) != 0
             if FUSED16:
                 any_sel = gl.max(sel.to(gl.int32), 0) != 0
@@ -446,20 +457,58 @@ if HAVE_GLUON:
         return accT, m_i, l_i
 
     @gluon.jit
+    def _tile16(t0, accT, m_i, l_i, last_key, C, WL, keys0, page, h, Hkv, K16, V16, Q, q_rows, q_ok, qk_scale, DS,
+                D: gl.constexpr, PS: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, MMA: gl.constexpr,
+                MASKED: gl.constexpr, WINDOW: gl.constexpr, LK16: gl.constexpr, LV16: gl.constexpr, PAD: gl.constexpr,
+                FOLD: gl.constexpr):
+        """``GROUP16``: a tile of a page the whole kv group selected, from the 16-bit copy only (its FP4 bytes are
+        not read): Sᵀ from the 16-bit keys (``_scores16``), the online softmax, Oᵀ += V16ᵀ·P̃ᵀ with the unquantized P̃
+        rounded to V's dtype (``_pv16``): the 16-bit half of ``FUSED16``'s tile, whose FP4 half adds zeros where
+        every row selected the page."""
+        BOP: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=MMA, k_width=2)
+        row0 = (page * Hkv + h) * PS + t0 % PS  # the tile's first storage row in K16 / V16
+        sT = _scores16(K16, Q, row0, q_rows, q_ok, qk_scale, DS, D, BLOCK_N, BLOCK_M, LK16, MMA, PAD, FOLD)
+        if MASKED:
+            keys = t0 + keys0
+            ok = (keys < C)[:, None] & (keys[:, None] <= last_key[None, :])
+            if WINDOW:
+                ok = ok & (keys[:, None] >= (last_key - WL)[None, :])
+            sT = gl.where(ok, sT, float("-inf"))
+        p, alpha, m_i, l_i = online_softmax_step(gl.permute(sT, (1, 0)), m_i, l_i, True)
+        accT = _scale_cols(accT, alpha, FOLD)
+        p16T = gl.convert_layout(gl.permute(_pad_rows(p.to(V16.dtype.element_ty), 0.0, FOLD), (1, 0)), BOP)
+        return _pv16(V16, row0, p16T, accT, DS, D, LV16, MMA, PAD), m_i, l_i
+
+    @gluon.jit
     def _masked_tile(KD16, KS, VD, VS, PT, b, t0, accT, m_i, l_i, qT, s_scale, last_key, C, WL, keys0, sel_rows, vg,
                      SEL, MAXP, h, Hkv, K16, V16, Q, q_rows, q_ok, qk_scale, koff, ksoff, voff, vsoff, kmask, ksmask,
                      vmask, DS, D: gl.constexpr, PS: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
                      LH: gl.constexpr, MMA: gl.constexpr, THRIFT: gl.constexpr, WINDOW: gl.constexpr,
                      LK16: gl.constexpr, LV16: gl.constexpr, PAD: gl.constexpr, FUSED16: gl.constexpr,
-                     FOLD: gl.constexpr):
+                     FOLD: gl.constexpr, GROUP16: gl.constexpr = False, sel_g=0):
         """A tile of the masked runs (a window's first tiles, the last committed keys): its page-table entry, its bytes,
-        then ``_tile`` with the masks."""
+        then ``_tile`` with the masks (``GROUP16``: ``_tile16`` instead where the kv group selected its page, SEL's row
+        ``sel_g``)."""
         page = _page(PT, b, t0, MAXP, PS)
-        kh, ks, vb, vs = _load_page_tile(KD16, KS, VD, VS, page, h, t0, Hkv, koff, ksoff, voff, vsoff, kmask, ksmask,
-                                         vmask, DS, PS, PAD)
-        return _tile(kh, ks, vb, vs, t0, accT, m_i, l_i, qT, s_scale, last_key, C, WL, keys0, sel_rows, vg, SEL, MAXP,
-                     page, h, Hkv, K16, V16, Q, q_rows, q_ok, qk_scale, DS, D, PS, BLOCK_N, BLOCK_M, LH, MMA, True,
-                     THRIFT, WINDOW, LK16, LV16, PAD, FUSED16, FOLD)
+        if GROUP16:
+            if gl.load(SEL + sel_g + t0 // PS) != 0:
+                accT, m_i, l_i = _tile16(t0, accT, m_i, l_i, last_key, C, WL, keys0, page, h, Hkv, K16, V16, Q, q_rows,
+                                         q_ok, qk_scale, DS, D, PS, BLOCK_N, BLOCK_M, MMA, True, WINDOW, LK16, LV16,
+                                         PAD, FOLD)
+            else:
+                kh, ks, vb, vs = _load_page_tile(KD16, KS, VD, VS, page, h, t0, Hkv, koff, ksoff, voff, vsoff, kmask,
+                                                 ksmask, vmask, DS, PS, PAD)
+                accT, m_i, l_i = _tile(kh, ks, vb, vs, t0, accT, m_i, l_i, qT, s_scale, last_key, C, WL, keys0,
+                                       sel_rows, vg, SEL, MAXP, page, h, Hkv, K16, V16, Q, q_rows, q_ok, qk_scale, DS,
+                                       D, PS, BLOCK_N, BLOCK_M, LH, MMA, True, THRIFT, WINDOW, LK16, LV16, PAD, False,
+                                       FOLD, GROUP16=True)
+        else:
+            kh, ks, vb, vs = _load_page_tile(KD16, KS, VD, VS, page, h, t0, Hkv, koff, ksoff, voff, vsoff, kmask,
+                                             ksmask, vmask, DS, PS, PAD)
+            accT, m_i, l_i = _tile(kh, ks, vb, vs, t0, accT, m_i, l_i, qT, s_scale, last_key, C, WL, keys0, sel_rows,
+                                   vg, SEL, MAXP, page, h, Hkv, K16, V16, Q, q_rows, q_ok, qk_scale, DS, D, PS,
+                                   BLOCK_N, BLOCK_M, LH, MMA, True, THRIFT, WINDOW, LK16, LV16, PAD, FUSED16, FOLD)
+        return accT, m_i, l_i
 
     @gluon.jit
     def _decode_split_kernel_gl(Q, KD, KS, VD, VS, PT, LENS, KG, VG, SEL, K16, V16, OP, MP, LP,
@@ -471,7 +520,8 @@ if HAVE_GLUON:
                                 PDL_TRIGGER: gl.constexpr = False, WINDOW: gl.constexpr = False,
                                 SINKS: gl.constexpr = False, DR: gl.constexpr = 0, L2_PREFETCH: gl.constexpr = False,
                                 FUSED16: gl.constexpr = False, FOLD: gl.constexpr = 1, PIPE: gl.constexpr = False,
-                                LH32: gl.constexpr = None, LKS16: gl.constexpr = None, LV32: gl.constexpr = None):
+                                LH32: gl.constexpr = None, LKS16: gl.constexpr = None, LV32: gl.constexpr = None,
+                                GROUP16: gl.constexpr = False):
         # D: the tiles' channels (64, 128 or 256); DR: the cache's head dim when it is less (48, 80, 96, 112,
         # 144 ... 240: the padding channels load as zeros), 0 when equal (see launch)
         PAD: gl.constexpr = DR != 0
@@ -520,6 +570,7 @@ if HAVE_GLUON:
         vg = gl.load(VG + pid_bh) * 16384.0  # ... and V values times 2^-14
         # query head of each row (Thrift's SEL rows; padding rows read the group's last head)
         sel_rows = ((b * Hkv + h) * G + gl.minimum(rows // NQ, G - 1)).to(gl.int64)
+        sel_g = (b * Hkv + h).to(gl.int64) * G * MAXP  # GROUP16: the group's first query head's SEL row (all equal)
         # Thrift's 16-bit scores: q's row of each B operand column (row n // FOLD), read in its dtype
         c16 = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, BOP))
         q_rows16 = (b * Hkv + h).to(gl.int64) * G * NQ + c16 // FOLD
@@ -550,7 +601,7 @@ if HAVE_GLUON:
                                               WL, keys0, sel_rows, vg, SEL, MAXP, h, Hkv, K16, V16, Q, q_rows16,
                                               q_ok16, qk_scale, koff, ksoff, voff, vsoff, kmask, ksmask, vmask, DS, D,
                                               PS, BLOCK_N, BLOCK_M, LH, MMA, THRIFT, WINDOW, LK16, LV16, PAD, FUSED16,
-                                              FOLD)
+                                              FOLD, GROUP16, sel_g)
         # tiles from there below min(end, L - NQ + 1) are committed and visible to every query row: no masks. The
         # page-table entries are loaded two tiles ahead (a tile's bytes are addressed through its entry: two dependent
         # global loads otherwise); with L2_PREFETCH the next tile's bytes are also prefetched into L2; with PIPE the
@@ -575,23 +626,43 @@ if HAVE_GLUON:
                     wk, wks, wv, wvs = nk, nks, nv, nvs
                     page = page1
                     page1 = page2
+            if GROUP16:  # whether the group selected the tile's page, read a tile ahead (as the page-table entries)
+                sel1 = gl.load(SEL + sel_g + lo_end // PS)
+            else:
+                sel1 = 0
             for t0 in range(lo_end, lo_end if PIPE else full_end, BLOCK_N):
                 page2 = _page(PT, b, gl.minimum(t0 + 2 * BLOCK_N, last_t0), MAXP, PS)
                 if L2_PREFETCH:
                     _prefetch_l2(KD16, KS, VD, VS, page1, h, gl.minimum(t0 + BLOCK_N, last_t0), Hkv, DS, PS, BLOCK_N)
-                kh, ks, vb, vs = _load_page_tile(KD16, KS, VD, VS, page, h, t0, Hkv, koff, ksoff, voff, vsoff, kmask,
-                                                 ksmask, vmask, DS, PS, PAD)
-                accT, m_i, l_i = _tile(kh, ks, vb, vs, t0, accT, m_i, l_i, qT, s_scale, last_key, C, WL, keys0,
-                                       sel_rows, vg, SEL, MAXP, page, h, Hkv, K16, V16, Q, q_rows16, q_ok16, qk_scale,
-                                       DS, D, PS, BLOCK_N, BLOCK_M, LH, MMA, False, THRIFT, WINDOW, LK16, LV16, PAD,
-                                       FUSED16, FOLD)
+                if GROUP16:
+                    selt = sel1
+                    sel1 = gl.load(SEL + sel_g + gl.minimum(t0 + BLOCK_N, last_t0) // PS)
+                    if selt != 0:  # the whole group's rows in 16 bits; the FP4 bytes are not read
+                        accT, m_i, l_i = _tile16(t0, accT, m_i, l_i, last_key, C, WL, keys0, page, h, Hkv, K16, V16,
+                                                 Q, q_rows16, q_ok16, qk_scale, DS, D, PS, BLOCK_N, BLOCK_M, MMA,
+                                                 False, WINDOW, LK16, LV16, PAD, FOLD)
+                    else:
+                        kh, ks, vb, vs = _load_page_tile(KD16, KS, VD, VS, page, h, t0, Hkv, koff, ksoff, voff, vsoff,
+                                                         kmask, ksmask, vmask, DS, PS, PAD)
+                        accT, m_i, l_i = _tile(kh, ks, vb, vs, t0, accT, m_i, l_i, qT, s_scale, last_key, C, WL,
+                                               keys0, sel_rows, vg, SEL, MAXP, page, h, Hkv, K16, V16, Q, q_rows16,
+                                               q_ok16, qk_scale, DS, D, PS, BLOCK_N, BLOCK_M, LH, MMA, False, THRIFT,
+                                               WINDOW, LK16, LV16, PAD, False, FOLD, GROUP16=True)
+                else:
+                    kh, ks, vb, vs = _load_page_tile(KD16, KS, VD, VS, page, h, t0, Hkv, koff, ksoff, voff, vsoff,
+                                                     kmask, ksmask, vmask, DS, PS, PAD)
+                    accT, m_i, l_i = _tile(kh, ks, vb, vs, t0, accT, m_i, l_i, qT, s_scale, last_key, C, WL, keys0,
+                                           sel_rows, vg, SEL, MAXP, page, h, Hkv, K16, V16, Q, q_rows16, q_ok16,
+                                           qk_scale, DS, D, PS, BLOCK_N, BLOCK_M, LH, MMA, False, THRIFT, WINDOW, LK16,
+                                           LV16, PAD, FUSED16, FOLD)
                 page = page1
                 page1 = page2
         for t0 in range(full_end, end, BLOCK_N):  # at most the last committed 16 + BLOCK_N keys
             accT, m_i, l_i = _masked_tile(KD16, KS, VD, VS, PT, b, t0, accT, m_i, l_i, qT, s_scale, last_key, C, WL,
                                           keys0, sel_rows, vg, SEL, MAXP, h, Hkv, K16, V16, Q, q_rows16, q_ok16,
                                           qk_scale, koff, ksoff, voff, vsoff, kmask, ksmask, vmask, DS, D, PS, BLOCK_N,
-                                          BLOCK_M, LH, MMA, THRIFT, WINDOW, LK16, LV16, PAD, FUSED16, FOLD)
+                                          BLOCK_M, LH, MMA, THRIFT, WINDOW, LK16, LV16, PAD, FUSED16, FOLD, GROUP16,
+                                          sel_g)
         if not THRIFT:
             accT = accT * vg  # (Thrift scales each tile's product by s1·vg in _tile)
         # partials in physical channel order: logical row m = r + 8a + 16(2w + z) is channel (D/8)·r + 4w + 2z + a (a
@@ -684,6 +755,14 @@ def fused16_fits(D: int, rows: int, dtype) -> bool:
     return next_pow2(D) <= 64 and rows <= 8 and dtype in (torch.float16, torch.bfloat16)
 
 
+def group16_fits(D: int, rows: int, dtype) -> bool:
+    """Where ``GROUP16`` runs (a selection equal for every query head of a kv group, ``decode``'s
+    thrift_share="group"): pages the group selected computed from the 16-bit copy only, as one exclusive branch per
+    tile, the others as FP4 tiles (the 16-bit stream kernel and its extra split slots are not used). Tiles of <= 128
+    channels, <= 8 query rows, a float16 / bfloat16 copy (as ``fused16_fits``)."""
+    return HAVE_GLUON and next_pow2(D) <= 128 and rows <= 8 and dtype in (torch.float16, torch.bfloat16)
+
+
 def default_fold(rows: int, BLOCK_M: int) -> int:
     """Channel parts per query row in the score MMA's 8 columns (``FOLD``): with rows <= 4 query rows, 8 / rows (a
     power of two), so that the online softmax and the P̃ rounding run on the rows' sums of their parts and no lane
@@ -702,7 +781,7 @@ def supported(D: int, rows: int, block_n: int, page_size: int) -> bool:
 
 def launch(q, cache, pt, ks, vs, OP, MP, LP, qk_scale, NQ, G, maxp, TPS, num_splits, BLOCK_M, block_n,
            sel=None, ns_stride=None, maxnreg=None, pdl_trigger=False, window=None, sink=None, l2_prefetch=False,
-           fused16=False, fold=None, pipe=False):
+           fused16=False, fold=None, pipe=False, group16=False):
     """Run the split kernel on the decode_fwd buffers (grid (splits, B·Hkv), one warp per program; ``maxnreg``: a
     register cap, so that as many programs share an SM as the splits were sized for). ``window``: a sliding
     window's left extent (the splits start at each sequence's window); ``sink``: the (Hq,) attention sinks in score
@@ -710,7 +789,9 @@ def launch(q, cache, pt, ks, vs, OP, MP, LP, qk_scale, NQ, G, maxp, TPS, num_spl
     L2 (``cp.async.bulk.prefetch``). ``fused16`` (with a Thrift selection ``sel``): the selected pages computed here
     from the cache's 16-bit copy (``fused16_fits``) instead of by the separate 16-bit stream kernel. ``fold``: channel
     parts per query row in the score MMA's columns (``default_fold``; 1: one column per row). ``pipe``: the unmasked
-    tiles' bytes loaded one tile ahead and carried in registers (``PIPE``, where ``pipe_fits``)."""
+    tiles' bytes loaded one tile ahead and carried in registers (``PIPE``, where ``pipe_fits``). ``group16`` (with a
+    selection ``sel`` whose rows are equal within each kv group): a selected page is one 16-bit tile (``GROUP16``,
+    where ``group16_fits``), its FP4 bytes not read."""
     B, _, _, DR = q.shape
     D = next_pow2(DR)  # the tiles' channels: DR padded to a power of two
     Hkv = cache.num_kv_heads
@@ -723,8 +804,14 @@ def launch(q, cache, pt, ks, vs, OP, MP, LP, qk_scale, NQ, G, maxp, TPS, num_spl
         extra["SINKS"] = True
     if l2_prefetch:
         extra["L2_PREFETCH"] = True
+    if fused16 and group16:
+        raise ValueError("fused16 and group16 are exclusive")
     if fused16:
         extra["FUSED16"] = True
+    if group16:
+        if sel is None or cache.k16 is None or not group16_fits(DR, BLOCK_M, cache.dtype):
+            raise ValueError("group16: a Thrift selection, <= 128 channels, <= 8 query rows and a 16-bit copy")
+        extra["GROUP16"] = True
     if pipe:
         if not pipe_fits(DR, BLOCK_M, block_n, sel is not None):
             raise ValueError(f"pipe: 64- or 128-channel caches, 32-key tiles, <= 8 query rows and no Thrift selection "
@@ -735,7 +822,8 @@ def launch(q, cache, pt, ks, vs, OP, MP, LP, qk_scale, NQ, G, maxp, TPS, num_spl
         extra["FOLD"] = fold
     fast(_decode_split_kernel_gl)[head_grid(num_splits, B * Hkv)](
         q, cache.k_data, ks, cache.v_data, vs, pt, cache.seq_lens, cache.k_global_scale, cache.v_global_scale,
-        MP if sel is None else sel, cache.k16 if fused16 else MP, cache.v16 if fused16 else MP, OP, MP, LP, qk_scale,
+        MP if sel is None else sel, cache.k16 if fused16 or group16 else MP, cache.v16 if fused16 or group16 else MP,
+        OP, MP, LP, qk_scale,
         Hkv, NQ, G, maxp, TPS, ns_stride or num_splits, window or 0, MP if sink is None else sink,
         D=D, PS=cache.page_size, BLOCK_M=BLOCK_M, BLOCK_N=block_n, THRIFT=sel is not None,
         **_layouts(D, block_n, BLOCK_M), num_warps=1, **({"maxnreg": maxnreg} if maxnreg else {}), **extra)

@@ -254,8 +254,10 @@ def decode(q, cache: KVCache, *, scale=None, recipe: str = "nvfp4", thrift_budge
             # the selection by two Triton kernels (thrift_select's semantics, a few µs instead of ~40 ops)
             sel = (select_pages(qb, cache, thrift_budget, window=window, share=thrift_share)
                    if thrift_budget is not None else None)
+            # (a selection shared by the kv group, or one head per group: a selected page is one 16-bit tile)
+            group_sel = thrift_share == "group" or qb.shape[1] == cache.num_kv_heads
             out, lse = decode_fwd(qb, cache, scale=scale, selection=sel, num_splits=num_splits, window=window,
-                                  sinks=sinks)
+                                  sinks=sinks, group_sel=group_sel)
         else:
             out, lse = decode_reference(qb, cache, scale=scale, thrift_budget=thrift_budget, window=window,
                                         sinks=sinks, thrift_share=thrift_share)
