@@ -555,6 +555,11 @@ _GLUON_ROWS16 = dict(_GLUON_CONFIG[False], per_sm=12)
 _GLUON_PIPE = {128: dict(_GLUON_CONFIG[False], per_sm=12), 64: dict(_GLUON_CONFIG[False])}
 _PIPE_MIN_TILES = 8  # (see _pipe_pays)
 _GLUON_L2_PREFETCH_MAX_D = 64
+# GROUP16 (a kv group's Thrift selection, decode_gluon.group16_fits) at tiles of <= 64 channels: 16 programs per SM
+# (its 146 registers capped at 128), 1.06-1.08x the 12 of the Thrift config at (8,32,8,32k,64) / (1,32,8,128k,64);
+# at 128 channels 16 per SM ran 0.99x, 10 or 14 (200 / 144 registers) 0.64-0.71x, and the next FP4 tile's L2 prefetch
+# 0.81-0.95x at both widths (H200, benchmarks/group16-s51/tune.py)
+_GLUON_GROUP16_64 = dict(_GLUON_CONFIG[True], per_sm=16)
 
 # The reduce kernel is launched as a programmatic dependent of the split kernel (sm_90+): its launch and its tail
 # scores overlap the split kernel's last programs, it waits (griddepcontrol.wait) before reading the partials, and
@@ -757,6 +762,8 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
                           _GLUON_PIPE[D], gcfg))
     if gluon:
         cfg = _GLUON_PIPE[D] if pipe else _GLUON_ROWS16 if not thrift and D <= 128 and G * NQ > 8 else gcfg
+        if thrift and group_fits and next_pow2(D) <= 64:
+            cfg = _GLUON_GROUP16_64
     elif rowm:
         cfg = _WIDE_CONFIG[BLOCK_M > 64 or D > 128]
     else:
