@@ -70,8 +70,9 @@ exclusive branches, chosen by the group's selection bit (read a tile ahead): a s
 (``_tile16``: its FP4 bytes are neither read nor decoded), any other as an FP4 tile with no selection to read. The
 two-kernel path above reads and decodes every FP4 tile, masks the selected ones and streams the 16-bit pages in a
 second kernel; ``FUSED16`` computes both halves of a selected tile. At 5% budgets (18.8% of the pages in the group's
-union, G = 4) 1.24-1.26x the two-kernel path at D = 128 and 1.16-1.17x ``FUSED16`` at D = 64 (H200,
-benchmarks/group16-s51/); at D = 128 168 registers with 24 bytes of spill stores (one new token).
+union, G = 4) 1.24-1.25x the two-kernel path at D = 128 and 1.23-1.25x ``FUSED16`` at D = 64 (16 programs per SM
+there; H200; 1.16-1.18x on an H100; benchmarks/group16-s51/); at D = 128 168 registers with 24 bytes of spill stores
+(one new token).
 
 Head dims: the tiles have D = 64, 128 or 256 channels (the layouts need powers of two); a cache of another head
 dim DR (a multiple of 16, 48 ... 240: Phi-3's 96) runs the next of them with masked loads (``PAD``), its padding
