@@ -47,23 +47,27 @@ def _hopper():
 
 @pytest.mark.gpu
 @gpu
-@pytest.mark.parametrize("D,G,nq", [(128, 4, 1), (128, 4, 2), (128, 1, 1), (64, 4, 1), (96, 4, 1)])
+@pytest.mark.parametrize("D,G,nq,dtype", [(128, 4, 1, torch.bfloat16), (128, 4, 2, torch.bfloat16),
+                                           (128, 1, 1, torch.bfloat16), (128, 4, 1, torch.float16),
+                                           (64, 4, 1, torch.bfloat16), (64, 2, 4, torch.bfloat16),
+                                           (96, 4, 1, torch.bfloat16)])
 @pytest.mark.parametrize("window,sinks", [(None, False), (700, True)])
-def test_group16_gpu_equals_the_paths_it_replaces_and_the_reference(D, G, nq, window, sinks):
+def test_group16_gpu_equals_the_paths_it_replaces_and_the_reference(D, G, nq, dtype, window, sinks):
     """GROUP16 against the same selection run by the paths it replaces and against the reference
-    (test_thrift_decode_kernel_gpu's criteria, and no farther from it than the replaced path). Ragged sequences,
-    budget 0.1 (the union of G heads' pages: ~30%).
+    (test_thrift_decode_kernel_gpu's criteria, and no farther from it than the replaced path). Ragged sequences, bf16
+    and fp16 caches, budget 0.1 (the union of G heads' pages: ~30%).
 
     Against the replaced path the output moves by up to 2^-8 relative L2 (measured 1.0e-3 on the H200 at D = 128,
-    2.6e-5 at D = 64): both round the 16-bit pages' unquantized P̃ to bf16 (a relative step of 2^-8) for the product
-    with the bf16 V, GROUP16 against the split's running max, the 16-bit stream kernel (D > 64) against the running
-    max of its own pages, so the two roundings differ; the reference keeps that P̃ unrounded. At D <= 64 (FUSED16, the
-    same running max) only the fp32 summation order and the bf16 output rounding differ."""
+    2.6e-5 at D = 64): both round the 16-bit pages' unquantized P̃ to V's dtype (a relative step of 2^-8 in bf16, 2^-11
+    in fp16) for the product with V, GROUP16 against the split's running max, the 16-bit stream kernel (D > 64)
+    against the running max of its own pages, so the two roundings differ; the reference keeps that P̃ unrounded. At
+    D <= 64 (FUSED16, the same running max at equal splits) only the fp32 summation order and the output's rounding
+    differ."""
     from fp4attn.kernels import decode as Dk
 
     if not _hopper():
         pytest.skip("the Gluon split kernel runs on sm_90")
-    c, _, _, q = _case([4096 + 7, 2500, 1000], G, nq, seed=300 + D + G + nq, D=D, dtype=torch.bfloat16, device="cuda")
+    c, _, _, q = _case([4096 + 7, 2500, 1000], G, nq, seed=300 + D + G + nq, D=D, dtype=dtype, device="cuda")
     sc = D ** -0.5
     sel = Dk.select_pages(q, c, 0.1, window=window, share="group")
     s = (torch.randn(q.shape[1], generator=torch.Generator().manual_seed(7)) * 2).cuda() if sinks else None
