@@ -7,6 +7,7 @@ them; in results/ab_final_h200.txt that switch was already gone: those rows repe
 
     PYTHONPATH=src python benchmarks/group16-s51/ab.py [rounds]
 """
+import os
 import sys
 
 import torch
@@ -17,6 +18,9 @@ from fp4attn.bench.common import capture_graph, device_name, interleaved_min_ms
 from fp4attn.bench.decode import decode_inputs, sdpa_fn
 from fp4attn.kernels import decode as Dk
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "session6-2026-11-22", "probes"))
+from _util import kernel_times_us  # noqa: E402
+
 SHAPES = [(8, 32, 8, 32768, 128), (1, 32, 8, 131072, 128), (8, 32, 8, 32768, 64), (1, 32, 8, 131072, 64)]
 
 
@@ -25,21 +29,10 @@ def rel(a, b):
 
 
 def profile_op(fn, calls=20):
-    """Kernel times of ``fn`` (torch.profiler, eager calls): where the Thrift op's time goes."""
-    from torch.profiler import ProfilerActivity, profile
-
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-    tot = {}
-    for e in prof.events():
-        if e.device_type.name == "CUDA":
-            tot[e.name] = tot.get(e.name, 0.0) + e.device_time
-    for n, us in sorted(tot.items(), key=lambda x: -x[1]):
-        print(f"    kernel {us / calls:7.1f} us  {n[:90]}")
+    """Kernel times of ``fn`` (torch.profiler, eager calls; ``session6-2026-11-22/probes/_util.kernel_times_us``):
+    where the Thrift op's time goes."""
+    for name, us in kernel_times_us(fn, calls).items():
+        print(f"    kernel {us:7.1f} us  {name}")
 
 
 def run_shape(B, Hq, Hkv, N, D, rounds):
