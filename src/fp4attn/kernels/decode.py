@@ -57,7 +57,11 @@ code is that of the unpadded tile). The split partials (OP) have DP channels; th
 On Hopper the FP4 split loop runs ``decode_gluon._decode_split_kernel_gl`` instead (see
 ``_use_gluon``): the same arithmetic with the packed bytes loaded straight into the MMA operand registers,
 1.6-2.0x faster than kernel 1 on an H200; kernel 1 stays the portable path and the interpreter's. With a
-Thrift selection, at tiles of <= 64 channels and <= 8 query rows (``decode_gluon.fused16_fits``) the Gluon kernel
+Thrift selection equal for every query head of a kv group (the op's default thrift_share="group",
+``decode_fwd(group_sel=True)``), at tiles of <= 128 channels and <= 8 query rows (``decode_gluon.group16_fits``), a
+page the group selected is one tile from the 16-bit copy only and any other one an FP4 tile (``GROUP16``: the FP4
+bytes of selected pages are not read; 1.16-1.25x the paths below, H200 and H100). Per-head selections: at tiles of
+<= 64 channels and <= 8 query rows (``decode_gluon.fused16_fits``) the Gluon kernel
 computes the selected pages itself from the 16-bit copy, as kernel 1 does (1.17-1.27x faster than the two kernels
 below at D = 48 / 64, H200). Wider tiles do not fit its register budget: there it leaves the selected (query head,
 page) pairs out (their scores -inf, its FP4 tiles with two-level P̃) and ``_decode_16bit_kernel`` computes them from
