@@ -740,8 +740,10 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
     # Thrift's work (sequences x kv heads x tokens the splits cover; 64: its tile) for the choice of its kernel;
     # none for a kv group's selection that GROUP16 runs: 1.17-1.28x the Triton kernel down to 2^14 (H200,
     # benchmarks/group16-s51/cross.py)
-    group_fits = group_sel and decode_gluon.group16_fits(D, G * NQ, cache.dtype) and group16 is not False
-    work = B * Hkv * (max_c if window is None else min(max_c, window + NQ + 64)) if thrift and not group_fits else None
+    # (the Gluon kernel's rows per program: block_m or G·n_q padded to >= 8, hence the max)
+    group_ok = (thrift and group_sel and group16 is not False
+                and decode_gluon.group16_fits(D, max(G * NQ, block_m or 0), cache.dtype))
+    work = B * Hkv * (max_c if window is None else min(max_c, window + NQ + 64)) if thrift and not group_ok else None
     gluon = _use_gluon(kernel, q, thrift, G * NQ, block_n or gcfg["block_n"], cache.page_size, work)
     if rowm is None:
         rowm = not gluon and not thrift and G * NQ > wide_rows(D)
@@ -766,7 +768,7 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
                           _GLUON_PIPE[D], gcfg))
     if gluon:
         cfg = _GLUON_PIPE[D] if pipe else _GLUON_ROWS16 if not thrift and D <= 128 and G * NQ > 8 else gcfg
-        if thrift and group_fits and next_pow2(D) <= 64:
+        if group_ok and next_pow2(D) <= 64:
             cfg = _GLUON_GROUP16_64
     elif rowm:
         cfg = _WIDE_CONFIG[BLOCK_M > 64 or D > 128]
@@ -805,11 +807,10 @@ def decode_fwd(q: torch.Tensor, cache, *, scale: float, selection: torch.Tensor 
     maxp = cache.page_table.shape[1]
     # Thrift with the Gluon FP4 kernel: its selected pages come from the kernel itself (fused16, small tiles) or from a
     # separate 16-bit stream whose partials occupy n16 more split slots (with a window: enough for its candidate pages)
-    can16 = thrift and gluon and group_sel and decode_gluon.group16_fits(D, BLOCK_M, cache.dtype)
-    if group16 and not can16:
+    if group16 and not (gluon and group_ok):
         raise ValueError("group16: the Gluon kernel with a kv-group-shared selection (group_sel=True), <= 128 "
                          "channels, <= 8 query rows per kv head and a float16 / bfloat16 cache")
-    group16 = can16 if group16 is None else bool(group16)
+    group16 = gluon and group_ok
     fused16 = thrift and gluon and not group16 and decode_gluon.fused16_fits(D, BLOCK_M, cache.dtype)
     pages16 = max(maxp, 1) if window is None else _window_pages(window, NQ, PS, max(maxp, 1))
     n16 = max(1, -(-pages16 // _PAGES_16BIT)) if (thrift and gluon and not fused16 and not group16) else 0

@@ -373,6 +373,16 @@ if HAVE_GLUON:
                            PAD)
 
     @gluon.jit
+    def _mask_keys(sT, t0, keys0, C, last_key, WL, WINDOW: gl.constexpr):
+        """Sᵀ (keys, rows) of the tile at t0 with -inf where a key is past the committed C, after the row's last key
+        (bottom-right causal) or, with ``WINDOW``, before its last key - WL."""
+        keys = t0 + keys0
+        ok = (keys < C)[:, None] & (keys[:, None] <= last_key[None, :])
+        if WINDOW:  # query row sees keys >= its last key - WL
+            ok = ok & (keys[:, None] >= (last_key - WL)[None, :])
+        return gl.where(ok, sT, float("-inf"))
+
+    @gluon.jit
     def _tile(kh, ks, vb, vs, t0, accT, m_i, l_i, qT, s_scale, last_key, C, WL, keys0, sel_rows, vg, SEL, MAXP,
               page, h, Hkv, K16, V16, Q, q_rows, q_ok, qk_scale, DS,
               D: gl.constexpr, PS: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
@@ -419,11 +429,7 @@ if HAVE_GLUON:
             else:
                 sT = gl.where(sel[None, :], float("-inf"), sT)
         if MASKED:
-            keys = t0 + keys0
-            ok = (keys < C)[:, None] & (keys[:, None] <= last_key[None, :])
-            if WINDOW:  # query row sees keys >= its last key - WL
-                ok = ok & (keys[:, None] >= (last_key - WL)[None, :])
-            sT = gl.where(ok, sT, float("-inf"))
+            sT = _mask_keys(sT, t0, keys0, C, last_key, WL, WINDOW)
         # softmax and P̃ rounding on the (rows, keys) view: a relabelling of the same registers
         p, alpha, m_i, l_i = online_softmax_step(gl.permute(sT, (1, 0)), m_i, l_i, MASKED or THRIFT)
         if THRIFT and FUSED16:  # two-level P of the other rows: P̂ = ϕ(P̃/s1), the product scaled by s1 afterwards
@@ -470,11 +476,7 @@ if HAVE_GLUON:
         row0 = (page * Hkv + h) * PS + t0 % PS  # the tile's first storage row in K16 / V16
         sT = _scores16(K16, Q, row0, q_rows, q_ok, qk_scale, DS, D, BLOCK_N, BLOCK_M, LK16, MMA, PAD, FOLD)
         if MASKED:
-            keys = t0 + keys0
-            ok = (keys < C)[:, None] & (keys[:, None] <= last_key[None, :])
-            if WINDOW:
-                ok = ok & (keys[:, None] >= (last_key - WL)[None, :])
-            sT = gl.where(ok, sT, float("-inf"))
+            sT = _mask_keys(sT, t0, keys0, C, last_key, WL, WINDOW)
         p, alpha, m_i, l_i = online_softmax_step(gl.permute(sT, (1, 0)), m_i, l_i, True)
         accT = _scale_cols(accT, alpha, FOLD)
         p16T = gl.convert_layout(gl.permute(_pad_rows(p.to(V16.dtype.element_ty), 0.0, FOLD), (1, 0)), BOP)
