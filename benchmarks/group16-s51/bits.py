@@ -4,24 +4,10 @@ with and without a sliding window and sinks, bf16 and fp16 caches.
 
     OLD_SRC=out/base_src/src PYTHONPATH=src python benchmarks/group16-s51/bits.py
 """
-import importlib
-import importlib.util
-import os
-import sys
-
 import torch
+from _old import old_package  # (this directory: run as a script)
 
 import fp4attn
-
-
-def old_package():
-    root = os.path.join(os.environ["OLD_SRC"], "fp4attn")
-    spec = importlib.util.spec_from_file_location("fp4attn_old", os.path.join(root, "__init__.py"),
-                                                  submodule_search_locations=[root])
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["fp4attn_old"] = mod
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def main():

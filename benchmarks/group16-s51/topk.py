@@ -6,27 +6,15 @@ interleaved rounds. (Run once with this tree's kernel searching 16 thresholds pe
     git archive <old commit> src | tar -x -C out/base_src
     OLD_SRC=out/base_src/src PYTHONPATH=src python benchmarks/group16-s51/topk.py
 """
-import importlib.util
-import os
-import sys
+import importlib
 
 import torch
+from _old import old_package  # (this directory: run as a script)
 
 import fp4attn
 from fp4attn.bench.common import capture_graph, device_name, interleaved_min_ms
 from fp4attn.bench.decode import decode_inputs
 from fp4attn.kernels import decode as Dk
-
-
-def old_decode_module():
-    """The old tree's fp4attn.kernels.decode, imported as a separate package ``fp4attn_old``."""
-    root = os.path.join(os.environ["OLD_SRC"], "fp4attn")
-    spec = importlib.util.spec_from_file_location("fp4attn_old", os.path.join(root, "__init__.py"),
-                                                  submodule_search_locations=[root])
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["fp4attn_old"] = mod
-    spec.loader.exec_module(mod)
-    return importlib.import_module("fp4attn_old.kernels.decode")
 
 
 def run(old, B, Hq, Hkv, N, D):
@@ -49,6 +37,7 @@ def run(old, B, Hq, Hkv, N, D):
 
 if __name__ == "__main__":
     print(device_name())
-    old = old_decode_module()
+    old_package()
+    old = importlib.import_module("fp4attn_old.kernels.decode")
     for s in ((8, 32, 8, 32768, 128), (1, 32, 8, 131072, 128), (8, 32, 8, 4096, 128), (1, 32, 8, 524288, 128)):
         run(old, *s)

@@ -6,6 +6,7 @@ host's time per call while the GPU is busy, and the per-kernel sum (torch.profil
     PYTHONPATH=src python benchmarks/order-s49/probe.py
 """
 import os
+import sys
 
 import torch
 import triton.testing
@@ -14,6 +15,9 @@ from host_profile import host_us  # (this directory: run as a script)
 import fp4attn
 from fp4attn.bench.common import capture_graph
 from fp4attn.metrics import rel_l2
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "session6-2026-11-22", "probes"))
+from _util import kernel_times_us  # noqa: E402
 
 SHAPES = [(16, 16, 4096, 128, True), (4, 16, 16384, 128, True), (16, 16, 4096, 64, True), (2, 32, 8192, 128, True),
           (16, 16, 4096, 128, False)]
@@ -25,17 +29,9 @@ def order(o):
 
 
 def kernel_sum_ms(f, n=5):
-    from torch.profiler import ProfilerActivity, profile
-    f()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(n):
-            f()
-        torch.cuda.synchronize()
-    tot = {}
-    for e in prof.key_averages():
-        if e.device_type.name == "CUDA":
-            tot[e.key] = e.device_time_total / 1000 / n
+    """(sum of the kernels' mean device times per call, {kernel: ms}) of f, through session 6's
+    ``probes/_util.kernel_times_us`` (torch.profiler; three warm-up calls, names cut at 70 characters)."""
+    tot = {name: us / 1000 for name, us in kernel_times_us(f, n).items()}
     return sum(tot.values()), tot
 
 
