@@ -144,6 +144,12 @@ def fam_attention():
             qd, kd = torch.randn(1, 4, 256, d, dtype=torch.bfloat16), torch.randn(1, 2, 256, d, dtype=torch.bfloat16)
             for kw in ({}, dict(smooth_q=True, smooth_k=True, two_level_p=True), dict(smooth_q=True)):
                 A.attention_fwd(qd, kd, kd, causal=causal, scale=0.1, path=A.PATH_HOPPER, staged=True, **kw)
+            # sliding windows (causal; both edges) and sinks on the Gluon passes: nvfp4 and sage3
+            for kw in ({}, dict(smooth_q=True, smooth_k=True, two_level_p=True)):
+                A.attention_fwd(qd, kd, kd, causal=True, scale=0.1, path=A.PATH_HOPPER, staged=True, window=(63, 0),
+                                sinks=torch.zeros(4), **kw)
+                A.attention_fwd(qd, kd, kd, causal=False, scale=0.1, path=A.PATH_HOPPER, staged=True, window=(40, 40),
+                                **kw)
         del os.environ["FP4ATTN_ATTN_KERNEL"]
 
 
@@ -157,10 +163,11 @@ def fam_thrift():
     # the FP4 phase on the Gluon attention pass (thrift_mask) and the fused kernel's 16-bit phase after it
     if T._attention.attention_gluon.HAVE_GLUON:
         T._attention.attention_gluon.supported = lambda **kw: True  # CPU tensors stand in for CUDA ones
-        T.gluon_fp4_phase = lambda q, window=None: window is None
+        T.gluon_fp4_phase = lambda q: True
         for d in (128, 64):
             qd, kd = torch.randn(1, 4, 512, d, dtype=torch.bfloat16), torch.randn(1, 2, 512, d, dtype=torch.bfloat16)
             T.thrift_fwd(qd, kd, torch.randn_like(kd), causal=True, scale=0.1, budget=0.25, sinks=torch.zeros(4))
+            T.thrift_fwd(qd, kd, torch.randn_like(kd), causal=True, scale=0.1, budget=0.25, window=(200, 0))
 
 
 def fam_decode():

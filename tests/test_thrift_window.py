@@ -327,6 +327,36 @@ def test_thrift_window_and_sinks_gpu(causal, window):
 
 @pytest.mark.gpu
 @gpu
+@pytest.mark.parametrize("D", [128, 64])
+def test_thrift_window_gluon_fp4_phase_gpu(D, monkeypatch):
+    """With a sliding window the FP4 phase runs on the Gluon attention pass too (its window: the key loop from the
+    window's first tile, the edges' tiles masked), then the fused kernel's 16-bit phase: against the fused Triton
+    kernel (``FP4ATTN_THRIFT_KERNEL=triton``), which rounds P̃/s1 at float32 instead of float16 precision: the
+    bound of ``test_thrift_gluon_fp4_phase_gpu`` (3e-2 relative L2; the LSEs sum the unrounded P̃: 1e-4), with
+    and without sinks; budget 1 (every visible tile in 16 bits) bit-identical."""
+    from fp4attn.kernels import thrift as T
+
+    q, k, v = _qkv(2, 8, 2, 1000, 1000, D, seed=17, dtype=torch.bfloat16, device="cuda")
+    if not T.gluon_fp4_phase(q):
+        pytest.skip("the Gluon attention pass needs an sm_90 GPU and Triton's Gluon")
+    sinks = torch.linspace(-1.0, 3.0, 8, device="cuda")
+    for causal, window in ((True, (300, 0)), (False, (200, 100))):
+        runs = {}
+        for kern in ("auto", "triton"):
+            monkeypatch.setenv("FP4ATTN_THRIFT_KERNEL", kern)
+            for budget in (1.0, 0.1):
+                for sk in (None, sinks):
+                    runs[kern, budget, sk is None] = T.thrift_fwd(q, k, v, causal=causal, scale=D ** -0.5,
+                                                                  budget=budget, window=window, sinks=sk)
+        for nosink in (True, False):
+            assert torch.equal(runs["auto", 1.0, nosink][0], runs["triton", 1.0, nosink][0])
+            (o_g, l_g), (o_r, l_r) = runs["auto", 0.1, nosink], runs["triton", 0.1, nosink]
+            assert _rel(o_g, o_r) < 3e-2, (causal, nosink, _rel(o_g, o_r))
+            torch.testing.assert_close(l_g, l_r, rtol=0, atol=1e-4)
+
+
+@pytest.mark.gpu
+@gpu
 def test_thrift_window_opcheck_and_compile_gpu():
     import fp4attn.ops.thrift  # noqa: F401  (registers the custom op)
 

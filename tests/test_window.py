@@ -601,25 +601,72 @@ def test_gpu_window_nan_pattern(operands, monkeypatch):
     check_nan_pattern(out.float().cpu(), lse.cpu(), ref, ref_lse, tol=0.05, lse_atol=2e-3)
 
 
+GLUON_WINDOW_CASES = [
+    # B, hq, hkv, nq, nk, D, causal, window, sinks, (smooth_q, smooth_k, two_level_p)
+    (2, 4, 2, 1000, 1000, 128, True, (127, 0), True, (False, False, False)),
+    (1, 4, 1, 333, 517, 64, True, (63, 0), True, (False, False, False)),  # Nq < Nk, D = 64
+    (1, 2, 2, 517, 333, 128, True, (100, 0), True, (False, False, False)),  # Nq > Nk: rows that see no key
+    (1, 4, 4, 300, 800, 128, False, (40, 40), False, (False, False, False)),  # both edges, not causal
+    (1, 4, 2, 600, 900, 64, False, (100, -1), True, (False, False, False)),  # a left edge alone
+    (1, 4, 4, 128, 4096, 128, True, (1000, 0), False, (False, False, False)),  # many key tiles per program
+    (2, 4, 2, 1000, 1000, 128, True, (200, 0), True, (False, False, True)),  # two-level P (one pass)
+    (1, 4, 2, 700, 700, 64, False, (64, 64), True, (False, False, True)),
+    (1, 4, 2, 900, 900, 128, True, (300, 0), True, (True, True, True)),  # sage3: smooth_q table, smooth_k
+]
+
+
 @gpu
 @pytest.mark.gpu
-def test_gpu_window_runs_triton_pass():
-    """The Gluon attention pass has no window: "auto" runs the Triton pass (bit-identical to kernel="triton")
-    and kernel="gluon" is refused."""
-    q, k, v = make_qkv(1, 4, 2, 1000, 1000, 128, dtype=BF16, seed=1)
-    pk = A.quantize_qkv(q, k, v, fmt="nvfp4", staged=True, key_rows=True)  # (a window reads its per-key flags)
-    kw = dict(causal=True, scale=128 ** -0.5, two_level_p=False, B=1, Hq=4, Hkv=2)
-    res = {}
-    for kern in ("triton", "auto"):
-        out = torch.empty_like(q)
-        res[kern] = out, A.attention_packed(pk, out=out, kernel=kern, window=(200, 0), **kw)
-    assert torch.equal(res["triton"][0], res["auto"][0]) and torch.equal(res["triton"][1], res["auto"][1])
-    if not A.attention_gluon.supported(is_mx=False, two_level=False, smooth_q=False, staged=True, dp=128,
-                                       device=q.device):
+@pytest.mark.parametrize("case", GLUON_WINDOW_CASES, ids=str)
+def test_gpu_gluon_window_and_sinks(case, monkeypatch):
+    """Sliding windows and attention sinks on the Gluon passes (``attention_gluon``: the key loop from the window's
+    first tile, the tiles its edges cross masked, the sink in the row-max pass's maximum and in l; the epilogue's
+    window scan of the per-key flags) against the Triton pass on the same quantized operands.
+
+    - Single-level P: the Gluon passes with the float32 P̃ rounding (``P16=False``) against the Triton passes, to
+      the bound of ``test_gpu_gluon_attention_pass`` (2e-4: S·scale − m in one fma); the LSEs to 1e-5. The Gluon
+      row-max pass gives the Triton row-max pass's maxima bit for bit (equal outputs and LSEs with either).
+    - Two-level P (sage3's pass, also with smooth_q / smooth_k): both round P̃/s1 at float16 precision (2e-4).
+    - ``kernel="auto"`` runs the Gluon passes (bit-equal to kernel="gluon" with its defaults), and the public op
+      (operands in the Gluon passes' key order) is within SPEC §6 of the reference, LSEs to 2e-3."""
+    from fp4attn.kernels import attention_gluon as AG
+    B, hq, hkv, nq, nk, D, causal, window, with_sinks, (sq, sk, tlp) = case
+    q, k, v = make_qkv(B, hq, hkv, nq, nk, D, dtype=BF16, seed=nq + nk + D + window[0])
+    if not A.attention_gluon.supported(is_mx=False, two_level=tlp, smooth_q=sq, staged=True, dp=D, device=q.device):
         pytest.skip("the Gluon attention pass needs an sm_90 GPU and Triton's Gluon")
-    A.attention_packed(pk, out=torch.empty_like(q), kernel="gluon", **kw)  # runs without a window
-    with pytest.raises(ValueError, match="no window"):
-        A.attention_packed(pk, out=torch.empty_like(q), kernel="gluon", window=(200, 0), **kw)
+    sinks = torch.linspace(-1.0, 3.0, hq, device=q.device) if with_sinks else None
+    win = normalize_window(window, causal)
+    pk = A.quantize_qkv(q, k, v, fmt="nvfp4", staged=True, smooth_q=sq, smooth_k=sk, key_rows=True)
+    kw = dict(causal=causal, scale=D ** -0.5, two_level_p=tlp, B=B, Hq=hq, Hkv=hkv, window=win, sinks=sinks)
+    f32 = None if tlp else {**AG.default_config(D), "P16": False}
+    runs = {"triton": ("triton", None, "auto"), "gluon": ("gluon", f32, "auto"), "gluon16": ("gluon", None, "auto"),
+            "auto": ("auto", None, "auto"), "gluon_tmax": ("gluon", f32, "triton")}
+    res = {}
+    for name, (kern, cfg, rowmax) in runs.items():
+        monkeypatch.setenv("FP4ATTN_ROWMAX_KERNEL", rowmax)
+        out = torch.empty_like(q)
+        lse = A.attention_packed(pk, out=out, kernel=kern, gluon_config=cfg, **kw)
+        res[name] = out, lse[:, :, :nq]
+    (o_t, l_t), (o_g, l_g) = res["triton"], res["gluon"]
+    fin = torch.isfinite(l_t)
+    assert torch.equal(fin, torch.isfinite(l_g))
+    empty = ~window_keep(0, nq, nq, nk, causal, win, q.device).any(-1)
+    assert torch.equal(~fin, empty.expand(B, hq, nq) & (sinks is None))  # a sink keeps every row's LSE finite
+    torch.testing.assert_close(l_g[fin], l_t[fin], rtol=0, atol=1e-5)
+    assert rel_l2(o_g.float(), o_t.float()) < 2e-4
+    assert torch.equal(o_g[~fin], o_t[~fin])  # rows without a key: 0
+    if not tlp and not sq:  # the two row-max passes: the same maxima
+        assert torch.equal(res["gluon_tmax"][0], o_g) and torch.equal(res["gluon_tmax"][1], l_g)
+    assert torch.equal(res["auto"][0], res["gluon16"][0]) and torch.equal(res["auto"][1], res["gluon16"][1])
+    flags = dict(smooth_q=sq, smooth_k=sk, two_level_p=tlp)
+    out, lse = fp4attn.attention(q, k, v, causal=causal, window_size=window, sinks=sinks, return_lse=True, **flags)
+    ref, ref_lse = reference.attention(q.double(), k.double(), v.double(), causal=causal, recipe="nvfp4",
+                                       window_size=window, sinks=None if sinks is None else sinks.double(),
+                                       return_lse=True, **flags)
+    assert cosine(out.double(), ref) >= 0.998 and rel_l2(out.double(), ref) <= 0.05
+    fin = torch.isfinite(ref_lse)
+    assert torch.equal(fin, torch.isfinite(lse))
+    torch.testing.assert_close(lse[fin].double(), ref_lse[fin], rtol=0, atol=2e-3)
 
 
 @gpu

@@ -28,7 +28,8 @@ the Gluon decode kernels under the register cap of n programs per SM instead of 
 their FP4 tiles without ``PIPE``; ``SASS_G=g`` with g query heads per kv head (default 4), ``SASS_KEY_PERM=0``
 the Gluon attention passes on operands in key order (the op's are in ``_tiles.key_position`` order), and
 ``SASS_D=d`` at head dim d (default 128; Thrift at d <= 64 compiles the fused 16-bit tile, as the op runs it;
-also the attention kernels' head dim). ``corr --smooth``: sage3's smooth_q table kernel (``smooth_q_corr``).
+also the attention kernels' head dim), ``SASS_WINDOW=1`` the Gluon attention passes with a causal sliding window and
+sinks. ``corr --smooth``: sage3's smooth_q table kernel (``smooth_q_corr``).
 """
 
 import argparse
@@ -202,10 +203,12 @@ def recorded_cases(which, fmt="nvfp4", smooth=False):
                 # tensors stand in for CUDA ones
                 Ka.attention_gluon.supported = lambda **kw: True
                 perm = os.environ.get("SASS_KEY_PERM", "1") != "0"  # the op's key order (quantize_qkv(key_perm=True))
+                win = os.environ.get("SASS_WINDOW", "0") == "1"  # a causal sliding window and sinks instead
                 pkg = Ka.quantize_qkv(q, q, q, fmt=fmt, path=Ka.PATH_HOPPER, staged=True, smooth_q=smooth,
-                                      smooth_k=smooth, key_perm=perm)
-                Ka.attention_packed(pkg, causal=False, scale=0.088, two_level_p=smooth, B=1, Hq=2, Hkv=2,
-                                    out=torch.empty_like(q), kernel="gluon")
+                                      smooth_k=smooth, key_perm=perm, key_rows=win)
+                Ka.attention_packed(pkg, causal=win, scale=0.088, two_level_p=smooth, B=1, Hq=2, Hkv=2,
+                                    out=torch.empty_like(q), kernel="gluon", window=(127, 0) if win else None,
+                                    sinks=torch.zeros(2) if win else None)
         rec = list(aot_probe._RECORDED)
     finally:
         JITFunction.run = run

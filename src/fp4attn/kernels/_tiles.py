@@ -284,7 +284,7 @@ def softmax_finish(l_i, m_i):
 
 @triton.jit
 def finish_rows(l_i, m_i, offs_m, KVBAD, QBAD, pid_bh, NQP, Nk, causal_off, LSE, DP: tl.constexpr,
-                CAUSAL: tl.constexpr, KROWS, NKP, left_off, WINDOW: tl.constexpr):
+                CAUSAL: tl.constexpr, KROWS, NKP, left_off, WINDOW: tl.constexpr, keys64):
     """Epilogue rows of the FP4 attention kernels (``attention``'s module docstring, "Non-finite inputs"):
     from the pre-pass flags of query head ``pid_bh``, a NaN/Inf query row, or a key row the row sees, makes
     the row's l (hence its output and LSE) NaN; stores the LSE. Returns (seen: rows with a visible key,
@@ -293,7 +293,8 @@ def finish_rows(l_i, m_i, offs_m, KVBAD, QBAD, pid_bh, NQP, Nk, causal_off, LSE,
     With WINDOW (a sliding window's left edge at row + left_off) the first non-finite key alone does not
     decide: a row may see a later one. Then, only when the head has a non-finite key at or before some
     row's last visible key, the rows' windows are scanned in ``KROWS`` (the kv head's per-key flags, uint8
-    (NKP,): the K pre-pass's). Without non-finite keys the epilogue is unchanged."""
+    (NKP,): the K pre-pass's), 64 keys at a time: ``keys64`` is 0 .. 63 (``tl.arange``; a Gluon kernel's in the
+    layout of its score columns). Without non-finite keys the epilogue is unchanged."""
     seen = l_i != 0.0
     flags = KVBAD + pid_bh.to(tl.int64) * (DP + 2)
     kbad = 2147483647 - tl.load(flags)  # first non-finite key of the kv head (2**31 - 1: none)
@@ -312,7 +313,7 @@ def finish_rows(l_i, m_i, offs_m, KVBAD, QBAD, pid_bh, NQP, Nk, causal_off, LSE,
             else:
                 k_hi = Nk
             for n0 in range(k_lo, k_hi, 64):
-                kn = n0 + tl.arange(0, 64)
+                kn = n0 + keys64
                 kb = tl.load(KROWS + kn, mask=kn < NKP, other=0) != 0
                 hit = kb[None, :] & visible(kn, offs_m, Nk, causal_off, CAUSAL, left_off, WINDOW)
                 win_nan = win_nan | (tl.max(hit.to(tl.int32), axis=1) != 0)

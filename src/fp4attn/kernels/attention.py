@@ -1050,7 +1050,7 @@ def _attn_fwd_kernel(Qc, Qs, Kc, Ks, Vc, Vs, VEXP, QCORR, O, LSE, MBUF, KH, VH, 
     # live across the loops would shift the register allocation of these 255-register kernels.
     seen, inv_l, flags = finish_rows(l_i, m_i, offs_m, KVBAD, QBAD, pid_bh, NQP, Nk, COFF, LSE, DP, CAUSAL,
                                      KROWS + (b * (Hq // GROUP) + h // GROUP).to(tl.int64) * NKP, NKP, LOFF,
-                                     WINDOW)
+                                     WINDOW, tl.arange(0, 64))
     if TWO_LEVEL:  # acc is in units of the last tile's s1 (two_level_step)
         inv_l = inv_l * two_level_scale(tau, m_i)
         if IS_MX and PATH != 2:
@@ -1103,11 +1103,12 @@ def default_max_config(dp: int, path: int, is_mx: bool = False) -> dict | None:
 
 
 def gluon_pass_choice(kernel: str, *, is_mx: bool, two_level_p: bool, online: bool, smooth_q: bool, staged: bool,
-                      dp: int, path: int, device, window=None, sinks=None, thrift: bool = False) -> tuple[bool, bool]:
+                      dp: int, path: int, device, thrift: bool = False) -> tuple[bool, bool]:
     """(can, does): whether the Gluon attention pass can run these passes (single-level P with the exact row max,
-    or two-level P in one pass; ``attention_gluon.supported``), and whether ``kernel`` ("auto" / "gluon" / "triton")
-    runs them there (auto: where ``attention_gluon.preferred``; a Thrift mask always)."""
-    can = (online == two_level_p and window is None and sinks is None and path == PATH_HOPPER
+    or two-level P in one pass; ``attention_gluon.supported``; sliding windows and sinks as the Triton pass), and
+    whether ``kernel`` ("auto" / "gluon" / "triton") runs them there (auto: where ``attention_gluon.preferred``; a
+    Thrift mask always)."""
+    can = (online == two_level_p and path == PATH_HOPPER
            and attention_gluon.supported(is_mx=is_mx, two_level=two_level_p, smooth_q=smooth_q, staged=staged, dp=dp,
                                          device=device))
     does = can and (kernel == "gluon" or thrift or (kernel == "auto" and attention_gluon.preferred(dp)))
@@ -1156,12 +1157,11 @@ def attention_packed(pk: PackedQKV, *, causal: bool, scale: float, two_level_p: 
 
     ``window=(left, right)``: a sliding window (``fp4attn.attention``'s ``window_size``, normalized: -1 =
     unbounded, ``right == 0`` when ``causal``): query i sees keys i + Nk − Nq − left ... i + Nk − Nq + right.
-    Key tiles outside every row's window are skipped, the ones its edges cross are masked. The Triton pass
-    runs it (the Gluon pass has no window).
+    Key tiles outside every row's window are skipped, the ones its edges cross are masked (both kernels).
 
     ``sinks`` (Hq,): attention sinks in score units (``fp4attn.attention``'s); they join the row max (the
     one-shot max P̃ is quantized against), l and the LSE. With smooth_k the scores are shifted by scale·q·k̄
-    per row, so the kernel's per-row sink is shifted by the same (the Triton pass runs it).
+    per row, so the kernel's per-row sink is shifted by the same (both kernels read it per row).
 
     ``thrift_mask``: ThriftAttention's (B, Hq, nqb, nkb) int8 mask of the 64-token key blocks selected per
     64-token query block (``kernels.thrift.select``): those key tiles are left out (the FP4 phase of
@@ -1189,6 +1189,7 @@ def attention_packed(pk: PackedQKV, *, causal: bool, scale: float, two_level_p: 
     kh = pk.kh if staged else lse
     vh = pk.vh if staged else lse
     right, coff, left, loff = window_offsets(window, causal, pk.nq, pk.nk)
+    edges = (right, coff, left, loff)
     if left and pk.krows is None:
         raise ValueError("a sliding window's left edge needs the per-key flags: quantize_qkv(..., key_rows=True)")
     if sinks is not None:  # per-row sink logits in the kernel's log2 units (minus the smooth_k shift: per row,
@@ -1211,13 +1212,12 @@ def attention_packed(pk: PackedQKV, *, causal: bool, scale: float, two_level_p: 
         raise ValueError(f"kernel: expected 'auto', 'gluon' or 'triton', got {kernel!r}")
     gluon_ok, use_gluon = gluon_pass_choice(kernel, is_mx=is_mx, two_level_p=two_level_p, online=online,
                                             smooth_q=smooth_q, staged=staged, dp=DP, path=pk.path, device=out.device,
-                                            window=window, sinks=sinks, thrift=thrift_mask is not None)
+                                            thrift=thrift_mask is not None)
     if thrift_mask is not None and not (gluon_ok and two_level_p and kernel != "triton"):
         raise ValueError("thrift_mask: runs on the Gluon pass with two-level P only")
     if kernel == "gluon" and not gluon_ok:
         raise ValueError("kernel='gluon': the Gluon attention pass runs nvfp4 (single-level P with the exact row "
-                         "max, or two-level P in one pass) on sm_90 (staged operands, 32 < D <= 128, no window, "
-                         "no sinks)")
+                         "max, or two-level P in one pass) on sm_90 (staged operands, 32 < D <= 128)")
 
     # the row-max pass on the Gluon kernel too, where the attention pass runs there (not with smooth_q)
     gluon_max = gluon_rowmax(use_gluon, smooth_q=smooth_q, dp=DP)
@@ -1228,12 +1228,13 @@ def attention_packed(pk: PackedQKV, *, causal: bool, scale: float, two_level_p: 
     def launch(pmax, cfg, i0, n):
         if pmax == 1 and gluon_max:
             attention_gluon.launch_rowmax(args, causal=causal, i0=i0, n=n, B=B, Hq=Hq, cfg=gluon_max_config,
-                                          key_perm=pk.key_perm)
+                                          key_perm=pk.key_perm, edges=edges, sinks=sinks is not None)
             return
         if pmax != 1 and use_gluon:
             attention_gluon.launch(args, causal=causal, two_level=two_level_p, smooth_q=smooth_q, i0=i0, n=n, B=B,
                                    Hq=Hq, cfg=gluon_config or attention_gluon.default_config(DP),
-                                   thrift_mask=thrift_mask, key_perm=pk.key_perm)
+                                   thrift_mask=thrift_mask, key_perm=pk.key_perm, edges=edges,
+                                   sinks=sinks is not None)
             return
         c = dict(cfg)
         extra = {k: c.pop(k) for k in ("num_warps", "num_stages", "maxnreg") if k in c}
@@ -1254,14 +1255,14 @@ def attention_packed(pk: PackedQKV, *, causal: bool, scale: float, two_level_p: 
 
 
 def op_key_perm(D: int, *, fmt: str, two_level_p: bool, online: bool | None, smooth_q: bool, staged: bool,
-                path: int, device, window=None, sinks=None) -> bool:
+                path: int, device) -> bool:
     """``quantize_qkv``'s ``key_perm`` for ``attention_fwd``'s passes (``attention_packed`` with the kernel of
     ``FP4ATTN_ATTN_KERNEL``, default auto): ``gluon_key_order`` of ``gluon_pass_choice``'s choice."""
     online = two_level_p if online is None else online
     dp = head_dim_padded(D, path)
     _, does = gluon_pass_choice(os.environ.get("FP4ATTN_ATTN_KERNEL", "auto"), is_mx=quant_block(fmt)[1],
                                 two_level_p=two_level_p, online=online, smooth_q=smooth_q, staged=staged, dp=dp,
-                                path=path, device=device, window=window, sinks=sinks)
+                                path=path, device=device)
     return gluon_key_order(does, online=online, smooth_q=smooth_q, dp=dp)
 
 
@@ -1281,7 +1282,7 @@ def attention_fwd(q, k, v, *, causal: bool = False, scale: float | None = None, 
     if staged is None:
         staged = default_staged()
     key_perm = op_key_perm(D, fmt=fmt, two_level_p=two_level_p, online=online, smooth_q=smooth_q, staged=staged,
-                           path=path, device=q.device, window=window, sinks=sinks)
+                           path=path, device=q.device)
     pk = quantize_qkv(q, k, v, fmt=fmt, smooth_q=smooth_q, smooth_k=smooth_k, path=path, staged=staged,
                       key_rows=window is not None, key_perm=key_perm)
     if out is None:

@@ -82,6 +82,7 @@ from ._tiles import (
     two_level_scale,
     two_level_step,
     visible,
+    window_key_range,
 )
 
 try:  # Gluon ships with Triton >= 3.5
@@ -131,18 +132,19 @@ if HAVE_GLUON:
         return cs
 
     @gluon.jit
-    def _p_tile(s, l_i, m_i, tau, start_n, offs_m, cols, Nk, causal_off, full_end, SR,
+    def _p_tile(s, l_i, m_i, tau, start_n, offs_m, cols, Nk, causal_off, full_end, SR, e1, left_off,
                 CAUSAL: gl.constexpr, TWO_LEVEL: gl.constexpr, THRIFT: gl.constexpr, BLOCK_N: gl.constexpr,
-                KEY_PERM: gl.constexpr):
-        """P̃ of one tile of scores ``s`` (``_shifted``; masked past ``full_end``) and the row statistics.
+                KEY_PERM: gl.constexpr, WINDOW: gl.constexpr):
+        """P̃ of one tile of scores ``s`` (``_shifted``; masked past ``full_end`` and, with WINDOW, below ``e1``: the
+        tiles a sliding window's left edge crosses, ``_tiles.window_key_range``) and the row statistics.
         Single-level: P̃ = exp2(s) against the exact row max, l += its row sums (unquantized), ``pre`` unused.
         Two-level (``_tiles.two_level_step``): P̃/s1, the running max m, the unit ``tau`` of the accumulator
         and ``pre``, the factor the accumulator takes before this tile's product. THRIFT: a key tile selected
         for this query block (``SR``: its row of ThriftAttention's selection mask) is masked out whole."""
-        if start_n >= full_end:
+        if _masked(start_n, full_end, e1, WINDOW):
             # the keys computed here, not held across the loop (16 registers: the two-level loop spilled)
             keys = _col_keys(cols, KEY_PERM)
-            s = gl.where(visible(start_n + keys, offs_m, Nk, causal_off, CAUSAL, 0, False), s, float("-inf"))
+            s = gl.where(visible(start_n + keys, offs_m, Nk, causal_off, CAUSAL, left_off, WINDOW), s, float("-inf"))
         if THRIFT:
             if gl.load(SR + start_n // BLOCK_N) != 0:
                 s = gl.full(s.shape, float("-inf"), gl.float32, s.type.layout)
@@ -153,6 +155,16 @@ if HAVE_GLUON:
             l_i = l_i + gl.sum(p, 1)
             pre = l_i
         return p, l_i, m_i, tau, pre
+
+    @gluon.jit
+    def _masked(start_n, full_end, e1, WINDOW: gl.constexpr):
+        """Whether the key tile at ``start_n`` needs the per-key mask: from ``full_end`` on (the right edge, Nk) and,
+        with WINDOW, below ``e1`` (the tiles the window's left edge crosses)."""
+        if WINDOW:
+            m = (start_n >= full_end) | (start_n < e1)
+        else:
+            m = start_n >= full_end
+        return m
 
     @gluon.jit
     def _phi(p, QB: gl.constexpr, P_L: gl.constexpr, P16: gl.constexpr, KEY_PERM: gl.constexpr):
@@ -187,26 +199,26 @@ if HAVE_GLUON:
         tma.async_copy_global_to_shared(desc, [r, c], bar.index(slot), smem.index(slot))
 
     @gluon.jit
-    def _pv_done(acc, p16, v_desc, v_smem, v_bar, vrow, t, n_tiles, BLOCK_N: gl.constexpr, NV: gl.constexpr,
+    def _pv_done(acc, p16, v_desc, v_smem, v_bar, vrow, n0, t, n_tiles, BLOCK_N: gl.constexpr, NV: gl.constexpr,
                  PENDING: gl.constexpr):
         """Wait for the P·V product of tile t - 1 (all but PENDING newer groups), then refill its V̂ᵀ slot
-        (and free the registers of its ϕ(P̃))."""
+        (and free the registers of its ϕ(P̃)). Tile t holds keys n0 + t·BLOCK_N ..."""
         acc, p16 = warpgroup_mma_wait(PENDING, deps=[acc, p16])
         gl.thread_barrier()
         if t >= 1:
             if t - 1 + NV < n_tiles:
-                _load(v_desc, v_smem, v_bar, vrow, (t - 1 + NV) * BLOCK_N, (t - 1) % NV)
+                _load(v_desc, v_smem, v_bar, vrow, n0 + (t - 1 + NV) * BLOCK_N, (t - 1) % NV)
         return acc, p16
 
     @gluon.jit
     def _step(t, s_cur, acc, p16, l_i, m_i, tau, q_smem, k_desc, k_smem, k_bar, v_desc, v_smem, v_bar, krow, vrow,
-              n_tiles, zero_s, m_use, qk_scale, CR, SR, offs_m, cols, Nk, causal_off, full_end, CAUSAL: gl.constexpr,
-              QB: gl.constexpr, P_L: gl.constexpr, O_ROW: gl.constexpr, BLOCK_N: gl.constexpr, NS: gl.constexpr,
-              NV: gl.constexpr, LAST: gl.constexpr, P16: gl.constexpr, SMOOTH_Q: gl.constexpr,
-              TWO_LEVEL: gl.constexpr, THRIFT: gl.constexpr, KEY_PERM: gl.constexpr):
-        """Key tile t of the loop (its scores are ``s_cur``, from ``_shifted``): issue S of tile t + 1 (unless
-        LAST), round P̃ of tile t, issue its P·V; return the scores of tile t + 1 (LAST: ``s_cur``; every
-        wgmma done) and the row statistics.
+              n_tiles, zero_s, m_use, qk_scale, CR, SR, offs_m, cols, Nk, causal_off, full_end, n0, e1, left_off,
+              CAUSAL: gl.constexpr, QB: gl.constexpr, P_L: gl.constexpr, O_ROW: gl.constexpr, BLOCK_N: gl.constexpr,
+              NS: gl.constexpr, NV: gl.constexpr, LAST: gl.constexpr, P16: gl.constexpr, SMOOTH_Q: gl.constexpr,
+              TWO_LEVEL: gl.constexpr, THRIFT: gl.constexpr, KEY_PERM: gl.constexpr, WINDOW: gl.constexpr):
+        """Key tile t of the loop (keys n0 + t·BLOCK_N ...; its scores are ``s_cur``, from ``_shifted``): issue S of
+        tile t + 1 (unless LAST), round P̃ of tile t, issue its P·V; return the scores of tile t + 1 (LAST: ``s_cur``;
+        every wgmma done) and the row statistics. ``krow``: K̂'s row of tile 0.
 
         Two-level P rescales the accumulator by ``pre`` before the tile's P·V, and does so before issuing
         S(t + 1), after waiting for all groups (P·V of tile t - 1). Rescaling after that issue (after a wait
@@ -216,19 +228,22 @@ if HAVE_GLUON:
         ``tests/test_aot_compile.py`` checks the compiled kernels for that note."""
         nxt = (t + 1) % NS
         if TWO_LEVEL:  # P·V of tile t - 1 done; the accumulator into this tile's unit
-            p, l_i, m_i, tau, pre = _p_tile(s_cur, l_i, m_i, tau, t * BLOCK_N, offs_m, cols, Nk, causal_off,
-                                            full_end, SR, CAUSAL, TWO_LEVEL, THRIFT, BLOCK_N, KEY_PERM)
-            acc, p16 = _pv_done(acc, p16, v_desc, v_smem, v_bar, vrow, t, n_tiles, BLOCK_N, NV, 0)
+            p, l_i, m_i, tau, pre = _p_tile(s_cur, l_i, m_i, tau, n0 + t * BLOCK_N, offs_m, cols, Nk, causal_off,
+                                            full_end, SR, e1, left_off, CAUSAL, TWO_LEVEL, THRIFT, BLOCK_N, KEY_PERM,
+                                            WINDOW)
+            acc, p16 = _pv_done(acc, p16, v_desc, v_smem, v_bar, vrow, n0, t, n_tiles, BLOCK_N, NV, 0)
             acc = acc * gl.convert_layout(pre, O_ROW)[:, None]
         if not LAST:  # S of the next tile, on the tensor cores while this tile's P̃ is rounded
             mbarrier.wait(k_bar.index(nxt), ((t + 1) // NS) & 1)
             s_tok = warpgroup_mma(q_smem, k_smem.index(nxt).permute((1, 0)), zero_s, use_acc=False,
                                   is_async=True)
-            cs = _corr(CR, (t + 1) * BLOCK_N, cols, qk_scale, SMOOTH_Q)
+            cs = _corr(CR, n0 + (t + 1) * BLOCK_N, cols, qk_scale, SMOOTH_Q)
         if not TWO_LEVEL:  # P·V of tile t - 1 done (S(t + 1) may run on)
-            acc, p16 = _pv_done(acc, p16, v_desc, v_smem, v_bar, vrow, t, n_tiles, BLOCK_N, NV, 0 if LAST else 1)
-            p, l_i, m_i, tau, pre = _p_tile(s_cur, l_i, m_i, tau, t * BLOCK_N, offs_m, cols, Nk, causal_off,
-                                            full_end, SR, CAUSAL, TWO_LEVEL, THRIFT, BLOCK_N, KEY_PERM)
+            acc, p16 = _pv_done(acc, p16, v_desc, v_smem, v_bar, vrow, n0, t, n_tiles, BLOCK_N, NV,
+                                0 if LAST else 1)
+            p, l_i, m_i, tau, pre = _p_tile(s_cur, l_i, m_i, tau, n0 + t * BLOCK_N, offs_m, cols, Nk, causal_off,
+                                            full_end, SR, e1, left_off, CAUSAL, TWO_LEVEL, THRIFT, BLOCK_N, KEY_PERM,
+                                            WINDOW)
         p16 = _phi(p, QB, P_L, P16, KEY_PERM)
         mbarrier.wait(v_bar.index(t % NV), (t // NV) & 1)
         acc = warpgroup_mma(p16, v_smem.index(t % NV).permute((1, 0)), acc, is_async=True)
@@ -254,11 +269,11 @@ if HAVE_GLUON:
         return e2m1_decode_f16(code) * e4m3_decode_f16(sb)
 
     @gluon.jit
-    def _attn_fwd_kernel_gl(Qc, Qs, k_desc, v_desc, QCORR, SELM, O, LSE, MBUF, QBAD, KVBAD,
+    def _attn_fwd_kernel_gl(Qc, Qs, k_desc, v_desc, QCORR, SELM, O, LSE, MBUF, QBAD, KVBAD, KROWS, SINK,
                             so_b, so_h, so_n, so_d,
-                            qk_scale, Hq, GROUP, Nq, Nk, NQP, NKP, D, I0, NQBC, NQB, NKB,
+                            qk_scale, Hq, GROUP, Nq, Nk, NQP, NKP, D, I0, NQBC, NQB, NKB, COFF, LOFF,
                             CAUSAL: gl.constexpr, SMOOTH_Q: gl.constexpr, TWO_LEVEL: gl.constexpr,
-                            THRIFT: gl.constexpr, QB: gl.constexpr,
+                            THRIFT: gl.constexpr, QB: gl.constexpr, WINDOW: gl.constexpr, SINKS: gl.constexpr,
                             BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, DP: gl.constexpr, NS: gl.constexpr,
                             NV: gl.constexpr, UNROLL: gl.constexpr, Q_SL: gl.constexpr, P16: gl.constexpr,
                             KEY_PERM: gl.constexpr,
@@ -300,17 +315,20 @@ if HAVE_GLUON:
             mbarrier.init(v_bar.index(i), count=1)
         fence_async_shared()
 
-        causal_off = Nk - Nq  # bottom-right: query i sees keys j <= i + Nk - Nq
-        hi, full_end = causal_key_range(m0, Nk - Nq, Nk, BLOCK_M, BLOCK_N, CAUSAL)
-        n_tiles = gl.cdiv(hi, BLOCK_N)
-        krow = kv_bh * NKP  # first row of this kv head in the (B·Hkv·NKP, DP) view of K̂
-        vrow = kv_bh * DP  # ... in the (B·Hkv·DP, NKP) view of V̂ᵀ
+        # bottom-right: query i sees keys j <= i + COFF (CAUSAL; COFF = Nk - Nq, plus a window's right extent) and,
+        # with WINDOW, j >= i + LOFF; key tiles [lo, e1) and [e2, hi) masked, [e1, e2) not (_tiles.window_key_range)
+        causal_off = COFF
+        hi, full_end = causal_key_range(m0, COFF, Nk, BLOCK_M, BLOCK_N, CAUSAL)
+        lo, e1, e2 = window_key_range(m0, LOFF, hi, full_end, BLOCK_M, BLOCK_N, WINDOW)
+        n_tiles = gl.cdiv(hi - lo, BLOCK_N)  # tile t holds keys lo + t·BLOCK_N ...
+        krow = kv_bh * NKP + lo  # K̂'s row of tile 0 in the (B·Hkv·NKP, DP) view
+        vrow = kv_bh * DP  # this kv head's first row in the (B·Hkv·DP, NKP) view of V̂ᵀ
         for i in gl.static_range(NS):
             if i < n_tiles:
                 _load(k_desc, k_smem, k_bar, krow + i * BLOCK_N, 0, i)
         for i in gl.static_range(NV):
             if i < n_tiles:
-                _load(v_desc, v_smem, v_bar, vrow, i * BLOCK_N, i)
+                _load(v_desc, v_smem, v_bar, vrow, lo + i * BLOCK_N, i)
 
         offs_m = m0 + gl.arange(0, BLOCK_M, layout=ROW)
         cols = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, S_L))  # score columns (their keys: _col_keys)
@@ -322,6 +340,13 @@ if HAVE_GLUON:
             m_use = gl.where(m_i == float("-inf"), 0.0, m_i)
         tau = gl.full([BLOCK_M], float("-inf"), gl.float32, ROW)
         l_i = gl.zeros([BLOCK_M], gl.float32, ROW)
+        if SINKS:  # the sink joins the softmax as a key with no value (SINK: per-row logits, log2 units)
+            sk = gl.load(SINK + pid_bh.to(gl.int64) * NQP + offs_m)
+            if TWO_LEVEL:  # the running max starts at the sink: exp2(sk - sk) = 1 (-inf: no sink)
+                m_i = sk
+                l_i = gl.where(sk == float("-inf"), 0.0, 1.0)
+            else:  # m (from the row-max pass) includes the sink
+                l_i = gl.exp2(sk - m_use)
         acc = gl.zeros([BLOCK_M, DP], gl.float32, O_L)
         zero_s = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, S_L)
 
@@ -329,7 +354,7 @@ if HAVE_GLUON:
             mbarrier.wait(k_bar.index(0), 0)
             s_tok = warpgroup_mma(q_smem, k_smem.index(0).permute((1, 0)), zero_s, use_acc=False, is_async=True)
             s_cur = _shifted(warpgroup_mma_wait(0, deps=[s_tok]), qk_scale, m_use,
-                             _corr(CR, 0, cols, qk_scale, SMOOTH_Q), SMOOTH_Q, TWO_LEVEL)
+                             _corr(CR, lo, cols, qk_scale, SMOOTH_Q), SMOOTH_Q, TWO_LEVEL)
             gl.thread_barrier()
             if NS < n_tiles:  # slot 0 is free: K̂ tile NS (the loop refills the slot of tile t + 1)
                 _load(k_desc, k_smem, k_bar, krow + NS * BLOCK_N, 0, 0)
@@ -340,20 +365,20 @@ if HAVE_GLUON:
                 for u in gl.static_range(UNROLL):
                     s_cur, acc, p16, l_i, m_i, tau = _step(
                         t + u, s_cur, acc, p16, l_i, m_i, tau, q_smem, k_desc, k_smem, k_bar, v_desc, v_smem, v_bar,
-                        krow, vrow, n_tiles, zero_s, m_use, qk_scale, CR, SR, offs_m, cols, Nk, causal_off, full_end,
-                        CAUSAL, QB, P_L, O_ROW, BLOCK_N, NS, NV, False, P16, SMOOTH_Q, TWO_LEVEL, THRIFT,
-                        KEY_PERM)
+                        krow, vrow, n_tiles, zero_s, m_use, qk_scale, CR, SR, offs_m, cols, Nk, causal_off, e2, lo, e1,
+                        LOFF, CAUSAL, QB, P_L, O_ROW, BLOCK_N, NS, NV, False, P16, SMOOTH_Q, TWO_LEVEL, THRIFT,
+                        KEY_PERM, WINDOW)
             if UNROLL == 2:
                 if (n_tiles - 1) % 2 == 1:
                     s_cur, acc, p16, l_i, m_i, tau = _step(
                         n_tiles - 2, s_cur, acc, p16, l_i, m_i, tau, q_smem, k_desc, k_smem, k_bar, v_desc, v_smem,
                         v_bar, krow, vrow, n_tiles, zero_s, m_use, qk_scale, CR, SR, offs_m, cols, Nk, causal_off,
-                        full_end, CAUSAL, QB, P_L, O_ROW, BLOCK_N, NS, NV, False, P16, SMOOTH_Q, TWO_LEVEL, THRIFT,
-                        KEY_PERM)
+                        e2, lo, e1, LOFF, CAUSAL, QB, P_L, O_ROW, BLOCK_N, NS, NV, False, P16, SMOOTH_Q, TWO_LEVEL,
+                        THRIFT, KEY_PERM, WINDOW)
             s_cur, acc, p16, l_i, m_i, tau = _step(
                 n_tiles - 1, s_cur, acc, p16, l_i, m_i, tau, q_smem, k_desc, k_smem, k_bar, v_desc, v_smem, v_bar,
-                krow, vrow, n_tiles, zero_s, m_use, qk_scale, CR, SR, offs_m, cols, Nk, causal_off, full_end,
-                CAUSAL, QB, P_L, O_ROW, BLOCK_N, NS, NV, True, P16, SMOOTH_Q, TWO_LEVEL, THRIFT, KEY_PERM)
+                krow, vrow, n_tiles, zero_s, m_use, qk_scale, CR, SR, offs_m, cols, Nk, causal_off, e2, lo, e1, LOFF,
+                CAUSAL, QB, P_L, O_ROW, BLOCK_N, NS, NV, True, P16, SMOOTH_Q, TWO_LEVEL, THRIFT, KEY_PERM, WINDOW)
         for i in gl.static_range(NS):
             mbarrier.invalidate(k_bar.index(i))
         for i in gl.static_range(NV):
@@ -361,7 +386,8 @@ if HAVE_GLUON:
 
         # ---- epilogue: non-finite flags, LSE, O = acc / l (as the Triton kernel) -----------------------
         seen, inv_l, flags = finish_rows(l_i, m_i, offs_m, KVBAD, QBAD, pid_bh, NQP, Nk, causal_off, LSE, DP,
-                                         CAUSAL, QBAD, NQP, 0, False)  # no window here
+                                         CAUSAL, KROWS + kv_bh.to(gl.int64) * NKP, NKP, LOFF, WINDOW,
+                                         gl.arange(0, 64, layout=gl.SliceLayout(0, S_L)))
         if TWO_LEVEL:  # acc is in units of the last tile's s1
             inv_l = inv_l * two_level_scale(tau, m_i)
         o = acc * gl.convert_layout(inv_l, O_ROW)[:, None]
@@ -401,23 +427,25 @@ if HAVE_GLUON:
             _load(k_desc, k_smem, k_bar, krow + (t + NS) * BLOCK_N, 0, t % NS)
 
     @gluon.jit
-    def _tile_rowmax(s, m_i, start_n, full_end, keys0, offs_m, Nk, causal_off, CAUSAL: gl.constexpr):
+    def _tile_rowmax(s, m_i, start_n, full_end, keys0, offs_m, Nk, causal_off, e1, left_off, CAUSAL: gl.constexpr,
+                     WINDOW: gl.constexpr):
         """m_i and the row maxima of the score tile ``s`` at key ``start_n`` (its visible keys: masked from
-        ``full_end`` on), leaving ``s`` as it is (its registers take the next S)."""
-        if start_n >= full_end:
-            mx = gl.max(gl.where(visible(start_n + keys0, offs_m, Nk, causal_off, CAUSAL, 0, False), s,
+        ``full_end`` on and, with WINDOW, below ``e1``), leaving ``s`` as it is (its registers take the next S)."""
+        if _masked(start_n, full_end, e1, WINDOW):
+            mx = gl.max(gl.where(visible(start_n + keys0, offs_m, Nk, causal_off, CAUSAL, left_off, WINDOW), s,
                                  float("-inf")), 1)
         else:
             mx = gl.max(s, 1)
         return gl.maximum(m_i, mx)
 
     @gluon.jit
-    def _rowmax_kernel_gl(Qc, Qs, k_desc, MBUF, qk_scale, Hq, GROUP, Nq, Nk, NQP, NKP, I0, ROWS_END,
+    def _rowmax_kernel_gl(Qc, Qs, k_desc, MBUF, SINK, qk_scale, Hq, GROUP, Nq, Nk, NQP, NKP, I0, ROWS_END, COFF, LOFF,
                           CAUSAL: gl.constexpr, QB: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                           DP: gl.constexpr, NS: gl.constexpr, Q_REG: gl.constexpr, Q_SL: gl.constexpr,
-                          KEY_PERM: gl.constexpr, num_warps: gl.constexpr):
-        """The row-max pass (the Triton kernel's ``PMAX=1``, single-level NVFP4 on the staged K̂, no smooth_q, window
-        or sinks): m = max over the visible keys of S·scale (log2 domain), per query row, into MBUF. A GEMM with a
+                          KEY_PERM: gl.constexpr, WINDOW: gl.constexpr, SINKS: gl.constexpr, num_warps: gl.constexpr):
+        """The row-max pass (the Triton kernel's ``PMAX=1``, single-level NVFP4 on the staged K̂, no smooth_q; the
+        attention pass's key range: COFF / CAUSAL, LOFF / WINDOW; with SINKS the row's sink logit joins the max):
+        m = max over the visible keys of S·scale (log2 domain), per query row, into MBUF. A GEMM with a
         max epilogue, so the tensor cores set its pace; here S of tile t + 1 runs (asynchronous wgmma) while the
         row maxima of tile t are taken, K̂ arrives by TMA into an ``NS``-slot ring, and Q̂ stays in registers
         (``Q_REG``; else shared memory). The maxima are taken of S itself and scaled once at the end:
@@ -452,10 +480,11 @@ if HAVE_GLUON:
             mbarrier.init(k_bar.index(i), count=1)
         fence_async_shared()
 
-        causal_off = Nk - Nq
-        hi, full_end = causal_key_range(m0, causal_off, Nk, BLOCK_M, BLOCK_N, CAUSAL)
-        n_tiles = gl.cdiv(hi, BLOCK_N)
-        krow = kv_bh * NKP
+        causal_off = COFF
+        hi, full_end = causal_key_range(m0, COFF, Nk, BLOCK_M, BLOCK_N, CAUSAL)
+        lo, e1, e2 = window_key_range(m0, LOFF, hi, full_end, BLOCK_M, BLOCK_N, WINDOW)
+        n_tiles = gl.cdiv(hi - lo, BLOCK_N)  # tile t holds keys lo + t·BLOCK_N ...
+        krow = kv_bh * NKP + lo
         for i in gl.static_range(NS):
             if i < n_tiles:
                 _load(k_desc, k_smem, k_bar, krow + i * BLOCK_N, 0, i)
@@ -476,24 +505,33 @@ if HAVE_GLUON:
                 s_b = _rowmax_issue(q_op, k_smem, k_bar, s_b, t + 1, NS)
                 s_a, s_b = warpgroup_mma_wait(1, deps=[s_a, s_b])
                 _rowmax_refill(k_desc, k_smem, k_bar, krow, t, n_tiles, BLOCK_N, NS)
-                m_i = _tile_rowmax(s_a, m_i, t * BLOCK_N, full_end, keys0, offs_m, Nk, causal_off, CAUSAL)
+                m_i = _tile_rowmax(s_a, m_i, lo + t * BLOCK_N, e2, keys0, offs_m, Nk, causal_off, e1, LOFF, CAUSAL,
+                                   WINDOW)
                 s_a = _rowmax_issue(q_op, k_smem, k_bar, s_a, t + 2, NS)
                 s_b, s_a = warpgroup_mma_wait(1, deps=[s_b, s_a])
                 _rowmax_refill(k_desc, k_smem, k_bar, krow, t + 1, n_tiles, BLOCK_N, NS)
-                m_i = _tile_rowmax(s_b, m_i, (t + 1) * BLOCK_N, full_end, keys0, offs_m, Nk, causal_off, CAUSAL)
+                m_i = _tile_rowmax(s_b, m_i, lo + (t + 1) * BLOCK_N, e2, keys0, offs_m, Nk, causal_off, e1, LOFF,
+                                   CAUSAL, WINDOW)
             t0 = (n_tiles - 1) // 2 * 2  # the tile in s_a; one or two tiles left
             if t0 + 1 < n_tiles:
                 s_b = _rowmax_issue(q_op, k_smem, k_bar, s_b, t0 + 1, NS)
                 s_a, s_b = warpgroup_mma_wait(1, deps=[s_a, s_b])
-                m_i = _tile_rowmax(s_a, m_i, t0 * BLOCK_N, full_end, keys0, offs_m, Nk, causal_off, CAUSAL)
+                m_i = _tile_rowmax(s_a, m_i, lo + t0 * BLOCK_N, e2, keys0, offs_m, Nk, causal_off, e1, LOFF, CAUSAL,
+                                   WINDOW)
                 s_b = warpgroup_mma_wait(0, deps=[s_b])
-                m_i = _tile_rowmax(s_b, m_i, (t0 + 1) * BLOCK_N, full_end, keys0, offs_m, Nk, causal_off, CAUSAL)
+                m_i = _tile_rowmax(s_b, m_i, lo + (t0 + 1) * BLOCK_N, e2, keys0, offs_m, Nk, causal_off, e1, LOFF,
+                                   CAUSAL, WINDOW)
             else:
                 s_a = warpgroup_mma_wait(0, deps=[s_a])
-                m_i = _tile_rowmax(s_a, m_i, t0 * BLOCK_N, full_end, keys0, offs_m, Nk, causal_off, CAUSAL)
+                m_i = _tile_rowmax(s_a, m_i, lo + t0 * BLOCK_N, e2, keys0, offs_m, Nk, causal_off, e1, LOFF, CAUSAL,
+                                   WINDOW)
         for i in gl.static_range(NS):
             mbarrier.invalidate(k_bar.index(i))
-        gl.store(MBUF + pid_bh.to(gl.int64) * NQP + offs_m, m_i * qk_scale, mask=offs_m < ROWS_END)
+        m_i = m_i * qk_scale
+        if SINKS:  # the sink (SINK: per-row logits, log2 units) joins the max that P̃ is quantized against
+            m_i = gl.maximum(m_i, gl.load(SINK + pid_bh.to(gl.int64) * NQP + offs_m, mask=offs_m < ROWS_END,
+                                          other=float("-inf")))
+        gl.store(MBUF + pid_bh.to(gl.int64) * NQP + offs_m, m_i, mask=offs_m < ROWS_END)
 
 
 def supported(*, is_mx: bool, two_level: bool, smooth_q: bool, staged: bool, dp: int, device) -> bool:
@@ -559,17 +597,21 @@ def default_config(dp: int) -> dict:
 
 
 def launch(args, *, causal: bool, two_level: bool, smooth_q: bool, i0: int, n: int, B: int, Hq: int, cfg: dict,
-           thrift_mask: torch.Tensor | None = None, key_perm: bool = False):
+           thrift_mask: torch.Tensor | None = None, key_perm: bool = False, edges: tuple | None = None,
+           sinks: bool = False):
     """The attention pass of ``attention.attention_packed`` on this kernel (``args``: that launcher's argument
     tuple, staged operands) for 128-query blocks i0 ... i0 + n - 1: single-level P with the exact row max
     (the Triton kernel's PMAX=2) or two-level P in one pass (PMAX=0); with smooth_q, the correction table of
     those blocks. ``thrift_mask`` (two-level P, 64-row tiles): ThriftAttention's (B, Hq, nqb, nkb) int8 selection
     mask of 64-token blocks; the selected key tiles of each query block are left out (``thrift``'s FP4 phase).
     ``key_perm``: the staged operands are in ``_tiles.key_position`` order (float16 P̃ rounding, key tiles of a
-    multiple of 64)."""
-    (qc, qs, _kc, _ks, _vc, _vs, _vexp, table, out, lse, mbuf, kh, vh, qbad, kvbad, _krows, _sink, so_b, so_h,
+    multiple of 64). ``edges``: ``_tiles.window_offsets``' (right edge?, COFF, left edge?, LOFF) of a sliding window
+    (None: ``causal`` alone); the left edge needs the launcher's per-key flags (KROWS). ``sinks``: the launcher's
+    per-row sink logits (SINK) join the softmax."""
+    (qc, qs, _kc, _ks, _vc, _vs, _vexp, table, out, lse, mbuf, kh, vh, qbad, kvbad, krows, sink, so_b, so_h,
      so_n, so_d,
      qk_scale, _hq, group, nq, nk, nqp, nkp, d) = args
+    right, coff, left, loff = edges or (causal, nk - nq, False, 0)
     bm, bn, ns, nv = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["NS"], cfg["NV"]
     dp = kh.shape[-1]
     q_sl, k_sl, v_sl = _smem_layouts(bm, bn, dp)
@@ -585,9 +627,10 @@ def launch(args, *, causal: bool, two_level: bool, smooth_q: bool, i0: int, n: i
     p16 = cfg.get("P16", True)
     assert not key_perm or (p16 and bn % 64 == 0), cfg
     fast(_attn_fwd_kernel_gl)[grid](qc.view(torch.uint8), qs, k_desc, v_desc, table, selm, out, lse, mbuf, qbad,
-                                    kvbad, so_b, so_h, so_n, so_d, qk_scale, Hq, group, nq, nk, nqp, nkp, d, i0, n,
-                                    nqb, nkb, CAUSAL=causal, SMOOTH_Q=smooth_q, TWO_LEVEL=two_level, THRIFT=thrift,
-                                    QB=16, BLOCK_M=bm, BLOCK_N=bn, DP=dp, NS=ns, NV=nv, UNROLL=cfg["UNROLL"],
+                                    kvbad, krows, sink, so_b, so_h, so_n, so_d, qk_scale, Hq, group, nq, nk, nqp, nkp,
+                                    d, i0, n, nqb, nkb, coff, loff, CAUSAL=right, SMOOTH_Q=smooth_q,
+                                    TWO_LEVEL=two_level, THRIFT=thrift, QB=16, WINDOW=left, SINKS=sinks, BLOCK_M=bm,
+                                    BLOCK_N=bn, DP=dp, NS=ns, NV=nv, UNROLL=cfg["UNROLL"],
                                     Q_SL=q_sl, P16=p16, KEY_PERM=key_perm, STAGE_O=stage_o, O_SL=o_sl, O_ST=o_st,
                                     num_warps=cfg["num_warps"], **{k: cfg[k] for k in ("maxnreg",) if k in cfg})
 
@@ -609,12 +652,14 @@ def rowmax_preferred(dp: int) -> bool:
 
 
 def launch_rowmax(args, *, causal: bool, i0: int, n: int, B: int, Hq: int, cfg: dict | None = None,
-                  key_perm: bool = False):
+                  key_perm: bool = False, edges: tuple | None = None, sinks: bool = False):
     """The row-max pass of ``attention.attention_packed`` (single-level NVFP4, staged operands, no smooth_q) on
     ``_rowmax_kernel_gl`` for 128-query blocks i0 ... i0 + n - 1: the exact row maxima into the launcher's MBUF.
-    ``key_perm``: K̂ in ``_tiles.key_position`` order (key tiles of a multiple of 64)."""
-    (qc, qs, _kc, _ks, _vc, _vs, _vexp, _table, _out, _lse, mbuf, kh, _vh, _qbad, _kvbad, _krows, _sink, *_so,
+    ``key_perm``: K̂ in ``_tiles.key_position`` order (key tiles of a multiple of 64). ``edges`` and ``sinks``: as
+    ``launch``'s."""
+    (qc, qs, _kc, _ks, _vc, _vs, _vexp, _table, _out, _lse, mbuf, kh, _vh, _qbad, _kvbad, _krows, sink, *_so,
      qk_scale, _hq, group, nq, nk, nqp, nkp, _d) = args
+    right, coff, left, loff = edges or (causal, nk - nq, False, 0)
     dp = kh.shape[-1]
     cfg = cfg or ROWMAX_CONFIGS[dp]
     bm, bn = cfg["BLOCK_M"], cfg["BLOCK_N"]
@@ -622,7 +667,8 @@ def launch_rowmax(args, *, causal: bool, i0: int, n: int, B: int, Hq: int, cfg: 
     q_sl, k_sl, _ = _smem_layouts(bm, bn, dp)
     k_desc = TmaDesc(kh, (kh.numel() // dp, dp), (dp, 1), (bn, dp), k_sl)
     grid = head_grid(-(-n * 128 // bm), B * Hq)
-    fast(_rowmax_kernel_gl)[grid](qc.view(torch.uint8), qs, k_desc, mbuf, qk_scale, Hq, group, nq, nk, nqp, nkp, i0,
-                                  (i0 + n) * 128, CAUSAL=causal, QB=16, BLOCK_M=bm, BLOCK_N=bn, DP=dp, NS=cfg["NS"],
-                                  Q_REG=cfg["Q_REG"], Q_SL=q_sl, KEY_PERM=key_perm, num_warps=cfg["num_warps"],
+    fast(_rowmax_kernel_gl)[grid](qc.view(torch.uint8), qs, k_desc, mbuf, sink, qk_scale, Hq, group, nq, nk, nqp, nkp,
+                                  i0, (i0 + n) * 128, coff, loff, CAUSAL=right, QB=16, BLOCK_M=bm, BLOCK_N=bn, DP=dp,
+                                  NS=cfg["NS"], Q_REG=cfg["Q_REG"], Q_SL=q_sl, KEY_PERM=key_perm, WINDOW=left,
+                                  SINKS=sinks, num_warps=cfg["num_warps"],
                                   **{k: cfg[k] for k in ("maxnreg",) if k in cfg})

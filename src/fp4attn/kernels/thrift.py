@@ -29,7 +29,7 @@
    softmax at the sink:
    m = sink, l = 1 (the two-level P̃/s1 of a tile does not depend on m, so the FP4 values do not move).
 
-   On sm_90 (D padded to 64 / 128, no window; ``gluon_fp4_phase``) the FP4 phase runs first, on the Gluon
+   On sm_90 (D padded to 64 / 128; ``gluon_fp4_phase``) the FP4 phase runs first, on the Gluon
    attention pass (``attention_gluon``: two-level P, the selected tiles masked out, FP32 output rows and their
    LSE), and this kernel (``FP4_IN``) starts from that state: acc = O, m = LSE (log2 units), l = 1, the sink
    merged in as one more key. Two-level P̃/s1 does not depend on the running max, so the split moves no
@@ -312,13 +312,14 @@ def thrift_fwd(q, k, v, *, causal: bool, scale: float, budget: float, selection=
     nqb, nkb = cdiv(Nq, BLOCK), cdiv(Nk, BLOCK)
     out = torch.empty(B, Hq, Nq, D, device=q.device, dtype=q.dtype)
     lse = torch.empty(B, Hq, NQP, device=q.device, dtype=torch.float32)
-    fp4_in = gluon_fp4_phase(q, window)
+    fp4_in = gluon_fp4_phase(q)
     if fp4_in:  # the FP4 phase on the Gluon attention pass; the fused kernel below adds the 16-bit phase
         pk = _attention.quantize_qkv(q, k, v, fmt="nvfp4", path=_attention.PATH_HOPPER, staged=True,
-                                     key_perm=True)  # the Gluon pass's key order (attention_gluon)
+                                     key_perm=True,  # the Gluon pass's key order (attention_gluon)
+                                     key_rows=window is not None)  # (a window's per-key non-finite flags)
         o4 = torch.empty(B, Hq, Nq, D, device=q.device, dtype=torch.float32)  # out's strides
         lse4 = _attention.attention_packed(pk, causal=causal, scale=scale, two_level_p=True, B=B, Hq=Hq, Hkv=Hkv,
-                                           out=o4, thrift_mask=selm8)
+                                           out=o4, thrift_mask=selm8, window=window)
         assert lse4.shape[2] == NQP  # both pad tokens to 128
         qf = kf = vf = qx  # (unused pointers)
     else:
@@ -334,14 +335,14 @@ def thrift_fwd(q, k, v, *, causal: bool, scale: float, budget: float, selection=
     return out, lse[:, :, :Nq]
 
 
-def gluon_fp4_phase(q: torch.Tensor, window=None) -> bool:
+def gluon_fp4_phase(q: torch.Tensor) -> bool:
     """Whether ``thrift_fwd`` runs its FP4 phase on the Gluon attention pass: an sm_90 GPU with Triton's
-    Gluon, D padded to 64 or 128, no sliding window (the Gluon pass has none), and ``FP4ATTN_THRIFT_KERNEL``
-    not "triton" (which keeps both phases in the fused Triton kernel)."""
+    Gluon, D padded to 64 or 128 (with or without a sliding window), and ``FP4ATTN_THRIFT_KERNEL`` not "triton"
+    (which keeps both phases in the fused Triton kernel)."""
     kernel = os.environ.get("FP4ATTN_THRIFT_KERNEL", "auto")
     if kernel not in ("auto", "triton"):
         raise ValueError(f"FP4ATTN_THRIFT_KERNEL: expected 'auto' or 'triton', got {kernel!r}")
-    if kernel == "triton" or window is not None or _interpret() or q.device.type != "cuda":
+    if kernel == "triton" or _interpret() or q.device.type != "cuda":
         return False
     return _attention.attention_gluon.supported(is_mx=False, two_level=True, smooth_q=False, staged=True,
                                                 dp=_attention.head_dim_padded(q.shape[-1]), device=q.device)
