@@ -1,7 +1,8 @@
-"""Fifty-second session probe: what windows and sinks cost on the FP4 attention op today (they run the Triton
-passes), against the Gluon passes of a plain causal call and the Triton passes forced (``FP4ATTN_ATTN_KERNEL``),
-side by side with SDPA (flash, cuDNN). gpt-oss-like (GQA 64/8, D = 64, window 128, sinks) and Mistral-like
-(GQA 32/8, D = 128, window 4096) shapes. Eager calls (GPU-paced at these sizes), min over interleaved rounds.
+"""Fifty-second session probe: the FP4 attention op with sliding windows and sinks on the Gluon passes (new) against
+the Triton passes (``FP4ATTN_ATTN_KERNEL=triton``, what they ran before; ``FP4ATTN_THRIFT_KERNEL=triton`` for
+Thrift's FP4 phase), a plain causal call the same two ways, side by side with SDPA (flash, cuDNN). gpt-oss-like
+(GQA 64/8, D = 64, window 128, sinks) and Mistral-like (GQA 32/8, D = 128, window 4096) shapes. Eager calls
+(GPU-paced at these sizes), min over interleaved rounds.
 
     PYTHONPATH=src python benchmarks/gluon-window-s52/probe.py [rounds]
 """
@@ -46,27 +47,33 @@ def run_shape(B, Hq, Hkv, N, D, wl, rounds):
     fns = {
         "sdpa cudnn": lambda: _sdpa(SDPBackend.CUDNN_ATTENTION, q, kr, vr),
         "sdpa flash": lambda: _sdpa(SDPBackend.FLASH_ATTENTION, q, kr, vr),
-        "nvfp4 causal (gluon)": lambda: att(q, k, v, causal=True),
-        "nvfp4 causal (triton)": lambda: att(q, k, v, causal=True),
-        "nvfp4 causal+sinks": lambda: att(q, k, v, causal=True, sinks=sinks),
-        "nvfp4 window": lambda: att(q, k, v, causal=True, window_size=(wl, 0)),
-        "nvfp4 window+sinks": lambda: att(q, k, v, causal=True, window_size=(wl, 0), sinks=sinks),
-        "sage3 causal (gluon)": lambda: att(q, k, v, causal=True, recipe="sage3"),
-        "sage3 causal (triton)": lambda: att(q, k, v, causal=True, recipe="sage3"),
-        "sage3 window+sinks": lambda: att(q, k, v, causal=True, recipe="sage3", window_size=(wl, 0), sinks=sinks),
     }
+    for kern in ("gluon", "triton"):
+        fns.update({
+            f"nvfp4 causal ({kern})": lambda: att(q, k, v, causal=True),
+            f"nvfp4 causal+sinks ({kern})": lambda: att(q, k, v, causal=True, sinks=sinks),
+            f"nvfp4 window ({kern})": lambda: att(q, k, v, causal=True, window_size=(wl, 0)),
+            f"nvfp4 window+sinks ({kern})": lambda: att(q, k, v, causal=True, window_size=(wl, 0), sinks=sinks),
+            f"sage3 window+sinks ({kern})": lambda: att(q, k, v, causal=True, recipe="sage3", window_size=(wl, 0),
+                                                        sinks=sinks),
+            f"thrift5 window ({kern})": lambda: fp4attn.thrift_attention(q, k, v, causal=True, budget=0.05,
+                                                                         window_size=(wl, 0)),
+        })
 
-    def prepare(name):
-        os.environ["FP4ATTN_ATTN_KERNEL"] = "triton" if "(triton)" in name else "auto"
+    def prepare(name):  # "(triton)": the Triton attention passes and Thrift's fused kernel for both phases
+        kern = "triton" if "(triton)" in name else "auto"
+        os.environ["FP4ATTN_ATTN_KERNEL"] = kern
+        os.environ["FP4ATTN_THRIFT_KERNEL"] = kern
 
     t = interleaved_min_ms(fns, rounds, prepare=prepare, warmup_ms=25, rep_ms=100)
-    os.environ["FP4ATTN_ATTN_KERNEL"] = "auto"
+    prepare("")
     fl, flw = causal_flops(B, Hq, N, D), causal_flops(B, Hq, N, D, wl)
     print(f"\n({B},{Hq},{Hkv},{N},{D}) window {wl + 1}: causal {fl / 1e12:.2f} TFLOP, windowed {flw / 1e12:.3f}",
           flush=True)
     for n, ms in t.items():
         f = flw if "window" in n else fl
-        print(f"  {n:26s} {ms:8.3f} ms  {f / ms / 1e9:7.1f} TF/s  x cudnn(causal) {t['sdpa cudnn'] / ms:5.2f}")
+        gain = f"  triton/gluon {t[n.replace('(gluon)', '(triton)')] / ms:5.3f}" if "(gluon)" in n else ""
+        print(f"  {n:28s} {ms:8.3f} ms  {f / ms / 1e9:7.1f} TF/s  x cudnn(causal) {t['sdpa cudnn'] / ms:5.2f}{gain}")
 
 
 def _sdpa(backend, q, k, v):
