@@ -163,7 +163,7 @@ def fam_thrift():
     # the FP4 phase on the Gluon attention pass (thrift_mask) and the fused kernel's 16-bit phase after it
     if T._attention.attention_gluon.HAVE_GLUON:
         T._attention.attention_gluon.supported = lambda **kw: True  # CPU tensors stand in for CUDA ones
-        T.gluon_fp4_phase = lambda q: True
+        T.gluon_fp4_phase = lambda q, window=None: True
         for d in (128, 64):
             qd, kd = torch.randn(1, 4, 512, d, dtype=torch.bfloat16), torch.randn(1, 2, 512, d, dtype=torch.bfloat16)
             T.thrift_fwd(qd, kd, torch.randn_like(kd), causal=True, scale=0.1, budget=0.25, sinks=torch.zeros(4))

@@ -329,8 +329,9 @@ def test_thrift_window_and_sinks_gpu(causal, window):
 @gpu
 @pytest.mark.parametrize("D", [128, 64])
 def test_thrift_window_gluon_fp4_phase_gpu(D, monkeypatch):
-    """With a sliding window the FP4 phase runs on the Gluon attention pass too (its window: the key loop from the
-    window's first tile, the edges' tiles masked), then the fused kernel's 16-bit phase: against the fused Triton
+    """With a sliding window of at least ``GLUON_MIN_WINDOW`` keys the FP4 phase runs on the Gluon attention pass too
+    (its window: the key loop from the window's first tile, the edges' tiles masked), then the fused kernel's 16-bit
+    phase (narrower windows: both phases in the fused kernel, where that is faster): against the fused Triton
     kernel (``FP4ATTN_THRIFT_KERNEL=triton``), which rounds P̃/s1 at float32 instead of float16 precision: the
     bound of ``test_thrift_gluon_fp4_phase_gpu`` (3e-2 relative L2; the LSEs sum the unrounded P̃: 1e-4), with
     and without sinks; budget 1 (every visible tile in 16 bits) bit-identical."""
@@ -339,8 +340,12 @@ def test_thrift_window_gluon_fp4_phase_gpu(D, monkeypatch):
     q, k, v = _qkv(2, 8, 2, 1000, 1000, D, seed=17, dtype=torch.bfloat16, device="cuda")
     if not T.gluon_fp4_phase(q):
         pytest.skip("the Gluon attention pass needs an sm_90 GPU and Triton's Gluon")
+    assert not T.gluon_fp4_phase(q, (T.GLUON_MIN_WINDOW - 2, 0)) and T.gluon_fp4_phase(q, (T.GLUON_MIN_WINDOW - 1, 0))
+    assert T.gluon_fp4_phase(q, (-1, 10)) and not T.gluon_fp4_phase(q, (300, 200))
     sinks = torch.linspace(-1.0, 3.0, 8, device="cuda")
-    for causal, window in ((True, (300, 0)), (False, (200, 100))):
+    for causal, window in ((True, (600, 0)), (False, (400, 300))):
+        monkeypatch.delenv("FP4ATTN_THRIFT_KERNEL", raising=False)
+        assert T.gluon_fp4_phase(q, window)
         runs = {}
         for kern in ("auto", "triton"):
             monkeypatch.setenv("FP4ATTN_THRIFT_KERNEL", kern)

@@ -29,7 +29,7 @@
    softmax at the sink:
    m = sink, l = 1 (the two-level P̃/s1 of a tile does not depend on m, so the FP4 values do not move).
 
-   On sm_90 (D padded to 64 / 128; ``gluon_fp4_phase``) the FP4 phase runs first, on the Gluon
+   On sm_90 (D padded to 64 / 128; windows of >= 512 keys; ``gluon_fp4_phase``) the FP4 phase runs first, on the Gluon
    attention pass (``attention_gluon``: two-level P, the selected tiles masked out, FP32 output rows and their
    LSE), and this kernel (``FP4_IN``) starts from that state: acc = O, m = LSE (log2 units), l = 1, the sink
    merged in as one more key. Two-level P̃/s1 does not depend on the running max, so the split moves no
@@ -312,7 +312,7 @@ def thrift_fwd(q, k, v, *, causal: bool, scale: float, budget: float, selection=
     nqb, nkb = cdiv(Nq, BLOCK), cdiv(Nk, BLOCK)
     out = torch.empty(B, Hq, Nq, D, device=q.device, dtype=q.dtype)
     lse = torch.empty(B, Hq, NQP, device=q.device, dtype=torch.float32)
-    fp4_in = gluon_fp4_phase(q)
+    fp4_in = gluon_fp4_phase(q, window)
     if fp4_in:  # the FP4 phase on the Gluon attention pass; the fused kernel below adds the 16-bit phase
         pk = _attention.quantize_qkv(q, k, v, fmt="nvfp4", path=_attention.PATH_HOPPER, staged=True,
                                      key_perm=True,  # the Gluon pass's key order (attention_gluon)
@@ -335,14 +335,24 @@ def thrift_fwd(q, k, v, *, causal: bool, scale: float, budget: float, selection=
     return out, lse[:, :, :Nq]
 
 
-def gluon_fp4_phase(q: torch.Tensor) -> bool:
+# The narrowest sliding window (keys a query row sees, left + right + 1) whose FP4 phase runs on the Gluon pass: below
+# it the extra staged pre-pass costs more than the faster FP4 loop saves. H200, 5% budget, causal, (1,64,8,16k,64) /
+# (1,32,8,16k,128), fused Triton kernel / Gluon phase: w = 128 0.93 / 0.87, 256 1.02 / 0.93, 512 1.14 / 1.03,
+# 1024 1.29 / 1.17, 2048 1.41 / 1.31 (benchmarks/gluon-window-s52/thrift_win.py).
+GLUON_MIN_WINDOW = 512
+
+
+def gluon_fp4_phase(q: torch.Tensor, window=None) -> bool:
     """Whether ``thrift_fwd`` runs its FP4 phase on the Gluon attention pass: an sm_90 GPU with Triton's
-    Gluon, D padded to 64 or 128 (with or without a sliding window), and ``FP4ATTN_THRIFT_KERNEL`` not "triton"
-    (which keeps both phases in the fused Triton kernel)."""
+    Gluon, D padded to 64 or 128, no sliding window or one at least ``GLUON_MIN_WINDOW`` keys wide (``window``:
+    normalized, -1 unbounded), and ``FP4ATTN_THRIFT_KERNEL`` not "triton" (which keeps both phases in the fused
+    Triton kernel)."""
     kernel = os.environ.get("FP4ATTN_THRIFT_KERNEL", "auto")
     if kernel not in ("auto", "triton"):
         raise ValueError(f"FP4ATTN_THRIFT_KERNEL: expected 'auto' or 'triton', got {kernel!r}")
     if kernel == "triton" or _interpret() or q.device.type != "cuda":
+        return False
+    if window is not None and min(window) >= 0 and sum(window) + 1 < GLUON_MIN_WINDOW:
         return False
     return _attention.attention_gluon.supported(is_mx=False, two_level=True, smooth_q=False, staged=True,
                                                 dp=_attention.head_dim_padded(q.shape[-1]), device=q.device)
