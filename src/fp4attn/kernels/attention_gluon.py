@@ -7,7 +7,10 @@ path (K̂ and V̂ᵀ in fp16, exact NVFP4 values; see ``attention``'s module doc
 units of the last tile's s1, ``_tiles.two_level_step``); ``SMOOTH_Q`` adds sage3's q̄·γ(K)ᵀ correction (one
 FP32 table value per key, ``attention.smooth_q_corr``) to S·scale in the same fma; ``THRIFT`` (two-level)
 leaves out the key tiles ThriftAttention selected for each 64-row query block (``thrift.thrift_fwd``'s FP4
-phase, whose 16-bit phase adds them). Triton 3.6 issues every
+phase, whose 16-bit phase adds them). ``WINDOW`` / ``SINKS`` as the Triton kernel's: a sliding window's key loop
+starts at its first tile and masks the tiles its edges cross (``_tiles.window_key_range``; the epilogue scans the
+rows' windows in the per-key non-finite flags, ``_tiles.finish_rows``), and a sink joins the row-max pass's maximum
+and l (single-level) or starts the running max (two-level). Triton 3.6 issues every
 ``tl.dot`` as a wgmma it waits for at once, so per warp group QKᵀ, the P̃ rounding and P·V run one after
 the other and the pass is latency-bound (BENCHMARKS.md, issue 4, sixteenth session). Here every step is
 explicit. Per key tile t, in one warp group (64 query rows):
@@ -38,7 +41,8 @@ selects that one) is a GEMM with a max epilogue: S of key tile t + 1 is issued a
 sets, each reused in place, while the row maxima are taken from the other; K̂ comes by TMA through a 6-slot ring, Q̂
 stays in registers, and the maxima of S are scaled once per row (max(S)·scale = max(S·scale) bit for bit). Two
 programs of 128 rows per SM at D = 128 (four of 64 at D = 64). Same maxima as the Triton pass, bit for bit (GPU test);
-1.08-1.16x faster than it, the op 1.5-4% (H100, BENCHMARKS.md, fortieth session).
+1.08-1.16x faster than it, the op 1.5-4% (H100, BENCHMARKS.md, fortieth session). Windows and sinks there too (the
+op with them 1.23-1.40x faster than on the Triton passes, H200, fifty-second session).
 
 Key order (``KEY_PERM``; ``fp4attn.attention`` and Thrift's FP4 phase, ``attention.gluon_key_order``): the pre-pass
 stores K̂'s rows and V̂ᵀ's columns so that key 64g + 16q + 2j + e sits at position 64g + 8j + 2q + e
