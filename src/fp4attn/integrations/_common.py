@@ -11,9 +11,8 @@ query rows, each answered by one op call on a contiguous key span:
 
 A **sliding window** (transformers' ``sliding_window``: Mistral, Gemma, ...) is recognized before the runs:
 rows that see keys max(a, p − left) .. p (p = i + Nk − Nq, bottom-right; keys before a are padding) become
-one call of the op with ``window_size=(left, 0)`` on keys a.. (the inference op and Attn-QAT skip the key
-tiles outside the window). Thrift has no window: there the window is split into runs (one per row: exact,
-slow, warned).
+one call of the op with ``window_size=(left, 0)`` on keys a.. (the inference ops, Thrift and Attn-QAT skip the
+key tiles outside the window).
 
 A padded batch (left or right padding, causal or bidirectional) becomes one or two runs per
 sequence, and each sequence is computed exactly as if it were run alone, unpadded: the FP4 blocks
