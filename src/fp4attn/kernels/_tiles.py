@@ -273,6 +273,19 @@ def two_level_scale(tau, m_i):
 
 
 @triton.jit
+def sink_start(sk, m_i, ONLINE: tl.constexpr):
+    """(m, l) of rows whose softmax has an attention sink ``sk`` (per-row logits, log2 units) as a key with no value,
+    before any key: ONLINE (a running max) starts the max at the sink, l = exp2(sk − sk) = 1 (0 where sk = −inf:
+    no sink); else ``m_i`` is the exact row max, which includes the sink, and l = exp2(sk − m) (m = −inf: 0)."""
+    if ONLINE:
+        m_i = sk
+        l_i = tl.where(sk == float("-inf"), 0.0, 1.0)
+    else:
+        l_i = tl.math.exp2(sk - tl.where(m_i == float("-inf"), 0.0, m_i))
+    return m_i, l_i
+
+
+@triton.jit
 def softmax_finish(l_i, m_i):
     """End of a row's online softmax: (1/l, LSE in natural log); rows with no visible key get
     1/l = 0 (output 0, no NaN) and LSE = -inf. ``m_i`` is the running max in the log2 domain."""

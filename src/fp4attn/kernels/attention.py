@@ -180,6 +180,7 @@ from ._tiles import (
     load_rows,
     online_softmax_step,
     program_rows,
+    sink_start,
     two_level_scale,
     two_level_step,
     visible,
@@ -1011,11 +1012,8 @@ def _attn_fwd_kernel(Qc, Qs, Kc, Ks, Vc, Vs, VEXP, QCORR, O, LSE, MBUF, KH, VH, 
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     if SINKS:  # the sink joins the softmax as a key with no value: its share of l, and of the max
         sk = tl.load(SINK + pid_bh.to(tl.int64) * NQP + offs_m)
-        if PMAX == 2:  # m (from the row-max pass) includes the sink
-            l_i = tl.math.exp2(sk - tl.where(m_i == float("-inf"), 0.0, m_i))
-        elif PMAX == 0:  # online: start from the sink (exp2(sk - sk) = 1; -inf: no sink)
-            m_i = sk
-            l_i = tl.where(sk == float("-inf"), 0.0, 1.0)
+        if PMAX != 1:  # PMAX 2: m (from the row-max pass) includes the sink; 0: the running max starts at it
+            m_i, l_i = sink_start(sk, m_i, PMAX == 0)
     tau = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)  # two-level P: the last tile's row max
     acc = tl.zeros([BLOCK_M, DP], dtype=tl.float32)
 
@@ -1227,14 +1225,13 @@ def attention_packed(pk: PackedQKV, *, causal: bool, scale: float, two_level_p: 
 
     def launch(pmax, cfg, i0, n):
         if pmax == 1 and gluon_max:
-            attention_gluon.launch_rowmax(args, causal=causal, i0=i0, n=n, B=B, Hq=Hq, cfg=gluon_max_config,
-                                          key_perm=pk.key_perm, edges=edges, sinks=sinks is not None)
+            attention_gluon.launch_rowmax(args, edges=edges, i0=i0, n=n, B=B, Hq=Hq, cfg=gluon_max_config,
+                                          key_perm=pk.key_perm, sinks=sinks is not None)
             return
         if pmax != 1 and use_gluon:
-            attention_gluon.launch(args, causal=causal, two_level=two_level_p, smooth_q=smooth_q, i0=i0, n=n, B=B,
+            attention_gluon.launch(args, edges=edges, two_level=two_level_p, smooth_q=smooth_q, i0=i0, n=n, B=B,
                                    Hq=Hq, cfg=gluon_config or attention_gluon.default_config(DP),
-                                   thrift_mask=thrift_mask, key_perm=pk.key_perm, edges=edges,
-                                   sinks=sinks is not None)
+                                   thrift_mask=thrift_mask, key_perm=pk.key_perm, sinks=sinks is not None)
             return
         c = dict(cfg)
         extra = {k: c.pop(k) for k in ("num_warps", "num_stages", "maxnreg") if k in c}

@@ -83,6 +83,7 @@ from ._tiles import (
     finish_rows,
     head_program,
     position_key,
+    sink_start,
     two_level_scale,
     two_level_step,
     visible,
@@ -345,12 +346,8 @@ if HAVE_GLUON:
         tau = gl.full([BLOCK_M], float("-inf"), gl.float32, ROW)
         l_i = gl.zeros([BLOCK_M], gl.float32, ROW)
         if SINKS:  # the sink joins the softmax as a key with no value (SINK: per-row logits, log2 units)
-            sk = gl.load(SINK + pid_bh.to(gl.int64) * NQP + offs_m)
-            if TWO_LEVEL:  # the running max starts at the sink: exp2(sk - sk) = 1 (-inf: no sink)
-                m_i = sk
-                l_i = gl.where(sk == float("-inf"), 0.0, 1.0)
-            else:  # m (from the row-max pass) includes the sink
-                l_i = gl.exp2(sk - m_use)
+            # two-level: the running max starts at the sink; single-level: m (the row-max pass's) includes it
+            m_i, l_i = sink_start(gl.load(SINK + pid_bh.to(gl.int64) * NQP + offs_m), m_i, TWO_LEVEL)
         acc = gl.zeros([BLOCK_M, DP], gl.float32, O_L)
         zero_s = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, S_L)
 
@@ -600,22 +597,21 @@ def default_config(dp: int) -> dict:
     return {**DEFAULT, "maxnreg": 128} if dp == 64 else DEFAULT
 
 
-def launch(args, *, causal: bool, two_level: bool, smooth_q: bool, i0: int, n: int, B: int, Hq: int, cfg: dict,
-           thrift_mask: torch.Tensor | None = None, key_perm: bool = False, edges: tuple | None = None,
-           sinks: bool = False):
+def launch(args, *, edges: tuple, two_level: bool, smooth_q: bool, i0: int, n: int, B: int, Hq: int, cfg: dict,
+           thrift_mask: torch.Tensor | None = None, key_perm: bool = False, sinks: bool = False):
     """The attention pass of ``attention.attention_packed`` on this kernel (``args``: that launcher's argument
     tuple, staged operands) for 128-query blocks i0 ... i0 + n - 1: single-level P with the exact row max
     (the Triton kernel's PMAX=2) or two-level P in one pass (PMAX=0); with smooth_q, the correction table of
     those blocks. ``thrift_mask`` (two-level P, 64-row tiles): ThriftAttention's (B, Hq, nqb, nkb) int8 selection
     mask of 64-token blocks; the selected key tiles of each query block are left out (``thrift``'s FP4 phase).
     ``key_perm``: the staged operands are in ``_tiles.key_position`` order (float16 P̃ rounding, key tiles of a
-    multiple of 64). ``edges``: ``_tiles.window_offsets``' (right edge?, COFF, left edge?, LOFF) of a sliding window
-    (None: ``causal`` alone); the left edge needs the launcher's per-key flags (KROWS). ``sinks``: the launcher's
+    multiple of 64). ``edges``: ``_tiles.window_offsets``' (right edge?, COFF, left edge?, LOFF): the causal mask
+    and a sliding window's; the left edge needs the launcher's per-key flags (KROWS). ``sinks``: the launcher's
     per-row sink logits (SINK) join the softmax."""
     (qc, qs, _kc, _ks, _vc, _vs, _vexp, table, out, lse, mbuf, kh, vh, qbad, kvbad, krows, sink, so_b, so_h,
      so_n, so_d,
      qk_scale, _hq, group, nq, nk, nqp, nkp, d) = args
-    right, coff, left, loff = edges or (causal, nk - nq, False, 0)
+    right, coff, left, loff = edges
     bm, bn, ns, nv = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["NS"], cfg["NV"]
     dp = kh.shape[-1]
     q_sl, k_sl, v_sl = _smem_layouts(bm, bn, dp)
@@ -655,15 +651,15 @@ def rowmax_preferred(dp: int) -> bool:
     return choice == "gluon" or (choice == "auto" and dp in (64, 128))
 
 
-def launch_rowmax(args, *, causal: bool, i0: int, n: int, B: int, Hq: int, cfg: dict | None = None,
-                  key_perm: bool = False, edges: tuple | None = None, sinks: bool = False):
+def launch_rowmax(args, *, edges: tuple, i0: int, n: int, B: int, Hq: int, cfg: dict | None = None,
+                  key_perm: bool = False, sinks: bool = False):
     """The row-max pass of ``attention.attention_packed`` (single-level NVFP4, staged operands, no smooth_q) on
     ``_rowmax_kernel_gl`` for 128-query blocks i0 ... i0 + n - 1: the exact row maxima into the launcher's MBUF.
     ``key_perm``: K̂ in ``_tiles.key_position`` order (key tiles of a multiple of 64). ``edges`` and ``sinks``: as
     ``launch``'s."""
     (qc, qs, _kc, _ks, _vc, _vs, _vexp, _table, _out, _lse, mbuf, kh, _vh, _qbad, _kvbad, _krows, sink, *_so,
      qk_scale, _hq, group, nq, nk, nqp, nkp, _d) = args
-    right, coff, left, loff = edges or (causal, nk - nq, False, 0)
+    right, coff, left, loff = edges
     dp = kh.shape[-1]
     cfg = cfg or ROWMAX_CONFIGS[dp]
     bm, bn = cfg["BLOCK_M"], cfg["BLOCK_N"]

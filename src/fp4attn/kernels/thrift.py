@@ -61,6 +61,7 @@ from ._tiles import (
     load_bhsd_rows,
     online_softmax_step,
     program_rows,
+    sink_start,
     softmax_finish,
     two_level_scale,
     two_level_step,
@@ -228,8 +229,7 @@ def _thrift_fwd_kernel(Qf, Kf, Vf, Qx, Kx, Vx, SELI, SELM, O, LSE, SINK, O4, LSE
     l_i = tl.zeros([BLOCK_M], tl.float32)
     if SINKS:  # the sink joins the softmax as a key with no value: start from it (exp2(sk - sk) = 1)
         sk = tl.load(SINK + h).to(tl.float32) * LOG2E_K  # SINK: the (Hq,) sinks in score units
-        m_i = tl.zeros([BLOCK_M], tl.float32) + sk
-        l_i = tl.where(m_i == float("-inf"), 0.0, 1.0)
+        m_i, l_i = sink_start(tl.zeros([BLOCK_M], tl.float32) + sk, m_i, True)
     acc = tl.zeros([BLOCK_M, DP], tl.float32)
     tau = tl.full([BLOCK_M], float("-inf"), tl.float32)  # two-level P: the last FP4 tile's row max
     sel_base = (pid_bh.to(tl.int64) * NQB + i)
