@@ -784,6 +784,13 @@ def test_gpu_gluon_key_order(case, flags):
     err = rel_l2(o_p, o_n)
     assert err < 1e-5, err
     assert torch.equal(o_p[~fin], o_n[~fin])
+    # in key order ϕ(P̃) is rounded on f16x2 words (``fake_quant_p_words``, the default): the same bits as the float16
+    # rounding of the other order (P16=True)
+    from fp4attn.kernels import attention_gluon as AG
+    o_s = torch.empty_like(out)
+    lse_s = A.attention_packed(pk, causal=causal, scale=D ** -0.5, two_level_p=tlp, B=B, Hq=hq, Hkv=hkv, out=o_s,
+                               kernel="gluon", gluon_config={**AG.default_config(A.head_dim_padded(D)), "P16": True})
+    assert torch.equal(o_s, o_p) and torch.equal(lse_s[:, :, :nq], l_p)
     if default:  # the op's own run: the same (its LSE refers to the unsmoothed K: + scale·q·k̄, as attention_fwd)
         o, lse = fp4attn.attention(q, k, v, causal=causal, scale=D ** -0.5, recipe="nvfp4", smooth_q=sq,
                                    smooth_k=sk, two_level_p=tlp, return_lse=True)

@@ -35,6 +35,7 @@ from fp4attn.formats.triton_helpers import (  # noqa: E402
     exp2i,
     fake_quant_p,
     fake_quant_p_f16,
+    fake_quant_p_words,
     mx_exponent,
     mx_scale_rceil,
     nvfp4_scale,
@@ -583,6 +584,34 @@ def test_fake_quant_p_f16_is_its_model(device):
         assert torch.equal(y.view(torch.int16), want.view(torch.int16)), (p[y != want][:8], y[y != want][:8])
         f32 = core.fake_quantize_values(p.cpu(), "nvfp4", dim=-1).half().to(device)
         assert (f32 != want).any()  # the float16 steps change some codes on these tiles
+        assert (want != 0).float().mean() > 0.3
+
+
+@triton.jit
+def _fake_quant_p_words_kernel(P, Y, R: tl.constexpr, C: tl.constexpr):
+    o = tl.arange(0, R)[:, None] * C + tl.arange(0, C)[None, :]
+    tl.store(Y + o, fake_quant_p_words(tl.load(P + o)))
+
+
+@gpu
+@needs_cuda
+def test_fake_quant_p_words_is_fake_quant_p_f16():
+    """``fake_quant_p_words`` (f16x2 words, the Gluon attention pass's P̃ rounding in the key order of
+    ``_tiles.key_position``) bit for bit against ``fake_quant_p_f16`` on the same blocks in key order, on the P̃-like
+    tiles (single-level P̃ <= 1 and two-level P̃/s1 <= 2688; E2M1 ties, zero blocks, subnormal E4M3 scales), and
+    against the PyTorch model. GPU only: the words are PTX."""
+    k = torch.arange(64)
+    pos = 8 * ((k % 16) // 2) + 2 * (k // 16) + k % 2  # key 16q + 2j + e at column 8j + 2q + e
+    for seed, pmax in ((0, 1.0), (1, 1.0), (2, 2688.0)):
+        p = _p_tiles(seed).clamp_max(pmax).cuda()
+        p_kp = torch.empty_like(p)
+        p_kp[:, pos] = p
+        y, want = (torch.empty(p.shape, dtype=torch.float16, device="cuda") for _ in range(2))
+        _fake_quant_p_words_kernel[(1,)](p_kp, y, R=256, C=64)
+        _fake_quant_p16_kernel[(1,)](p, want, R=256, C=64)
+        y = y[:, pos]
+        assert torch.equal(y.view(torch.int16), want.view(torch.int16)), (p[y != want][:8], y[y != want][:8])
+        assert torch.equal(want.cpu(), fake_quant_p_f16_model(p.cpu()))
         assert (want != 0).float().mean() > 0.3
 
 

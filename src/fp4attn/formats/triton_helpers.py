@@ -209,11 +209,10 @@ def fake_quant_p(p, BLOCK: tl.constexpr, IS_MX: tl.constexpr, F16: tl.constexpr 
     if IS_MX:
         q = e2m1_round_pow2(pb, mx_scale_rceil(amax)[:, :, None])
     else:
-        s = e4m3_round(amax * (1.0 / 6.0))
         # s is 0 or in [2^-9, 448]. For s == 0 the old inv = 0 gave q = 0; 1/max(s, 2^-9) = 512 keeps
         # p * inv finite (s == 0 means amax <= 6 * 2^-10 (1 + 2^-23), so p * 512 <= 3.01) and q =
         # round(.) * 0 = +0 all the same, one max instead of a compare and a select.
-        inv = rcp_approx(tl.maximum(s, 0.001953125))
+        s, inv = p_block_scale(amax)
         if F16:
             q = e2m1_round_abs(pb * inv[:, :, None]).to(tl.float16) * s.to(tl.float16)[:, :, None]
         else:
@@ -255,13 +254,87 @@ def fake_quant_p_f16(p, BLOCK: tl.constexpr):
 
 
 @triton.jit
+def p_block_scale(m):
+    """ϕ(P̃)'s E4M3 block scale s of a block maximum m (float32 >= 0) and the reciprocal 1/s (float32) the
+    values are multiplied by (for s == 0, a block of zeros or one that underflows, 1/2^-9: see fake_quant_p)."""
+    s = e4m3_round(m * (1.0 / 6.0))
+    return s, rcp_approx(tl.maximum(s, 0.001953125))
+
+
+@triton.jit
 def phi_blocks_f16(pb, m):
     """``fake_quant_p_f16``'s rounding of float16 P̃ values ``pb`` whose blocks have the maxima ``m`` (float16, the
     block dims kept, broadcast against pb): for callers that group a tile's blocks their own way (the Gluon
     attention pass holds each block in one thread)."""
-    s = e4m3_round(m.to(tl.float32) * (1.0 / 6.0))
-    inv = rcp_approx(tl.maximum(s, 0.001953125)).to(tl.float16)  # s == 0: see fake_quant_p
-    return e2m1_round_abs_f16(pb * inv) * s.to(tl.float16)
+    s, inv = p_block_scale(m.to(tl.float32))
+    return e2m1_round_abs_f16(pb * inv.to(tl.float16)) * s.to(tl.float16)
+
+
+# ``phi_blocks_f16``'s rounding on f16x2 words (GPU only): $0 = E2M1(min(P̃ · (1/s), 6)) · s on both halves of
+# the word $1 = P̃ (two float16), $2 = 1/s and $3 = s (float16, in both halves): the products, ``e2m1_round_abs_f16``'s
+# magic-constant steps (6 = 0x4600, exponent mask 0x7C00, 1 = 0x3C00, ±768 = 0x6200 / 0xE200) and the multiply by
+# s, each one f16x2 instruction, rounded to nearest as the float16 operations of ``phi_blocks_f16`` are (``.rn``:
+# no contraction of a multiply into a following add).
+PHI_F16X2_PTX = tl.constexpr(" ".join([
+    "{ .reg .b32 a, f, c;",
+    "mul.rn.f16x2 a, $1, $2;", "mov.b32 c, 0x46004600;", "min.f16x2 a, a, c;",
+    "and.b32 f, a, 0x7C007C00;", "mov.b32 c, 0x3C003C00;", "max.f16x2 f, f, c;",
+    "mov.b32 c, 0x62006200;", "fma.rn.f16x2 a, f, c, a;", "mov.b32 c, 0xE200E200;", "fma.rn.f16x2 a, f, c, a;",
+    "mul.rn.f16x2 $0, a, $3; }"]))
+
+
+@triton.jit
+def f16x2_pack(lo, hi):
+    """Two float32 tensors -> int32 words holding float16(lo) in the low and float16(hi) in the high half (round to
+    nearest; GPU only)."""
+    return tl.inline_asm_elementwise("cvt.rn.f16x2.f32 $0, $2, $1;", "=r,r,r", [lo, hi], dtype=tl.int32,
+                                     is_pure=True, pack=1)
+
+
+@triton.jit
+def f16x2_max(a, b):
+    """Halfwise maximum of two f16x2 words (int32; GPU only)."""
+    return tl.inline_asm_elementwise("max.f16x2 $0, $1, $2;", "=r,r,r", [a, b], dtype=tl.int32, is_pure=True,
+                                     pack=1)
+
+
+@triton.jit
+def f16x2_hmax_f32(w):
+    """The larger half of an f16x2 word (int32) as float32 (GPU only)."""
+    return tl.inline_asm_elementwise("{ .reg .b16 l, h; mov.b32 {l, h}, $1; max.f16 l, l, h; cvt.f32.f16 $0, l; }",
+                                     "=r,r", [w], dtype=tl.float32, is_pure=True, pack=1)
+
+
+@triton.jit
+def _f16x2_max_combine(a, b):
+    return f16x2_max(a, b)
+
+
+@triton.jit
+def fake_quant_p_words(p):
+    """``fake_quant_p_f16`` (the same bits; GPU only) of a (rows, keys) float32 tile whose 16-key blocks are the
+    columns 64g + 8j + 2q + e (j = 0..7, e = 0, 1) of each g and q: the key order of the Gluon attention pass
+    (``_tiles.key_position``), where a thread holds a whole block of its row. Computed on f16x2 words that pair
+    columns 2i and 2i + 1, i.e. the two values of one register pair of a wgmma accumulator fragment, which is
+    also the pairing of a register A operand: the block maxima by ``max.f16x2`` over the block's 8 words, then
+    the larger half; the rounding by ``PHI_F16X2_PTX``. Left to the compiler, the float16 values of the Gluon pass
+    were paired across rows for the maxima and re-paired by byte permutes for the rest (~34 PRMT per 64x64 tile)."""
+    R: tl.constexpr = p.shape[0]
+    C: tl.constexpr = p.shape[1]
+    pe, po = tl.split(tl.reshape(p, [R, C // 2, 2]))
+    w = tl.reshape(f16x2_pack(pe, po), [R, C // 64, 8, 4])  # word [., g, j, q]: columns 64g + 8j + 2q + {0, 1}
+    s, inv = p_block_scale(f16x2_hmax_f32(tl.reduce(w, 2, _f16x2_max_combine, keep_dims=True)))
+    q = tl.inline_asm_elementwise(PHI_F16X2_PTX, "=r,r,r,r", [w, f16x2_pack(inv, inv), f16x2_pack(s, s)],
+                                  dtype=tl.int32, is_pure=True, pack=1)
+    return tl.reshape(f16x2_halves(tl.reshape(q, [R, C // 2]), tl.float16), [R, C])
+
+
+@triton.jit
+def f16x2_halves(w, DT: tl.constexpr):
+    """int32 words -> (..., 2) of the 16-bit dtype DT: [..., e] = half e of the word (a register split)."""
+    lo, hi = tl.inline_asm_elementwise("mov.b32 {$0, $1}, $2;", "=h,=h,r", [w], dtype=(DT.value, DT.value),
+                                       is_pure=True, pack=1)
+    return tl.join(lo, hi)
 
 
 @triton.jit

@@ -62,7 +62,11 @@ is 530 SASS instructions per 64x64 tile per thread instead of 627 (``tools/sass_
 the op 5-11% faster (BENCHMARKS.md, thirty-seventh session). The price: the
 output moves ~1.2e-2 relative L2 from the reference's ϕ(P̃) (codes flip where a value lies within float16's
 precision of a rounding boundary); its error against exact attention is unchanged (1.000x the float32
-rounding's), inside SPEC §6 (0.05 and 1.05x). ``P16=False`` is the shared float32 ``fake_quant_p``. The masks,
+rounding's), inside SPEC §6 (0.05 and 1.05x). ``P16=False`` is the shared float32 ``fake_quant_p``. In key order
+(``KEY_PERM``) the default is ``P16=2``: the same float16 rounding, bit for bit, on f16x2 words that pair the two
+columns of an accumulator register pair (``fake_quant_p_words``); left to the compiler, the float16 values were paired
+across rows and re-paired by byte permutes. Loop 466 → 447 SASS, the op 1.01-1.05x (H200, fifty-third session;
+``FP4ATTN_PHI_WORDS=0`` selects ``P16=True`` there, for A/B runs). The masks,
 the non-finite flags and the epilogue follow the Triton kernel (``_tiles`` helpers). GPU only (Gluon has no
 interpreter): the CPU tests run the Triton kernel and the helpers; the GPU tests compare the float32 rounding
 with the Triton pass and the float16 one with its PyTorch model (``tests/p16_model.py``).
@@ -75,7 +79,14 @@ import os
 
 import torch
 
-from ..formats.triton_helpers import e2m1_decode_f16, e4m3_decode_f16, fake_quant_p, fake_quant_p_f16, phi_blocks_f16
+from ..formats.triton_helpers import (
+    e2m1_decode_f16,
+    e4m3_decode_f16,
+    fake_quant_p,
+    fake_quant_p_f16,
+    fake_quant_p_words,
+    phi_blocks_f16,
+)
 from ..ops import _dispatch
 from ._launch import TmaDesc, fast, head_grid
 from ._tiles import (
@@ -177,7 +188,9 @@ if HAVE_GLUON:
         ``_tiles.key_position``; float16 rounding): the 16 keys of a block are the 16 columns one thread holds of
         its row, column 8j + 2q + e of each 64 for lane q of a quad (j = 0..7, e = 0, 1), so the block maxima are
         taken in-thread and each scale is computed once, not in all four lanes of the quad after two shuffles."""
-        if KEY_PERM:
+        if KEY_PERM and P16 == 2:  # the same rounding on f16x2 words, no byte permutes (fifty-third session)
+            pq = fake_quant_p_words(p)
+        elif KEY_PERM:
             BM: gl.constexpr = p.shape[0]
             BN: gl.constexpr = p.shape[1]
             pb = gl.reshape(p, [BM, BN // 64, 8, 4, 2]).to(gl.float16)
@@ -624,7 +637,7 @@ def launch(args, *, edges: tuple, two_level: bool, smooth_q: bool, i0: int, n: i
         assert thrift_mask.is_contiguous() and thrift_mask.shape[:2] == (B, Hq)
     selm, nqb, nkb = (thrift_mask, thrift_mask.shape[2], thrift_mask.shape[3]) if thrift else (qbad, 1, 1)
     stage_o, o_sl, o_st = _out_staging(bm, bn, dp, ns, out.dtype, cfg["num_warps"])
-    p16 = cfg.get("P16", True)
+    p16 = cfg.get("P16", 2 if key_perm and os.environ.get("FP4ATTN_PHI_WORDS", "1") == "1" else True)
     assert not key_perm or (p16 and bn % 64 == 0), cfg
     fast(_attn_fwd_kernel_gl)[grid](qc.view(torch.uint8), qs, k_desc, v_desc, table, selm, out, lse, mbuf, qbad,
                                     kvbad, krows, sink, so_b, so_h, so_n, so_d, qk_scale, Hq, group, nq, nk, nqp, nkp,

@@ -1,0 +1,72 @@
+"""Fifty-third session probe (issue 4): the Gluon attention pass with ϕ(P̃) rounded on f16x2 words that pair the two
+adjacent columns of a row (``attention_gluon._phi_words``, ``FP4ATTN_PHI_WORDS=1``) against the float16 rounding
+the compiler paired across rows (``FP4ATTN_PHI_WORDS=0``, before), side by side with SDPA (flash, cuDNN). Outputs
+must be bit-equal (the same float16 operations on the same values). Eager op calls, quantization included, min over
+interleaved rounds (the order reversed every other round).
+
+    PYTHONPATH=src python benchmarks/phi-words-s53/probe.py [rounds]
+"""
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+import fp4attn
+from fp4attn.bench.common import device_name, interleaved_min_ms
+
+SHAPES = [(16, 16, 4096, 128, False), (16, 16, 4096, 128, True), (4, 16, 16384, 128, False),
+          (16, 16, 4096, 64, False), (16, 16, 4096, 64, True)]
+
+
+def main():
+    rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 4
+    print(f"device: {device_name()}, torch {torch.__version__}", flush=True)
+    for shape in SHAPES:
+        run_shape(*shape, rounds)
+
+
+def run_shape(B, H, N, D, causal, rounds):
+    g = torch.Generator(device="cuda").manual_seed(N + D)
+    q, k, v = (torch.randn(B, H, N, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(3))
+    fns = {
+        "sdpa cudnn": lambda: _sdpa(SDPBackend.CUDNN_ATTENTION, q, k, v, causal),
+        "sdpa flash": lambda: _sdpa(SDPBackend.FLASH_ATTENTION, q, k, v, causal),
+    }
+    for pw in ("1", "0"):
+        fns[f"nvfp4 pw{pw}"] = lambda: fp4attn.attention(q, k, v, causal=causal)
+        fns[f"sage3 pw{pw}"] = lambda: fp4attn.attention(q, k, v, causal=causal, recipe="sage3")
+        if causal and D == 128:
+            fns[f"thrift5 pw{pw}"] = lambda: fp4attn.thrift_attention(q, k, v, causal=True, budget=0.05)
+
+    def prepare(name):
+        os.environ["FP4ATTN_PHI_WORDS"] = "0" if name.endswith("pw0") else "1"
+
+    outs = {}
+    for n, f in fns.items():
+        if "pw" in n:
+            prepare(n)
+            outs[n] = f()
+    same = {n[:-4]: torch.equal(outs[n], outs[n[:-1] + "0"]) for n in outs if n.endswith("pw1")}
+    t = interleaved_min_ms(fns, (rounds + 1) // 2, prepare=prepare, warmup_ms=25, rep_ms=100)
+    t2 = interleaved_min_ms(dict(reversed(list(fns.items()))), rounds // 2, prepare=prepare, warmup_ms=25,
+                            rep_ms=100)
+    t = {n: min(t[n], t2[n]) for n in t}
+    fl = 4 * B * H * N * N * D / (2 if causal else 1)
+    print(f"\n({B},{H},{N},{D}){' causal' if causal else ''}: {fl / 1e12:.2f} TFLOP; bit-equal pw1/pw0: {same}",
+          flush=True)
+    for n, ms in t.items():
+        gain = f"  pw0/pw1 {t[n[:-1] + '0'] / ms:5.3f}" if n.endswith("pw1") else ""
+        print(f"  {n:16s} {ms:8.3f} ms  {fl / ms / 1e9:7.1f} TF/s  x cudnn {t['sdpa cudnn'] / ms:5.3f}  "
+              f"x flash {t['sdpa flash'] / ms:5.3f}{gain}", flush=True)
+    prepare("")
+
+
+def _sdpa(backend, q, k, v, causal):
+    with sdpa_kernel(backend):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+
+if __name__ == "__main__":
+    main()
