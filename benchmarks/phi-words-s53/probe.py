@@ -20,19 +20,32 @@ SHAPES = [(16, 16, 4096, 128, False), (16, 16, 4096, 128, True), (4, 16, 16384, 
           (16, 16, 4096, 64, False), (16, 16, 4096, 64, True)]
 
 
-def main():
+def main(shapes=SHAPES, run=None):
+    """Every shape through ``run(*shape, rounds)`` (default: this probe's ``run_shape``); rounds from argv."""
     rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 4
     print(f"device: {device_name()}, torch {torch.__version__}", flush=True)
-    for shape in SHAPES:
-        run_shape(*shape, rounds)
+    for shape in shapes:
+        (run or run_shape)(*shape, rounds)
+
+
+def qkv(B, H, N, D):
+    g = torch.Generator(device="cuda").manual_seed(N + D)
+    return (torch.randn(B, H, N, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(3))
+
+
+def both_orders_min_ms(fns, rounds, prepare=None):
+    """``interleaved_min_ms`` over half the rounds in order and half reversed: per fn the minimum."""
+    t = interleaved_min_ms(fns, (rounds + 1) // 2, prepare=prepare, warmup_ms=25, rep_ms=100)
+    t2 = interleaved_min_ms(dict(reversed(list(fns.items()))), rounds // 2, prepare=prepare, warmup_ms=25,
+                            rep_ms=100)
+    return {n: min(t[n], t2[n]) for n in t}
 
 
 def run_shape(B, H, N, D, causal, rounds):
-    g = torch.Generator(device="cuda").manual_seed(N + D)
-    q, k, v = (torch.randn(B, H, N, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(3))
+    q, k, v = qkv(B, H, N, D)
     fns = {
-        "sdpa cudnn": lambda: _sdpa(SDPBackend.CUDNN_ATTENTION, q, k, v, causal),
-        "sdpa flash": lambda: _sdpa(SDPBackend.FLASH_ATTENTION, q, k, v, causal),
+        "sdpa cudnn": lambda: sdpa(SDPBackend.CUDNN_ATTENTION, q, k, v, causal),
+        "sdpa flash": lambda: sdpa(SDPBackend.FLASH_ATTENTION, q, k, v, causal),
     }
     for pw in ("1", "0"):
         fns[f"nvfp4 pw{pw}"] = lambda: fp4attn.attention(q, k, v, causal=causal)
@@ -49,10 +62,7 @@ def run_shape(B, H, N, D, causal, rounds):
             prepare(n)
             outs[n] = f()
     same = {n[:-4]: torch.equal(outs[n], outs[n[:-1] + "0"]) for n in outs if n.endswith("pw1")}
-    t = interleaved_min_ms(fns, (rounds + 1) // 2, prepare=prepare, warmup_ms=25, rep_ms=100)
-    t2 = interleaved_min_ms(dict(reversed(list(fns.items()))), rounds // 2, prepare=prepare, warmup_ms=25,
-                            rep_ms=100)
-    t = {n: min(t[n], t2[n]) for n in t}
+    t = both_orders_min_ms(fns, rounds, prepare)
     fl = 4 * B * H * N * N * D / (2 if causal else 1)
     print(f"\n({B},{H},{N},{D}){' causal' if causal else ''}: {fl / 1e12:.2f} TFLOP; bit-equal pw1/pw0: {same}",
           flush=True)
@@ -63,7 +73,7 @@ def run_shape(B, H, N, D, causal, rounds):
     prepare("")
 
 
-def _sdpa(backend, q, k, v, causal):
+def sdpa(backend, q, k, v, causal):
     with sdpa_kernel(backend):
         return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
