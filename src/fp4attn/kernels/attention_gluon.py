@@ -65,7 +65,7 @@ precision of a rounding boundary); its error against exact attention is unchange
 rounding's), inside SPEC §6 (0.05 and 1.05x). ``P16=False`` is the shared float32 ``fake_quant_p``. In key order
 (``KEY_PERM``) the default is ``P16=2``: the same float16 rounding, bit for bit, on f16x2 words that pair the two
 columns of an accumulator register pair (``fake_quant_p_words``); left to the compiler, the float16 values were paired
-across rows and re-paired by byte permutes. Loop 466 → 447 SASS, the op 1.01-1.05x (H200, fifty-third session;
+across rows and re-paired by byte permutes. Loop 466 → 447 SASS, the op 1.00-1.06x (H200 and H100, fifty-third session;
 ``FP4ATTN_PHI_WORDS=0`` selects ``P16=True`` there, for A/B runs). The masks,
 the non-finite flags and the epilogue follow the Triton kernel (``_tiles`` helpers). GPU only (Gluon has no
 interpreter): the CPU tests run the Triton kernel and the helpers; the GPU tests compare the float32 rounding

@@ -95,6 +95,7 @@ from ..formats.triton_helpers import (
     fake_quant_p_two_level,
     fake_quant_rows,
 )
+from ..formats.triton_helpers import f16x2_halves as _halves  # (N, M) int32 -> (N, M, 2) 16-bit halves
 from ._launch import fast, head_grid, next_pow2
 from ._tiles import LOG2E_K, decode_tile_runs, kv_head, online_softmax_step, seq_length
 
@@ -250,13 +251,6 @@ if HAVE_GLUON:
             ksw = _key_offsets(LKS16, BLOCK_N, D // 32, DS // 32)[0]
         vw, vsw, _, _ = _pair_offsets(LV32, BLOCK_N, D // 4, DS // 4)
         return kw, ksw, vw, vsw
-
-    @gluon.jit
-    def _halves(w, DT: gl.constexpr):
-        """(N, M) int32 -> (N, M, 2) of 16-bit DT, [.., e] = half e of the word (a register split, no instruction)."""
-        lo, hi = gl.inline_asm_elementwise("mov.b32 {$0, $1}, $2;", "=h,=h,r", [w], dtype=(DT.value, DT.value),
-                                           is_pure=True, pack=1)
-        return gl.join(lo, hi)
 
     @gluon.jit
     def _k_words_f16(kw, ksw, LH: gl.constexpr):
