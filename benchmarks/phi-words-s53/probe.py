@@ -1,12 +1,12 @@
 """Fifty-third session probe (issue 4): the Gluon attention pass with ϕ(P̃) rounded on f16x2 words that pair the two
-adjacent columns of a row (``attention_gluon._phi_words``, ``FP4ATTN_PHI_WORDS=1``) against the float16 rounding
-the compiler paired across rows (``FP4ATTN_PHI_WORDS=0``, before), side by side with SDPA (flash, cuDNN). Outputs
-must be bit-equal (the same float16 operations on the same values). Eager op calls, quantization included, min over
-interleaved rounds (the order reversed every other round).
+adjacent columns of a row (``fake_quant_p_words``, ``P16=2``, the default) against the float16 rounding the
+compiler paired across rows (``attention_gluon.DEFAULT["P16"] = True``, before; the recorded runs switched it with
+an environment variable, ``FP4ATTN_PHI_WORDS``, since folded into the config), side by side with SDPA (flash,
+cuDNN). Outputs must be bit-equal (the same float16 operations on the same values). Eager op calls, quantization
+included, min over interleaved rounds (the order reversed every other round).
 
     PYTHONPATH=src python benchmarks/phi-words-s53/probe.py [rounds]
 """
-import os
 import sys
 
 import torch
@@ -15,6 +15,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import fp4attn
 from fp4attn.bench.common import device_name, interleaved_min_ms
+from fp4attn.kernels import attention_gluon as AG
 
 SHAPES = [(16, 16, 4096, 128, False), (16, 16, 4096, 128, True), (4, 16, 16384, 128, False),
           (16, 16, 4096, 64, False), (16, 16, 4096, 64, True)]
@@ -54,7 +55,10 @@ def run_shape(B, H, N, D, causal, rounds):
             fns[f"thrift5 pw{pw}"] = lambda: fp4attn.thrift_attention(q, k, v, causal=True, budget=0.05)
 
     def prepare(name):
-        os.environ["FP4ATTN_PHI_WORDS"] = "0" if name.endswith("pw0") else "1"
+        if name.endswith("pw0"):
+            AG.DEFAULT["P16"] = True
+        else:
+            AG.DEFAULT.pop("P16", None)
 
     outs = {}
     for n, f in fns.items():

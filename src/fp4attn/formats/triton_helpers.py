@@ -306,11 +306,6 @@ def f16x2_hmax_f32(w):
 
 
 @triton.jit
-def _f16x2_max_combine(a, b):
-    return f16x2_max(a, b)
-
-
-@triton.jit
 def fake_quant_p_words(p):
     """``fake_quant_p_f16`` (the same bits; GPU only) of a (rows, keys) float32 tile whose 16-key blocks are the
     columns 64g + 8j + 2q + e (j = 0..7, e = 0, 1) of each g and q: the key order of the Gluon attention pass
@@ -323,7 +318,7 @@ def fake_quant_p_words(p):
     C: tl.constexpr = p.shape[1]
     pe, po = tl.split(tl.reshape(p, [R, C // 2, 2]))
     w = tl.reshape(f16x2_pack(pe, po), [R, C // 64, 8, 4])  # word [., g, j, q]: columns 64g + 8j + 2q + {0, 1}
-    s, inv = p_block_scale(f16x2_hmax_f32(tl.reduce(w, 2, _f16x2_max_combine, keep_dims=True)))
+    s, inv = p_block_scale(f16x2_hmax_f32(tl.reduce(w, 2, f16x2_max, keep_dims=True)))
     q = tl.inline_asm_elementwise(PHI_F16X2_PTX, "=r,r,r,r", [w, f16x2_pack(inv, inv), f16x2_pack(s, s)],
                                   dtype=tl.int32, is_pure=True, pack=1)
     return tl.reshape(f16x2_halves(tl.reshape(q, [R, C // 2]), tl.float16), [R, C])

@@ -65,8 +65,9 @@ precision of a rounding boundary); its error against exact attention is unchange
 rounding's), inside SPEC §6 (0.05 and 1.05x). ``P16=False`` is the shared float32 ``fake_quant_p``. In key order
 (``KEY_PERM``) the default is ``P16=2``: the same float16 rounding, bit for bit, on f16x2 words that pair the two
 columns of an accumulator register pair (``fake_quant_p_words``); left to the compiler, the float16 values were paired
-across rows and re-paired by byte permutes. Loop 466 → 447 SASS, the op 1.00-1.06x (H200 and H100, fifty-third session;
-``FP4ATTN_PHI_WORDS=0`` selects ``P16=True`` there, for A/B runs). The masks,
+across rows and re-paired by byte permutes. Loop 466 → 447 SASS, the op 1.00-1.06x (H200 and H100, fifty-third
+session; a config with ``P16=True`` runs the element-wise float16 rounding there, for A/B runs and as the tests'
+oracle). The masks,
 the non-finite flags and the epilogue follow the Triton kernel (``_tiles`` helpers). GPU only (Gluon has no
 interpreter): the CPU tests run the Triton kernel and the helpers; the GPU tests compare the float32 rounding
 with the Triton pass and the float16 one with its PyTorch model (``tests/p16_model.py``).
@@ -637,7 +638,7 @@ def launch(args, *, edges: tuple, two_level: bool, smooth_q: bool, i0: int, n: i
         assert thrift_mask.is_contiguous() and thrift_mask.shape[:2] == (B, Hq)
     selm, nqb, nkb = (thrift_mask, thrift_mask.shape[2], thrift_mask.shape[3]) if thrift else (qbad, 1, 1)
     stage_o, o_sl, o_st = _out_staging(bm, bn, dp, ns, out.dtype, cfg["num_warps"])
-    p16 = cfg.get("P16", 2 if key_perm and os.environ.get("FP4ATTN_PHI_WORDS", "1") == "1" else True)
+    p16 = cfg.get("P16", 2 if key_perm else True)
     assert not key_perm or (p16 and bn % 64 == 0), cfg
     fast(_attn_fwd_kernel_gl)[grid](qc.view(torch.uint8), qs, k_desc, v_desc, table, selm, out, lse, mbuf, qbad,
                                     kvbad, krows, sink, so_b, so_h, so_n, so_d, qk_scale, Hq, group, nq, nk, nqp, nkp,
