@@ -195,7 +195,7 @@ def test_interpreter_two_level_wide_score_range(fmt):
     q[..., 0] = 1.0
     k[..., 1:] *= 0.05  # scores dominated by channel 0 (scale = 1): S·log2(e) ≈ offset of the tile
     offs = torch.tensor([0.0, -30.0, -80.0, 10.0, -200.0, 5.0]).repeat_interleave(64)
-    k[..., 0] = (offs + torch.randn(nk)) / math.log2(math.e)
+    k[..., 0] = (offs + torch.randn(nk, generator=torch.Generator().manual_seed(5))) / math.log2(math.e)  # (seeded)
     for tl2 in (True,):
         out, lse = A.attention_fwd(q, k, v, scale=1.0, fmt=fmt, two_level_p=tl2, path=A.PATH_INTERP)
         assert torch.isfinite(out).all() and torch.isfinite(lse).all()
@@ -697,13 +697,19 @@ def test_gpu_gluon_two_level_wide_score_range():
     """The Gluon two-level pass on key tiles whose maxima jump by up to ~200 binades around the running max
     (the interpreter test's inputs, here with D = 64 and 64-key tiles, the Gluon tiles): finite, and the same as
     the Triton pass (the unit of the accumulator is clamped 64 binades below the running max in both; the
-    interpreter test checks that kernel against the reference)."""
+    interpreter test checks that kernel against the reference).
+
+    The jitter of the tile maxima is seeded: it was drawn from the global generator, so the inputs depended on the
+    tests run before in the same process. Over 150 draws (H200, fifty-third session) two put the two passes
+    9.7e-4 and 1.7e-3 apart (a P̃ code of the dominant tile flipping: the Gluon pass forms S·scale − m in one fma),
+    the others below 2e-4; the bound is unchanged."""
     B, hq, nq, D, nk = 1, 2, 100, 64, 6 * 64
     q, k, v = make_qkv(B, hq, hq, nq, nk, D, dtype=torch.float32, seed=5)
     q[..., 0] = 1.0
     k[..., 1:] *= 0.05
     offs = torch.tensor([0.0, -30.0, -80.0, 10.0, -200.0, 5.0], device=q.device).repeat_interleave(64)
-    k[..., 0] = (offs + torch.randn(nk, device=q.device)) / math.log2(math.e)
+    jitter = torch.randn(nk, generator=torch.Generator().manual_seed(5)).to(q.device)
+    k[..., 0] = (offs + jitter) / math.log2(math.e)
     q, k, v = q.bfloat16(), k.bfloat16(), v.bfloat16()
     if not A.attention_gluon.supported(is_mx=False, two_level=True, smooth_q=False, staged=True, dp=D,
                                        device=q.device):
