@@ -27,12 +27,13 @@ def run_shape(B, H, N, D, causal, rounds):
     }
     kp = A.op_key_perm(D, fmt="nvfp4", two_level_p=False, online=None, smooth_q=False, staged=True,
                        path=A.PATH_HOPPER, device=q.device)
-    for m in ("words", "f32"):
+    for m in ("words", "w96", "w80", "f32"):
         fns[f"nvfp4 {m}"] = lambda: fp4attn.attention(q, k, v, causal=causal)
         fns[f"prepass {m}"] = lambda: A.quantize_qkv(q, k, v, fmt="nvfp4", staged=True, key_perm=kp)
 
     def prepare(name):
         A.PREP_WORDS = not name.endswith("f32")
+        A.PREP_CAP = {"maxnreg": int(name[-2:])} if name[-3:] in ("w96", "w80") else {}
 
     outs = {}
     for n, f in fns.items():
@@ -48,7 +49,8 @@ def run_shape(B, H, N, D, causal, rounds):
     print(f"\n({B},{H},{N},{D}){' causal' if causal else ''}: {fl / 1e12:.2f} TFLOP; bit-equal words/f32: {same}",
           flush=True)
     for n, ms in t.items():
-        gain = f"  f32/words {t[n.replace('words', 'f32')] / ms:5.3f}" if n.endswith("words") else ""
+        base = n.rsplit(" ", 1)[0] + " f32"
+        gain = f"  f32/this {t[base] / ms:5.3f}" if base in t and n != base else ""
         print(f"  {n:16s} {ms:8.3f} ms  {fl / ms / 1e9:7.1f} TF/s  x cudnn {t['sdpa cudnn'] / ms:5.3f}  "
               f"x flash {t['sdpa flash'] / ms:5.3f}{gain}", flush=True)
     prepare("")
