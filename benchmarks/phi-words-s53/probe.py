@@ -67,14 +67,20 @@ def run_shape(B, H, N, D, causal, rounds):
             outs[n] = f()
     same = {n[:-4]: torch.equal(outs[n], outs[n[:-1] + "0"]) for n in outs if n.endswith("pw1")}
     t = both_orders_min_ms(fns, rounds, prepare)
-    fl = 4 * B * H * N * N * D / (2 if causal else 1)
-    print(f"\n({B},{H},{N},{D}){' causal' if causal else ''}: {fl / 1e12:.2f} TFLOP; bit-equal pw1/pw0: {same}",
-          flush=True)
-    for n, ms in t.items():
-        gain = f"  pw0/pw1 {t[n[:-1] + '0'] / ms:5.3f}" if n.endswith("pw1") else ""
-        print(f"  {n:16s} {ms:8.3f} ms  {fl / ms / 1e9:7.1f} TF/s  x cudnn {t['sdpa cudnn'] / ms:5.3f}  "
-              f"x flash {t['sdpa flash'] / ms:5.3f}{gain}", flush=True)
+    print_table((B, H, N, D, causal), t, f"bit-equal pw1/pw0: {same}",
+                lambda n, ms: f"  pw0/pw1 {t[n[:-1] + '0'] / ms:5.3f}" if n.endswith("pw1") else "")
     prepare("")
+
+
+def print_table(shape, t, note, gain):
+    """One shape's rows: per timed fn (``t``: name -> ms) its time, TF/s and ratios to SDPA cuDNN / flash, then
+    ``gain(name, ms)`` (a suffix)."""
+    B, H, N, D, causal = shape
+    fl = 4 * B * H * N * N * D / (2 if causal else 1)
+    print(f"\n({B},{H},{N},{D}){' causal' if causal else ''}: {fl / 1e12:.2f} TFLOP; {note}", flush=True)
+    for n, ms in t.items():
+        print(f"  {n:16s} {ms:8.3f} ms  {fl / ms / 1e9:7.1f} TF/s  x cudnn {t['sdpa cudnn'] / ms:5.3f}  "
+              f"x flash {t['sdpa flash'] / ms:5.3f}{gain(n, ms)}", flush=True)
 
 
 def sdpa(backend, q, k, v, causal):

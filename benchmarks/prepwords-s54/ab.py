@@ -16,7 +16,7 @@ import fp4attn
 from fp4attn.kernels import attention as A
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "phi-words-s53"))
-from probe import SHAPES, both_orders_min_ms, main, qkv, sdpa  # noqa: E402
+from probe import SHAPES, both_orders_min_ms, main, print_table, qkv, sdpa  # noqa: E402
 
 
 def run_shape(B, H, N, D, causal, rounds):
@@ -45,14 +45,12 @@ def run_shape(B, H, N, D, causal, rounds):
     same = {t: torch.equal(outs[f"nvfp4 words{t}"].view(torch.uint8), outs[f"nvfp4 f32{t}"].view(torch.uint8))
             for t in ("", " qc", " qs", " ks", " kh")}
     t = both_orders_min_ms(fns, rounds, prepare)
-    fl = 4 * B * H * N * N * D / (2 if causal else 1)
-    print(f"\n({B},{H},{N},{D}){' causal' if causal else ''}: {fl / 1e12:.2f} TFLOP; bit-equal words/f32: {same}",
-          flush=True)
-    for n, ms in t.items():
+
+    def gain(n, ms):
         base = n.rsplit(" ", 1)[0] + " f32"
-        gain = f"  f32/this {t[base] / ms:5.3f}" if base in t and n != base else ""
-        print(f"  {n:16s} {ms:8.3f} ms  {fl / ms / 1e9:7.1f} TF/s  x cudnn {t['sdpa cudnn'] / ms:5.3f}  "
-              f"x flash {t['sdpa flash'] / ms:5.3f}{gain}", flush=True)
+        return f"  f32/this {t[base] / ms:5.3f}" if base in t and n != base else ""
+
+    print_table((B, H, N, D, causal), t, f"bit-equal words/f32: {same}", gain)
     prepare("")
 
 

@@ -17,7 +17,7 @@ import fp4attn
 from fp4attn.kernels import attention as A
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "phi-words-s53"))
-from probe import SHAPES, both_orders_min_ms, main, qkv, sdpa  # noqa: E402
+from probe import SHAPES, both_orders_min_ms, main, print_table, qkv, sdpa  # noqa: E402
 
 MODES = ("high", "side", "serial")
 
@@ -42,13 +42,8 @@ def run_shape(B, H, N, D, causal, rounds):
             torch.cuda.synchronize()
     same = all(torch.equal(outs[n], outs["nvfp4 serial"]) for n in outs)
     t = both_orders_min_ms(fns, rounds, prepare)
-    fl = 4 * B * H * N * N * D / (2 if causal else 1)
-    print(f"\n({B},{H},{N},{D}){' causal' if causal else ''}: {fl / 1e12:.2f} TFLOP; bit-equal to serial: {same}",
-          flush=True)
-    for n, ms in t.items():
-        gain = f"  serial/this {t['nvfp4 serial'] / ms:5.3f}" if n.startswith("nvfp4") else ""
-        print(f"  {n:16s} {ms:8.3f} ms  {fl / ms / 1e9:7.1f} TF/s  x cudnn {t['sdpa cudnn'] / ms:5.3f}  "
-              f"x flash {t['sdpa flash'] / ms:5.3f}{gain}", flush=True)
+    print_table((B, H, N, D, causal), t, f"bit-equal to serial: {same}",
+                lambda n, ms: f"  serial/this {t['nvfp4 serial'] / ms:5.3f}" if n.startswith("nvfp4") else "")
     prepare("")
 
 
