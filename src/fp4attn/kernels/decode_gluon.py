@@ -91,11 +91,11 @@ import torch
 from ..formats.triton_helpers import (
     E2M1_BYTE_PAIRS_F16HI_PTX,
     E2M1_HALFWORDS_F16HI_PTX,
+    f16x2_halves,
     fake_quant_p,
     fake_quant_p_two_level,
     fake_quant_rows,
 )
-from ..formats.triton_helpers import f16x2_halves as _halves  # (N, M) int32 -> (N, M, 2) 16-bit halves
 from ._launch import fast, head_grid, next_pow2
 from ._tiles import LOG2E_K, decode_tile_runs, kv_head, online_softmax_step, seq_length
 
@@ -268,10 +268,10 @@ if HAVE_GLUON:
                                                    pack=1)
         N: gl.constexpr = kw.shape[0]
         M2: gl.constexpr = 2 * kw.shape[1]
-        return (gl.convert_layout(gl.reshape(_halves(r0, gl.float16), (N, M2)), LH, assert_trivial=True),
-                gl.convert_layout(gl.reshape(_halves(r1, gl.float16), (N, M2)), LH, assert_trivial=True),
-                gl.convert_layout(gl.reshape(_halves(r2, gl.float16), (N, M2)), LH, assert_trivial=True),
-                gl.convert_layout(gl.reshape(_halves(r3, gl.float16), (N, M2)), LH, assert_trivial=True))
+        return (gl.convert_layout(gl.reshape(f16x2_halves(r0, gl.float16), (N, M2)), LH, assert_trivial=True),
+                gl.convert_layout(gl.reshape(f16x2_halves(r1, gl.float16), (N, M2)), LH, assert_trivial=True),
+                gl.convert_layout(gl.reshape(f16x2_halves(r2, gl.float16), (N, M2)), LH, assert_trivial=True),
+                gl.convert_layout(gl.reshape(f16x2_halves(r3, gl.float16), (N, M2)), LH, assert_trivial=True))
 
     @gluon.jit
     def _v_words_f16(vw, vsw, LV: gl.constexpr):
@@ -285,8 +285,10 @@ if HAVE_GLUON:
                                                    pack=1)
         N: gl.constexpr = vw.shape[0]
         M4: gl.constexpr = 4 * vw.shape[1]
-        X = gl.reshape(gl.permute(gl.join(_halves(r0, gl.float16), _halves(r1, gl.float16)), (0, 1, 3, 2)), (N, M4))
-        Y = gl.reshape(gl.permute(gl.join(_halves(r2, gl.float16), _halves(r3, gl.float16)), (0, 1, 3, 2)), (N, M4))
+        X = gl.join(f16x2_halves(r0, gl.float16), f16x2_halves(r1, gl.float16))
+        X = gl.reshape(gl.permute(X, (0, 1, 3, 2)), (N, M4))
+        Y = gl.join(f16x2_halves(r2, gl.float16), f16x2_halves(r3, gl.float16))
+        Y = gl.reshape(gl.permute(Y, (0, 1, 3, 2)), (N, M4))
         return gl.convert_layout(X, LV, assert_trivial=True), gl.convert_layout(Y, LV, assert_trivial=True)
 
     @gluon.jit
@@ -398,7 +400,8 @@ if HAVE_GLUON:
             o0, o1, o2, o3 = _k_words_f16(kh, ks, LH)
         else:
             if WORDS:  # 64 channels: the words split into the half-words, the scale bytes to fp16, as loaded otherwise
-                kh = gl.convert_layout(gl.reshape(_halves(kh, gl.int16), (BLOCK_N, D // 4)), LH, assert_trivial=True)
+                kh = gl.reshape(f16x2_halves(kh, gl.int16), (BLOCK_N, D // 4))
+                kh = gl.convert_layout(kh, LH, assert_trivial=True)
                 ks = ks.to(gl.float8e4nv, bitcast=True).to(gl.float16)
             # K scales (BLOCK_N, D/16) -> one per half-word (4 per block), as register copies
             ks4 = gl.convert_layout(gl.reshape(gl.join(gl.join(ks, ks), gl.join(ks, ks)), (BLOCK_N, D // 4)), LH,
