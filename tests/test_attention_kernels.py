@@ -804,6 +804,68 @@ def test_gpu_gluon_key_order(case, flags):
         assert torch.equal(lse, l_p + D ** -0.5 * pk.qkb[:, :, :nq] if sk else l_p)
 
 
+@gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", ["plain", "nonfinite", "strided", "fp32", "window_sinks"])
+@pytest.mark.parametrize("case", GLUON_CASES, ids=str)
+def test_gpu_gluon_row_max_pass_quantizes_q(case, variant):
+    """``quantize_qkv(q_fused=True, v_fused=True)`` (``fp4attn.attention`` for single-level nvfp4 in key order with
+    ``attention.Q_FUSED`` / ``V_FUSED``): the Gluon row-max pass runs Q's and V's pre-passes itself (``attention_gluon._quantize_q`` /
+    ``_quantize_v``, the shared ``quant_rows`` encoder), each alone and both. After the passes, Q's packed codes, scale
+    bytes and per-row non-finite flags, the staged V̂ᵀ (in key order) and the K / V flags are those of the separate
+    pre-passes bit for bit (those are checked field by field against the PyTorch statement in
+    ``test_attention_prepass.py``), and so are the outputs and LSEs. Variants: NaN / ±Inf / all-zero Q rows and NaN /
+    Inf in V, Q and V rows with a stride (bshd tensors seen as bhsd), float32 inputs, a sliding window with sinks
+    (its per-key flags)."""
+    B, hq, hkv, nq, nk, D, causal = case
+    q, k, v = make_qkv(B, hq, hkv, nq, nk, D, dtype=torch.float32 if variant == "fp32" else torch.bfloat16,
+                       seed=nq + 11 * nk + D)
+    if not A.attention_gluon.supported(is_mx=False, two_level=False, smooth_q=False, staged=True, dp=D,
+                                       device=q.device):
+        pytest.skip("the Gluon kernels need an sm_90 GPU and Triton's Gluon")
+    q = q * 3.0
+    if variant == "nonfinite":
+        q[0, hq - 1, nq // 2, D // 3] = float("nan")
+        q[B - 1, 0, nq - 1, 0] = float("-inf")
+        q[0, 0, 3:9, :] = 0.0
+        v[0, hkv - 1, nk // 3, 5] = float("nan")
+        v[B - 1, 0, nk - 1, D - 1] = float("inf")
+    if variant == "strided":
+        q, v = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in (q, v))
+        assert not q.is_contiguous() and not v.is_contiguous()
+    window = sinks = None
+    if variant == "window_sinks":
+        window = (100, 0) if causal else (100, 37)
+        sinks = torch.randn(hq, device=q.device)
+    res = []
+    for q_fused, v_fused in ((False, False), (True, False), (False, True), (True, True)):
+        pk = A.quantize_qkv(q, k, v, fmt="nvfp4", staged=True, key_perm=True, key_rows=window is not None,
+                            q_fused=q_fused, v_fused=v_fused)
+        assert (pk.q_in is not None) == q_fused and (pk.v_in is not None) == v_fused
+        out = torch.empty_like(q)
+        lse = A.attention_packed(pk, causal=causal, scale=D ** -0.5, two_level_p=False, B=B, Hq=hq, Hkv=hkv, out=out,
+                                 kernel="gluon", window=window, sinks=sinks)
+        res.append((pk.qc, pk.qs.view(torch.uint8), pk.qbad, pk.vh, pk.kvbad, out, lse))
+    for fused in res[1:]:
+        for name, a, b in zip(("qc", "qs", "qbad", "vh", "kvbad", "out", "lse"), res[0], fused):
+            assert torch.equal(a, b) or (a.is_floating_point() and torch.equal(a.isnan(), b.isnan())
+                                         and torch.equal(a.nan_to_num(), b.nan_to_num())), name
+    assert res[0][2].any() == (variant == "nonfinite") and res[0][4].any() == (variant == "nonfinite")
+    if variant == "plain":  # the op's own run, whichever way its defaults run the pre-passes
+        o = fp4attn.attention(q, k, v, causal=causal, scale=D ** -0.5, recipe="nvfp4")
+        assert torch.equal(o, res[3][5])
+
+
+def test_fused_prepasses_need_key_order_without_smoothing():
+    """``quantize_qkv(q_fused=True)`` / ``v_fused`` leave Q / V to the Gluon row-max pass, which runs on NVFP4 operands
+    in its key order without smoothing: other requests are refused."""
+    q, k, v = make_qkv(1, 2, 2, 64, 64, 64, device="cpu")
+    for kw in ({}, {"key_perm": True, "smooth_k": True}, {"key_perm": True, "smooth_q": True, "smooth_k": True}):
+        for flag in ("q_fused", "v_fused"):
+            with pytest.raises(ValueError, match=flag):
+                A.quantize_qkv(q, k, v, fmt="nvfp4", path=A.PATH_INTERP, staged=True, **{flag: True}, **kw)
+
+
 def test_key_order_operands_only_on_the_gluon_passes():
     """Operands in the Gluon passes' key order are refused by the Triton passes (their masks and P̃ blocks take
     keys in order), and only staged NVFP4 operands can be written so."""

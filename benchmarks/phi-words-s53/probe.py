@@ -72,6 +72,31 @@ def run_shape(B, H, N, D, causal, rounds):
     prepare("")
 
 
+def run_variants(shape, rounds, variants, prepare, base):
+    """One shape: SDPA (cuDNN, flash) and ``fp4attn.attention`` nvfp4 under each of ``variants`` (timed as
+    "nvfp4 <variant>", ``prepare(name)`` switching to it; ``prepare("")``: the defaults), outputs compared bit for
+    bit, then the table with each variant's speed against ``base``'s."""
+    B, H, N, D, causal = shape
+    q, k, v = qkv(B, H, N, D)
+    fns = {
+        "sdpa cudnn": lambda: sdpa(SDPBackend.CUDNN_ATTENTION, q, k, v, causal),
+        "sdpa flash": lambda: sdpa(SDPBackend.FLASH_ATTENTION, q, k, v, causal),
+    }
+    for name in variants:
+        fns[f"nvfp4 {name}"] = lambda: fp4attn.attention(q, k, v, causal=causal)
+    outs = {}
+    for n, f in fns.items():
+        if n.startswith("nvfp4"):
+            prepare(n)
+            outs[n] = f()
+            torch.cuda.synchronize()
+    same = all(torch.equal(outs[n], outs[f"nvfp4 {base}"]) for n in outs)
+    t = both_orders_min_ms(fns, rounds, prepare)
+    print_table(shape, t, f"bit-equal to {base}: {same}",
+                lambda n, ms: f"  {base}/this {t[f'nvfp4 {base}'] / ms:5.3f}" if n.startswith("nvfp4") else "")
+    prepare("")
+
+
 def print_table(shape, t, note, gain):
     """One shape's rows: per timed fn (``t``: name -> ms) its time, TF/s and ratios to SDPA cuDNN / flash, then
     ``gain(name, ms)`` (a suffix)."""

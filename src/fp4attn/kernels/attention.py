@@ -150,20 +150,15 @@ import triton
 import triton.language as tl
 
 from ..formats.triton_helpers import (
-    block_amax,
     block_bad,
     e2m1_code,
-    e2m1_codes_div,
-    e2m1_decode_f16,
-    e4m3_decode_f16,
-    e4m3_to_bits,
     exp2i,
     fake_quant_p,
     fake_quant_p_f16,
-    mx_exponent,
-    nvfp4_scale,
+    fp4_tile_f16,
     p_block_scales,
     pack_nibbles,
+    quant_rows,
     unpack_nibbles_words,
 )
 from ..ops import _dispatch
@@ -237,53 +232,6 @@ def pad_tokens(n: int) -> int:
 # 1. Pre-pass
 # =================================================================================================
 @triton.jit
-def _quant_rows(x, anybad, QB: tl.constexpr, IS_MX: tl.constexpr):
-    """(R, C) float32 tile, blocks of QB along the last axis -> (codes (R, C) uint8 with sign bit 3,
-    scale bytes (R, C/QB) uint8). Same rounding as ``fp4attn.formats.core.quantize_blocks``.
-
-    ``anybad`` (scalar): nonzero when the tile holds a NaN or ±Inf. NVFP4: only then do the block maxima
-    leave those elements out and NaN elements get code 0; a finite tile skips those two selects per
-    element (pre-pass 9% faster on the H200; MXFP4 was not faster with both branches compiled in: more
-    registers)."""
-    R: tl.constexpr = x.shape[0]
-    C: tl.constexpr = x.shape[1]
-    xb = tl.reshape(x, (R, C // QB, QB))
-    if IS_MX:
-        e = mx_exponent(block_amax(xb), False)
-        v = xb * exp2i(-e)[:, :, None]  # exact: x / 2**e
-        codes = e2m1_code(v)  # NaN -> 0 (the block is flagged through the pre-pass flags)
-        sb = (e + 127).to(tl.uint8)
-    else:
-        # codes = e2m1_code(x / s) with IEEE division: the quotient from one reciprocal per block (e2m1_codes_div)
-        if anybad != 0:
-            s = nvfp4_scale(block_amax(xb))
-            codes = e2m1_codes_div(xb, s)
-        else:
-            s = nvfp4_scale(tl.max(tl.abs(xb), axis=-1))
-            codes = e2m1_codes_div(xb, s, FINITE=True)
-        sb = e4m3_to_bits(s).to(tl.uint8)
-    return tl.reshape(codes.to(tl.uint8), (R, C)), sb
-
-
-@triton.jit
-def _fp4_tile_f16(codes, sbytes, eref, QB: tl.constexpr, IS_MX: tl.constexpr):
-    """E2M1 codes (R, C) + scale bytes (R, C/QB) -> (R, C) float16.
-
-    NVFP4: the exact value code·scale. MXFP4: code·2^(e − eref + 6) with eref (R,) the row's
-    reference exponent (exact inside the FP8 condition, see the module docstring).
-    """
-    R: tl.constexpr = codes.shape[0]
-    C: tl.constexpr = codes.shape[1]
-    cv = tl.reshape(e2m1_decode_f16(codes), (R, C // QB, QB))
-    if IS_MX:
-        k = sbytes.to(tl.int32) - 127 - eref[:, None] + 6
-        f = exp2i(tl.maximum(k, -149)).to(tl.float16)
-    else:
-        f = e4m3_decode_f16(sbytes)
-    return tl.reshape(cv * f[:, :, None], (R, C))
-
-
-@triton.jit
 def _row_exp(sbytes):
     """Largest block exponent of each row of an E8M0 scale-byte tile (int32, (R,))."""
     return tl.max(sbytes.to(tl.int32), axis=1) - 127
@@ -295,7 +243,7 @@ def _prep_qk_kernel(X, sx_b, sx_h, sx_n, sx_d, C, S, SUB, QBAR, XH, QROWS, KVF, 
                     QK_SHIFT: tl.constexpr,  # Q with smooth_k: QKB <- q·k̄ per row (k̄ of the kv head from KB)
                     BAD_MODE: tl.constexpr,  # 1: Q row flags, 2: K's first non-finite row, 3: and K row flags
                     PACKED: tl.constexpr,  # store the packed codes into C
-                    STAGE: tl.constexpr,  # store the staged operand (``_fp4_tile_f16``) into XH
+                    STAGE: tl.constexpr,  # store the staged operand (``fp4_tile_f16``) into XH
                     KEY_PERM: tl.constexpr,  # ... its rows in the Gluon passes' key order (``_tiles.key_position``)
                     QB: tl.constexpr, IS_MX: tl.constexpr, BLOCK_T: tl.constexpr, DP: tl.constexpr):
     """Q or K (bhsd, any strides) -> packed codes along D (PACKED) + scale bytes (+ q̄ for SUB_MODE 2),
@@ -339,14 +287,14 @@ def _prep_qk_kernel(X, sx_b, sx_h, sx_n, sx_d, C, S, SUB, QBAR, XH, QROWS, KVF, 
         enc = tl.max(tl.where(rbad != 0, 2147483647 - rows, 0), axis=0)  # 2**31 - 1 - first bad row
         for j in range(GROUP):  # masked: no memory traffic for finite tiles
             tl.atomic_max(KVF + (pid_bh * GROUP + j).to(tl.int64) * (DP + 2), enc, mask=enc != 0)
-    codes, sb = _quant_rows(x, tl.max(rbad, axis=0), QB, IS_MX)
+    codes, sb = quant_rows(x, tl.max(rbad, axis=0), QB, IS_MX)
     if PACKED:
         tl.store(C + pid_bh.to(tl.int64) * NP * (DP // 2) + r64 * (DP // 2) + tl.arange(0, DP // 2)[None, :],
                  pack_nibbles(codes))
     tl.store(S + pid_bh.to(tl.int64) * NP * (DP // QB) + r64 * (DP // QB) + tl.arange(0, DP // QB)[None, :],
              sb)
     if STAGE:  # MXFP4: the FP8 embedding against the row's largest block exponent (the tile holds the row)
-        xh = _fp4_tile_f16(codes, sb, _row_exp(sb) if IS_MX else rows, QB, IS_MX)
+        xh = fp4_tile_f16(codes, sb, _row_exp(sb) if IS_MX else rows, QB, IS_MX)
         if KEY_PERM:
             r64 = key_position(rows)[:, None].to(tl.int64)
         tl.store(XH + pid_bh.to(tl.int64) * NP * DP + r64 * DP + cols[None, :], xh.to(XH.dtype.element_ty))
@@ -372,7 +320,7 @@ def _prep_v_kernel(X, sx_b, sx_h, sx_n, sx_d, C, S, VEXP, VH, KVF, H, N, D, NP, 
     lanes and warps over the middle axes (the launcher sizes them to cover them exactly) and the first
     axis in registers, so each thread holds R consecutive tokens of its channels and a block spans R
     registers × QB/R lanes of one warp. Permuted and reshaped to (blocks·DC, QB) (a relabeling, no data
-    movement) it goes through the same ``_quant_rows`` as Q and K, with in-thread block reductions."""
+    movement) it goes through the same ``quant_rows`` as Q and K, with in-thread block reductions."""
     NC: tl.constexpr = DP // DC
     pid_tc, pid_bh = head_program()
     pid_t = pid_tc // NC
@@ -393,7 +341,7 @@ def _prep_v_kernel(X, sx_b, sx_h, sx_n, sx_d, C, S, VEXP, VH, KVF, H, N, D, NP, 
         row = KVF + (pid_bh * GROUP + jg).to(tl.int64) * (DP + 2)
         tl.store(row + 2 + ch, cbad, mask=cbad != 0)
         tl.store(row + 1, anybad, mask=anybad != 0)
-    codes, sb = _quant_rows(xb, anybad, QB, IS_MX)  # (NB·DC, QB), (NB·DC, 1)
+    codes, sb = quant_rows(xb, anybad, QB, IS_MX)  # (NB·DC, QB), (NB·DC, 1)
     vrow = (pid_bh.to(tl.int64) * DP + ch)[None, :, None]  # (1, DC, 1) row of the channel-major buffers
     jb = tl.arange(0, NB)[:, None, None]
     if PACKED:
@@ -402,7 +350,7 @@ def _prep_v_kernel(X, sx_b, sx_h, sx_n, sx_d, C, S, VEXP, VH, KVF, H, N, D, NP, 
                  tl.reshape(pack_nibbles(codes), (NB, DC, QB // 2)))
         tl.store(S + vrow * (NP // QB) + pid_t * NB + jb, tl.reshape(sb, (NB, DC, 1)))
     if STAGE:
-        vh = tl.reshape(_fp4_tile_f16(codes, sb, ch, QB, False), (NB, DC, QB)).to(VH.dtype.element_ty)
+        vh = tl.reshape(fp4_tile_f16(codes, sb, ch, QB, False), (NB, DC, QB)).to(VH.dtype.element_ty)
         if KEY_PERM:  # token 64g + 16q + 2j + e of the tile to column 64g + 8j + 2q + e (_tiles.key_position), in
             # registers (through shared memory), so that each channel's row is stored as 16-byte vectors
             vp = tl.permute(tl.reshape(vh, (BLOCK_T // 64, 4, DC, 8, 2)), (2, 0, 3, 1, 4))
@@ -562,7 +510,7 @@ def _stage_kernel(Cw, Sb, EREF, OUT, NROWS, NCOLS,
             eref = _row_exp(sb)
     else:
         eref = rows
-    v = _fp4_tile_f16(unpack_nibbles_words(w), sb, eref, QB, IS_MX)
+    v = fp4_tile_f16(unpack_nibbles_words(w), sb, eref, QB, IS_MX)
     cols = pid_c * COLS_T + tl.arange(0, COLS_T)
     tl.store(OUT + rows[:, None] * NCOLS + cols[None, :], v.to(OUT.dtype.element_ty))
 
@@ -629,6 +577,8 @@ class PackedQKV(NamedTuple):
     krows: torch.Tensor | None = None  # key_rows: uint8 (B, Hkv, NKP), 1 where the (smoothed) K row holds NaN/±Inf
     key_perm: bool = False  # kh rows / vh columns in the Gluon passes' key order (``_tiles.key_position``)
     kbar_p: torch.Tensor | None = None  # smooth_k: kbar zero-padded to DP (B, Hkv, DP), as the kernels read it
+    q_in: torch.Tensor | None = None  # q_fused: Q (bhsd view), quantized into qc / qs / qbad by the row-max pass
+    v_in: torch.Tensor | None = None  # v_fused: V (bhsd view), quantized into vh / kvbad by the row-max pass
 
 
 def default_staged() -> bool:
@@ -661,7 +611,7 @@ _PREP_CFG = {False: dict(q=(32, 4), k=(16, 2), v=(16, 4), q_smooth_warps=4),
 
 def quantize_qkv(q, k, v, *, fmt: str = "nvfp4", smooth_q: bool = False, smooth_k: bool = False,
                  path: int | None = None, staged: bool | None = None, key_rows: bool = False,
-                 key_perm: bool = False) -> PackedQKV:
+                 key_perm: bool = False, q_fused: bool = False, v_fused: bool = False) -> PackedQKV:
     """The quantization pre-pass on bhsd views (any strides). ``staged`` (Hopper/interpreter paths
     only): write K̂ and V̂ᵀ in the tensor-core operand dtype *instead of* the packed K / V codes (``kc``,
     ``vc``, ``vs`` are then empty: the main kernel reads K's scale bytes and the staged operands only).
@@ -670,7 +620,11 @@ def quantize_qkv(q, k, v, *, fmt: str = "nvfp4", smooth_q: bool = False, smooth_
     smooth_q keeps a reference to ``k``: the main kernel's launcher builds the correction table from it.
     ``key_perm`` (staged NVFP4 only): K̂'s rows and V̂ᵀ's columns in the order of ``_tiles.key_position`` (each
     16-key block of a score row in one thread of the Gluon passes, ``attention_gluon._phi``); only the Gluon passes
-    read such operands (``attention_packed`` checks)."""
+    read such operands (``attention_packed`` checks). ``q_fused`` (single-level NVFP4 in key order, no smoothing):
+    Q is not quantized here; ``qc``, ``qs`` and ``qbad`` are left for the Gluon row-max pass to write
+    (``attention_gluon._quantize_q``; ``PackedQKV.q_in`` keeps Q for it) and ``kvbad`` is zeroed by a memset.
+    ``v_fused`` (same conditions): likewise V's staged ``vh`` and its channel flags in ``kvbad``
+    (``attention_gluon._quantize_v``, ``PackedQKV.v_in``)."""
     if path is None:
         path = default_path(q.device)
     if staged is None:
@@ -686,6 +640,9 @@ def quantize_qkv(q, k, v, *, fmt: str = "nvfp4", smooth_q: bool = False, smooth_
     stage_v = stage and not is_mx  # MXFP4 V̂ᵀ: from the packed codes once vexp is complete
     if key_perm and not stage_v:
         raise ValueError("key_perm: staged NVFP4 operands on the Hopper path only")
+    for name, fused in (("q_fused", q_fused), ("v_fused", v_fused)):
+        if fused and not (key_perm and not (smooth_q or smooth_k)):
+            raise ValueError(f"{name}: NVFP4 operands in key order (key_perm=True), without smoothing")
     none = empty0(dev, u8)
     qc = torch.empty((B, Hq, NQP, DP // 2), device=dev, dtype=u8)
     qs = torch.empty((B, Hq, NQP, DP // qb), device=dev, dtype=u8)
@@ -711,7 +668,8 @@ def quantize_qkv(q, k, v, *, fmt: str = "nvfp4", smooth_q: bool = False, smooth_
         qkb = torch.empty((B, Hq, NQP), device=dev, dtype=torch.float32)
     g = Hq // Hkv
     qbad = torch.empty((B, Hq, NQP), device=dev, dtype=u8)
-    kvbad = torch.empty((B, Hq, 2 + DP), device=dev, dtype=torch.int32)  # zeroed by the Q pre-pass
+    # zeroed by the Q pre-pass (a memset where the row-max pass runs it: the K and V pre-passes set flags first)
+    kvbad = (torch.zeros if q_fused else torch.empty)((B, Hq, 2 + DP), device=dev, dtype=torch.int32)
     # the per-key non-finite flags a sliding window's epilogue scans (``key_rows``; written only then)
     krows = torch.empty((B, Hkv, NKP), device=dev, dtype=u8) if key_rows else None
     cfg = _PREP_CFG[is_mx]
@@ -721,10 +679,11 @@ def quantize_qkv(q, k, v, *, fmt: str = "nvfp4", smooth_q: bool = False, smooth_
     bq, bt = bq // wide, bt // wide
     if smooth_q:  # Q: tiles of 128 rows when smoothing (the q̄ blocks)
         bq, nwq = SMOOTH_Q_BLOCK, cfg["q_smooth_warps"]
-    fast(_prep_qk_kernel)[head_grid(NQP // bq, B * Hq)](
-        q, *q.stride(), qc, qs, qs, qbar, qs, qbad, kvbad, qkb, ksub, Hq, Nq, D, NQP, g,
-        SUB_MODE=2 if smooth_q else 0, QK_SHIFT=smooth_k, BAD_MODE=1, PACKED=True, STAGE=False, KEY_PERM=False, QB=qb,
-        IS_MX=is_mx, BLOCK_T=bq, DP=DP, num_warps=nwq)
+    if not q_fused:
+        fast(_prep_qk_kernel)[head_grid(NQP // bq, B * Hq)](
+            q, *q.stride(), qc, qs, qs, qbar, qs, qbad, kvbad, qkb, ksub, Hq, Nq, D, NQP, g,
+            SUB_MODE=2 if smooth_q else 0, QK_SHIFT=smooth_k, BAD_MODE=1, PACKED=True, STAGE=False, KEY_PERM=False,
+            QB=qb, IS_MX=is_mx, BLOCK_T=bq, DP=DP, num_warps=nwq)
     fast(_prep_qk_kernel)[head_grid(NKP // bt, B * Hkv)](
         k, *k.stride(), kc if not stage else ks, ks, ksub, ks, kh if stage else ks, krows if key_rows else ks, kvbad,
         ks, ks, Hkv, Nk, D, NKP, g, SUB_MODE=1 if smooth_k else 0, QK_SHIFT=False, BAD_MODE=3 if key_rows else 2,
@@ -733,15 +692,17 @@ def quantize_qkv(q, k, v, *, fmt: str = "nvfp4", smooth_q: bool = False, smooth_
     # _prep_v_kernel; r = 4: no register spill at D = 128 but ~15% more instructions per element)
     dc, r = cfg["v"]
     dc = min(DP, dc)
-    fast(_prep_v_kernel)[head_grid(NKP // 128 * (DP // dc), B * Hkv)](
-        v, *v.stride(), vc if not stage_v else ks, vs if not stage_v else ks, vexp, vh if stage_v else ks, kvbad,
-        Hkv, Nk, D, NKP, g, PACKED=not stage_v, STAGE=stage_v, KEY_PERM=key_perm, QB=qb, IS_MX=is_mx, R=r,
-        BLOCK_T=128, DC=dc, DP=DP, num_warps=128 * dc // (r * 256))
+    if not v_fused:
+        fast(_prep_v_kernel)[head_grid(NKP // 128 * (DP // dc), B * Hkv)](
+            v, *v.stride(), vc if not stage_v else ks, vs if not stage_v else ks, vexp, vh if stage_v else ks, kvbad,
+            Hkv, Nk, D, NKP, g, PACKED=not stage_v, STAGE=stage_v, KEY_PERM=key_perm, QB=qb, IS_MX=is_mx, R=r,
+            BLOCK_T=128, DC=dc, DP=DP, num_warps=128 * dc // (r * 256))
     if stage and is_mx:
         vh = _stage_v(vc, vs, vexp, is_mx, qb, path)
         vc = vs = none
     return PackedQKV(qc, qs, kc, ks, vc, vs, vexp, qbar, k if smooth_q else None, kbar, qbad, kvbad, fmt, Nq, Nk,
-                     D, path, kh, vh, qkb if smooth_k else None, krows, key_perm, ksub if smooth_k else None)
+                     D, path, kh, vh, qkb if smooth_k else None, krows, key_perm, ksub if smooth_k else None,
+                     q if q_fused else None, v if v_fused else None)
 
 
 # =================================================================================================
@@ -752,7 +713,7 @@ def _mx_q_operand(qb, qsb, PATH: tl.constexpr, QB: tl.constexpr):
     """MXFP4 Q tile (packed bytes, E8M0 bytes) -> (FP8 operand c·2^(e − E_row + 6), row factor
     2^(E_row − 6)); fp32 operand under the interpreter (same values)."""
     eq = _row_exp(qsb)
-    q16 = _fp4_tile_f16(unpack_nibbles_words(qb), qsb, eq, QB, True)
+    q16 = fp4_tile_f16(unpack_nibbles_words(qb), qsb, eq, QB, True)
     if PATH == 1:
         q_op = q16.to(tl.float8e4nv)
     else:
@@ -764,7 +725,7 @@ def _mx_q_operand(qb, qsb, PATH: tl.constexpr, QB: tl.constexpr):
 def _mx_qk(q_op, qfac, kb, ks, PATH: tl.constexpr, QB: tl.constexpr):
     """Q̂K̂ᵀ for MXFP4 on FP8 tensor cores: K rows embedded like Q's, offsets folded into FP32."""
     ek = _row_exp(ks)
-    k16 = _fp4_tile_f16(unpack_nibbles_words(kb), ks, ek, QB, True)
+    k16 = fp4_tile_f16(unpack_nibbles_words(kb), ks, ek, QB, True)
     return _mx_qk_dot(q_op, tl.trans(k16), qfac, ek, PATH)
 
 
@@ -867,7 +828,7 @@ def _attn_inner(acc, l_i, m_i, tau, q_op, q_sc, qfac, CR, Kc, Ks, Vc, Vs, vexp, 
             if IS_MX:
                 s = _mx_qk(q_op, qfac, kb, ks, PATH, QB)
             else:
-                k16 = _fp4_tile_f16(unpack_nibbles_words(kb), ks, offs_n, QB, False)
+                k16 = fp4_tile_f16(unpack_nibbles_words(kb), ks, offs_n, QB, False)
                 if PATH == 1:
                     qk = tl.dot(q_op, tl.trans(k16))
                 else:
@@ -924,7 +885,7 @@ def _pv_update(acc, p, pre, Vc, Vs, vexp, VH, start_n, NKP, IS_MX: tl.constexpr,
         else:
             vTw = tl.load(Vc + dd[:, None] * (NKP // 8) + (start_n // 8 + n8)[None, :])  # (DP, BLOCK_N/8) words
             vs = tl.load(Vs + dd[:, None] * (NKP // QB) + (start_n // QB + nq)[None, :])  # (DP, BLOCK_N/QB)
-            vT16 = _fp4_tile_f16(unpack_nibbles_words(vTw), vs, vexp, QB, IS_MX)  # (DP, BLOCK_N)
+            vT16 = fp4_tile_f16(unpack_nibbles_words(vTw), vs, vexp, QB, IS_MX)  # (DP, BLOCK_N)
         if TWO_LEVEL and PATH == 1 and not IS_MX:  # sage3: P̃/s1 rounded at float16 precision (attention_gluon)
             pq = fake_quant_p_f16(p, QB)
         else:
@@ -987,7 +948,7 @@ def _attn_fwd_kernel(Qc, Qs, Kc, Ks, Vc, Vs, VEXP, QCORR, O, LSE, MBUF, KH, VH, 
             q_op, qfac = _mx_q_operand(qb_, qsb, PATH, QB)
             qfac = qfac * qk_scale
         else:
-            q16 = _fp4_tile_f16(unpack_nibbles_words(qb_), qsb, offs_m, QB, False)
+            q16 = fp4_tile_f16(unpack_nibbles_words(qb_), qsb, offs_m, QB, False)
             if PATH == 1:
                 q_op = q16
             else:
@@ -1222,11 +1183,14 @@ def attention_packed(pk: PackedQKV, *, causal: bool, scale: float, two_level_p: 
     if pk.key_perm and not (use_gluon and (online or gluon_max)):
         raise ValueError("operands in the Gluon passes' key order (quantize_qkv(key_perm=True)) run on the Gluon "
                          "attention and row-max passes only")
+    if (pk.q_in is not None or pk.v_in is not None) and online:
+        raise ValueError("quantize_qkv(q_fused=True / v_fused=True): Q / V are quantized by the row-max pass "
+                         "(single-level P only)")
 
     def launch(pmax, cfg, i0, n):
         if pmax == 1 and gluon_max:
             attention_gluon.launch_rowmax(args, edges=edges, i0=i0, n=n, B=B, Hq=Hq, cfg=gluon_max_config,
-                                          key_perm=pk.key_perm, sinks=sinks is not None)
+                                          key_perm=pk.key_perm, sinks=sinks is not None, q_in=pk.q_in, v_in=pk.v_in)
             return
         if pmax != 1 and use_gluon:
             attention_gluon.launch(args, edges=edges, two_level=two_level_p, smooth_q=smooth_q, i0=i0, n=n, B=B,
@@ -1263,6 +1227,12 @@ def op_key_perm(D: int, *, fmt: str, two_level_p: bool, online: bool | None, smo
     return gluon_key_order(does, online=online, smooth_q=smooth_q, dp=dp)
 
 
+# single-level NVFP4 in key order: Q / V quantized inside the Gluon row-max pass (``quantize_qkv(q_fused=True)``,
+# ``v_fused``) where True; False runs the separate pre-pass. Off until measured on a GPU (benchmarks/qfuse-s55)
+Q_FUSED = False
+V_FUSED = False
+
+
 def attention_fwd(q, k, v, *, causal: bool = False, scale: float | None = None, fmt: str = "nvfp4",
                   smooth_q: bool = False, smooth_k: bool = False, two_level_p: bool = False,
                   out: torch.Tensor | None = None, path: int | None = None, online: bool | None = None,
@@ -1280,8 +1250,12 @@ def attention_fwd(q, k, v, *, causal: bool = False, scale: float | None = None, 
         staged = default_staged()
     key_perm = op_key_perm(D, fmt=fmt, two_level_p=two_level_p, online=online, smooth_q=smooth_q, staged=staged,
                            path=path, device=q.device)
+    fusable = key_perm and not (two_level_p if online is None else online) and not (smooth_q or smooth_k)
+    # V's 64-token tiles are spread over the row-max programs (128 or 64 query rows each): at most two per program
+    # (fewer queries than keys, e.g. a short prefill against a long context, keep V's own pre-pass)
+    v_fused = fusable and V_FUSED and Hq * pad_tokens(Nq) >= Hkv * pad_tokens(k.shape[2])
     pk = quantize_qkv(q, k, v, fmt=fmt, smooth_q=smooth_q, smooth_k=smooth_k, path=path, staged=staged,
-                      key_rows=window is not None, key_perm=key_perm)
+                      key_rows=window is not None, key_perm=key_perm, q_fused=fusable and Q_FUSED, v_fused=v_fused)
     if out is None:
         out = torch.empty((B, Hq, Nq, D), device=q.device, dtype=q.dtype)
     lse = attention_packed(pk, causal=causal, scale=scale, two_level_p=two_level_p, B=B, Hq=Hq, Hkv=Hkv,

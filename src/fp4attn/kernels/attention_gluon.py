@@ -81,12 +81,16 @@ import os
 import torch
 
 from ..formats.triton_helpers import (
+    block_bad,
     e2m1_decode_f16,
     e4m3_decode_f16,
     fake_quant_p,
     fake_quant_p_f16,
     fake_quant_p_words,
+    fp4_tile_f16,
+    pack_nibbles,
     phi_blocks_f16,
+    quant_rows,
 )
 from ..ops import _dispatch
 from ._launch import TmaDesc, fast, head_grid
@@ -94,6 +98,7 @@ from ._tiles import (
     causal_key_range,
     finish_rows,
     head_program,
+    load_rows,
     position_key,
     sink_start,
     two_level_scale,
@@ -429,6 +434,76 @@ if HAVE_GLUON:
 
 
     @gluon.jit
+    def _quantize_q(X, sx_b, sx_h, sx_n, sx_d, Qc, Qs, QBAD, pid_bh, Hq, m0, Nq, D, NQP, BLOCK_M: gl.constexpr,
+                    DP: gl.constexpr, QB: gl.constexpr, num_warps: gl.constexpr):
+        """The Q pre-pass of rows m0 ... m0 + BLOCK_M - 1 of query head ``pid_bh`` inside the row-max pass
+        (``Q_FUSED``): Q (bhsd, any strides) read once, NVFP4 codes, E4M3 scale bytes and the per-row non-finite
+        flags written where the Q pre-pass (``attention._prep_qk_kernel``) writes them, by the same encoder
+        (``quant_rows``), in chunks of rows with one 16-value block per thread. The row-max pass then reads its Q̂
+        back (``_q_tile_f16``) and the attention pass reads the same buffers."""
+        TPR: gl.constexpr = DP // QB  # threads per row: one block each
+        LX: gl.constexpr = gl.BlockedLayout([1, QB], [32 // TPR, TPR], [num_warps, 1], [1, 0])
+        RQ: gl.constexpr = num_warps * (32 // TPR)
+        src = X + (pid_bh // Hq).to(gl.int64) * sx_b + (pid_bh % Hq).to(gl.int64) * sx_h
+        cols = gl.arange(0, DP, layout=gl.SliceLayout(0, LX))
+        rows0 = m0 + gl.arange(0, RQ, layout=gl.SliceLayout(1, LX))
+        xn = load_rows(src, sx_n, sx_d, rows0, cols, Nq, D)
+        for c in gl.static_range(BLOCK_M // RQ):
+            rows = rows0 + c * RQ
+            x = xn.to(gl.float32)
+            if c + 1 < BLOCK_M // RQ:  # the next chunk's load in flight while this one is encoded
+                xn = load_rows(src, sx_n, sx_d, rows + RQ, cols, Nq, D)
+            rbad = block_bad(x)
+            row64 = pid_bh.to(gl.int64) * NQP + rows
+            gl.store(QBAD + row64, rbad.to(gl.uint8))
+            codes, sb = quant_rows(x, gl.max(rbad, axis=0), QB, False)
+            # element offsets through the same reshapes as the codes: addresses in the layouts of their values
+            off = row64[:, None] * DP + cols[None, :]
+            gl.store(Qc + gl.split(gl.reshape(off // 2, [RQ, DP // 2, 2]))[0], pack_nibbles(codes))
+            gl.store(Qs + gl.max(gl.reshape(off // QB, [RQ, DP // QB, QB]), axis=2), sb)
+        gl.thread_barrier()  # the program's codes written before any of its threads reads them back
+
+    @gluon.jit
+    def _quantize_v(X, sx_b, sx_h, sx_n, sx_d, VH, KVF, item, Hkv, GROUP, Nk, D, NKP, DP: gl.constexpr,
+                    QB: gl.constexpr, num_warps: gl.constexpr):
+        """The V pre-pass (``attention._prep_v_kernel`` with STAGE and KEY_PERM) of one tile of 64 tokens x DP channels
+        inside the row-max pass (``V_FUSED``): V (bhsd, any strides) read once, NVFP4 along tokens by the same encoder
+        (``quant_rows``), the staged V̂ᵀ (channel-major, fp16) written in the Gluon passes' key order
+        (``_tiles.key_position``), and each channel holding NaN/±Inf flagged for the GROUP query heads of its kv head.
+        ``item`` = kv head · (NKP / 64) + tile. Loaded with one 16-token block of two channels per thread (each warp
+        reads 64 channels of 16 token rows), encoded on the transposed view (blocks along the last axis, in-thread),
+        then the fp16 values permuted into key order and stored as 16-byte runs of a channel's row."""
+        WC: gl.constexpr = DP // 64  # warps along channels
+        WT: gl.constexpr = num_warps // WC  # ... and along tokens: 16 tokens each
+        TV: gl.constexpr = QB * WT
+        gl.static_assert(TV == 64, "a tile is one 64-key group of the key order")
+        LV: gl.constexpr = gl.BlockedLayout([QB, 2], [1, 32], [WT, WC], [1, 0])
+        LVT: gl.constexpr = gl.BlockedLayout([2, QB], [32, 1], [WC, WT], [0, 1])  # LV's transpose
+        LS: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [num_warps, 1], [1, 0])
+        n_t = NKP // TV
+        bkv = item // n_t
+        t0 = (item % n_t) * TV
+        src = X + (bkv // Hkv).to(gl.int64) * sx_b + (bkv % Hkv).to(gl.int64) * sx_h
+        tok = t0 + gl.arange(0, TV, layout=gl.SliceLayout(1, LV))
+        ch = gl.arange(0, DP, layout=gl.SliceLayout(0, LV))
+        xt = gl.permute(load_rows(src, sx_n, sx_d, tok, ch, Nk, D).to(gl.float32), [1, 0])  # (DP, TV)
+        cbad = block_bad(xt)  # (DP,): the channel holds NaN / ±Inf in this tile
+        anybad = gl.max(cbad, axis=0)
+        cht = gl.arange(0, DP, layout=gl.SliceLayout(1, LVT))
+        for j in range(GROUP):  # masked stores of the same value from any tile: no atomics needed
+            row = KVF + (bkv * GROUP + j).to(gl.int64) * (DP + 2)
+            gl.store(row + 2 + cht, cbad, mask=cbad != 0)
+            gl.store(row + 1, anybad, mask=anybad != 0)
+        codes, sb = quant_rows(xt, anybad, QB, False)
+        vh = fp4_tile_f16(codes, sb, cht, QB, False)  # (DP, TV) exact fp16 values
+        # token 16q + 2j + e of the tile to column 8j + 2q + e (``_tiles.key_position``)
+        vp = gl.reshape(gl.permute(gl.reshape(vh, [DP, 4, 8, 2]), [0, 2, 1, 3]), [DP, TV])
+        vp = gl.convert_layout(vp, LS)
+        cs = gl.arange(0, DP, layout=gl.SliceLayout(1, LS))
+        ps = gl.arange(0, TV, layout=gl.SliceLayout(0, LS))
+        gl.store(VH + (bkv.to(gl.int64) * DP + cs)[:, None] * NKP + t0 + ps[None, :], vp.to(VH.dtype.element_ty))
+
+    @gluon.jit
     def _rowmax_issue(q_op, k_smem, k_bar, s, t, NS: gl.constexpr):
         """Wait for K̂ tile t and issue its S = Q̂K̂ᵀ asynchronously into the registers of ``s`` (not accumulated)."""
         mbarrier.wait(k_bar.index(t % NS), (t // NS) & 1)
@@ -454,8 +529,10 @@ if HAVE_GLUON:
         return gl.maximum(m_i, mx)
 
     @gluon.jit
-    def _rowmax_kernel_gl(Qc, Qs, k_desc, MBUF, SINK, qk_scale, Hq, GROUP, Nq, Nk, NQP, NKP, I0, ROWS_END, COFF, LOFF,
-                          CAUSAL: gl.constexpr, QB: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+    def _rowmax_kernel_gl(Qc, Qs, k_desc, MBUF, SINK, X, sx_b, sx_h, sx_n, sx_d, QBAD, V, sv_b, sv_h, sv_n, sv_d, VH,
+                          KVF, qk_scale, Hq, GROUP, Nq, Nk, NQP, NKP, D, I0, ROWS_END, COFF, LOFF,
+                          CAUSAL: gl.constexpr, Q_FUSED: gl.constexpr, V_FUSED: gl.constexpr, K_FIRST: gl.constexpr,
+                          QB: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                           DP: gl.constexpr, NS: gl.constexpr, Q_REG: gl.constexpr, Q_SL: gl.constexpr,
                           KEY_PERM: gl.constexpr, WINDOW: gl.constexpr, SINKS: gl.constexpr, num_warps: gl.constexpr):
         """The row-max pass (the Triton kernel's ``PMAX=1``, single-level NVFP4 on the staged K̂, no smooth_q; the
@@ -479,16 +556,7 @@ if HAVE_GLUON:
         kv_bh = b * (Hq // GROUP) + h // GROUP
         m0 = I0 * 128 + pid_m * BLOCK_M  # I0: the launch's first 128-query block
 
-        # ---- Q̂ (exact fp16), once per program -----------------------------------------------------
-        qr = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, LQ))
-        qd = gl.arange(0, DP, layout=gl.SliceLayout(0, LQ))
-        qrow = pid_bh.to(gl.int64) * NQP + gl.minimum(qr, ROWS_END - 1)  # (overhanging rows: repeat the last)
-        q16 = _q_tile_f16(Qc, Qs, qrow, qd, DP, QB)
-        if Q_REG:
-            q_op = gl.convert_layout(q16, gl.DotOperandLayout(operand_index=0, parent=S_L, k_width=2))
-        else:
-            q_op = gl.allocate_shared_memory(gl.float16, [BLOCK_M, DP], Q_SL, q16)
-
+        # ---- the first K̂ tiles in flight (TMA), then Q̂ (exact fp16), once per program ---------------
         k_smem = gl.allocate_shared_memory(gl.float16, [NS, BLOCK_N, DP], k_desc.layout)
         k_bar = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())
         for i in gl.static_range(NS):
@@ -500,9 +568,26 @@ if HAVE_GLUON:
         lo, e1, e2 = window_key_range(m0, LOFF, hi, full_end, BLOCK_M, BLOCK_N, WINDOW)
         n_tiles = gl.cdiv(hi - lo, BLOCK_N)  # tile t holds keys lo + t·BLOCK_N ...
         krow = kv_bh * NKP + lo
-        for i in gl.static_range(NS):
-            if i < n_tiles:
-                _load(k_desc, k_smem, k_bar, krow + i * BLOCK_N, 0, i)
+        if K_FIRST:
+            for i in gl.static_range(NS):
+                if i < n_tiles:
+                    _load(k_desc, k_smem, k_bar, krow + i * BLOCK_N, 0, i)
+
+        if Q_FUSED:
+            _quantize_q(X, sx_b, sx_h, sx_n, sx_d, Qc, Qs, QBAD, pid_bh, Hq, m0, Nq, D, NQP, BLOCK_M, DP, QB,
+                        num_warps)
+        qr = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, LQ))
+        qd = gl.arange(0, DP, layout=gl.SliceLayout(0, LQ))
+        qrow = pid_bh.to(gl.int64) * NQP + gl.minimum(qr, ROWS_END - 1)  # (overhanging rows: repeat the last)
+        q16 = _q_tile_f16(Qc, Qs, qrow, qd, DP, QB)
+        if Q_REG:
+            q_op = gl.convert_layout(q16, gl.DotOperandLayout(operand_index=0, parent=S_L, k_width=2))
+        else:
+            q_op = gl.allocate_shared_memory(gl.float16, [BLOCK_M, DP], Q_SL, q16)
+        if not K_FIRST:
+            for i in gl.static_range(NS):
+                if i < n_tiles:
+                    _load(k_desc, k_smem, k_bar, krow + i * BLOCK_N, 0, i)
 
         offs_m = m0 + gl.arange(0, BLOCK_M, layout=ROW)
         keys0 = _col_keys(gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, S_L)), KEY_PERM)
@@ -547,6 +632,12 @@ if HAVE_GLUON:
             m_i = gl.maximum(m_i, gl.load(SINK + pid_bh.to(gl.int64) * NQP + offs_m, mask=offs_m < ROWS_END,
                                           other=float("-inf")))
         gl.store(MBUF + pid_bh.to(gl.int64) * NQP + offs_m, m_i, mask=offs_m < ROWS_END)
+        if V_FUSED:  # V's pre-pass, its 64-token tiles spread over the programs (overlapping other programs' wgmmas)
+            n_prog = gl.num_programs(0)
+            n_items = (gl.num_programs(1) * gl.num_programs(2) // GROUP) * (NKP // 64)
+            for item in range(pid_bh * n_prog + pid_m, n_items, n_prog * gl.num_programs(1) * gl.num_programs(2)):
+                _quantize_v(V, sv_b, sv_h, sv_n, sv_d, VH, KVF, item, Hq // GROUP, GROUP, Nk, D, NKP, DP, QB,
+                            num_warps)
 
 
 def supported(*, is_mx: bool, two_level: bool, smooth_q: bool, staged: bool, dp: int, device) -> bool:
@@ -652,8 +743,8 @@ def launch(args, *, edges: tuple, two_level: bool, smooth_q: bool, i0: int, n: i
 # The row-max pass (H100 sweep, benchmarks/rowmax-s40): at D = 128, 128 query rows on two warp groups, 64-key tiles,
 # a 6-slot K̂ ring and Q̂ in registers (122 registers, 96 KiB: 2 programs per SM); at D = 64, 64 rows on one warp group,
 # 4 slots (106 registers, 32 KiB: 4 programs per SM).
-ROWMAX_CONFIGS = {128: {"BLOCK_M": 128, "BLOCK_N": 64, "NS": 6, "Q_REG": True, "num_warps": 8},
-                  64: {"BLOCK_M": 64, "BLOCK_N": 64, "NS": 4, "Q_REG": True, "num_warps": 4}}
+ROWMAX_CONFIGS = {128: {"BLOCK_M": 128, "BLOCK_N": 64, "NS": 6, "Q_REG": True, "K_FIRST": True, "num_warps": 8},
+                  64: {"BLOCK_M": 64, "BLOCK_N": 64, "NS": 4, "Q_REG": True, "K_FIRST": True, "num_warps": 4}}
 
 
 def rowmax_preferred(dp: int) -> bool:
@@ -666,23 +757,34 @@ def rowmax_preferred(dp: int) -> bool:
 
 
 def launch_rowmax(args, *, edges: tuple, i0: int, n: int, B: int, Hq: int, cfg: dict | None = None,
-                  key_perm: bool = False, sinks: bool = False):
+                  key_perm: bool = False, sinks: bool = False, q_in: torch.Tensor | None = None,
+                  v_in: torch.Tensor | None = None):
     """The row-max pass of ``attention.attention_packed`` (single-level NVFP4, staged operands, no smooth_q) on
     ``_rowmax_kernel_gl`` for 128-query blocks i0 ... i0 + n - 1: the exact row maxima into the launcher's MBUF.
     ``key_perm``: K̂ in ``_tiles.key_position`` order (key tiles of a multiple of 64). ``edges`` and ``sinks``: as
-    ``launch``'s."""
-    (qc, qs, _kc, _ks, _vc, _vs, _vexp, _table, _out, _lse, mbuf, kh, _vh, _qbad, _kvbad, _krows, sink, *_so,
-     qk_scale, _hq, group, nq, nk, nqp, nkp, _d) = args
+    ``launch``'s. ``q_in``: Q (bhsd view) whose pre-pass this pass runs (``quantize_qkv(q_fused=True)``: the
+    launcher's codes, scale bytes and row flags are written here, ``_quantize_q``). ``v_in``: V (bhsd view) whose
+    pre-pass this launch runs (``quantize_qkv(v_fused=True)``: V̂ᵀ in key order and the channel flags,
+    ``_quantize_v``; the launch must cover every query block, i0 = 0)."""
+    (qc, qs, _kc, _ks, _vc, _vs, _vexp, _table, _out, _lse, mbuf, kh, vh, qbad, kvbad, _krows, sink, *_so,
+     qk_scale, _hq, group, nq, nk, nqp, nkp, d) = args
     right, coff, left, loff = edges
     dp = kh.shape[-1]
     cfg = cfg or ROWMAX_CONFIGS[dp]
     bm, bn = cfg["BLOCK_M"], cfg["BLOCK_N"]
     assert not key_perm or bn % 64 == 0, cfg
+    assert q_in is None or bm <= 128, cfg  # (programs past ROWS_END would write other heads' rows)
     q_sl, k_sl, _ = _smem_layouts(bm, bn, dp)
     k_desc = TmaDesc(kh, (kh.numel() // dp, dp), (dp, 1), (bn, dp), k_sl)
     grid = head_grid(-(-n * 128 // bm), B * Hq)
-    fast(_rowmax_kernel_gl)[grid](qc.view(torch.uint8), qs, k_desc, mbuf, sink, qk_scale, Hq, group, nq, nk, nqp, nkp,
-                                  i0, (i0 + n) * 128, coff, loff, CAUSAL=right, QB=16, BLOCK_M=bm, BLOCK_N=bn, DP=dp,
+    assert v_in is None or (key_perm and i0 == 0 and cfg["num_warps"] * 16 == dp), cfg  # (64-token V tiles)
+    x, xs = (q_in, q_in.stride()) if q_in is not None else (qs, (0, 0, 0, 0))
+    v, vs = (v_in, v_in.stride()) if v_in is not None else (qs, (0, 0, 0, 0))
+    fast(_rowmax_kernel_gl)[grid](qc.view(torch.uint8), qs, k_desc, mbuf, sink, x, *xs, qbad, v, *vs, vh, kvbad,
+                                  qk_scale, Hq, group, nq, nk, nqp, nkp, d, i0, (i0 + n) * 128, coff, loff,
+                                  CAUSAL=right, Q_FUSED=q_in is not None, V_FUSED=v_in is not None,
+                                  K_FIRST=cfg.get("K_FIRST", True),
+                                  QB=16, BLOCK_M=bm, BLOCK_N=bn, DP=dp,
                                   NS=cfg["NS"], Q_REG=cfg["Q_REG"], Q_SL=q_sl, KEY_PERM=key_perm, WINDOW=left,
                                   SINKS=sinks, num_warps=cfg["num_warps"],
                                   **{k: cfg[k] for k in ("maxnreg",) if k in cfg})

@@ -87,6 +87,7 @@ from ..formats.triton_helpers import (
     fake_quant_p,
     fake_quant_p_two_level,
     fake_quant_rows,
+    fp4_tile_f16,
     unpack_e2m1_f16_scaled,
     unpack_nibbles,
 )
@@ -96,7 +97,6 @@ from ..ops._validate import check_choice
 from . import decode_gluon
 from ._launch import cdiv, fast, head_grid, next_pow2
 from ._tiles import LOG2E, LOG2E_K, decode_tile_runs, dim_mask, kv_head_program, online_softmax_step
-from .attention import _fp4_tile_f16
 
 LN2 = 0.6931471805599453
 SLOT = 16
@@ -106,7 +106,7 @@ SLOT = 16
 def _fp4_rows_f16(packed, sbytes, QB: tl.constexpr):
     """(R, C/2) packed bytes (blocks along the last axis) + (R, C/QB) E4M3 bytes -> (R, C) float16
     values code·scale (exact in float16): the FP4 attention kernel's tile decode, reused."""
-    return _fp4_tile_f16(unpack_nibbles(packed), sbytes, 0, QB, False)
+    return fp4_tile_f16(unpack_nibbles(packed), sbytes, 0, QB, False)
 
 
 @triton.jit
