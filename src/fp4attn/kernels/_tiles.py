@@ -124,6 +124,18 @@ def load_bhsd_rows(X, sx_b, sx_h, sx_n, sx_d, b, h, rows, N, D, DP: tl.constexpr
 
 
 @triton.jit
+def flag_v_channels(KVF, kv_bh, GROUP, DP: tl.constexpr, ch, cbad, anybad):
+    """The V pre-pass's non-finite flags of a tile of kv head ``kv_bh`` (b·Hkv + h): KVF[q head, 2 + c] = 1 for each
+    channel c of ``ch`` whose ``cbad`` is set and KVF[q head, 1] = 1 if ``anybad``, for the GROUP query heads that read
+    the kv head (int32 KVF (B, Hkv·GROUP, 2 + DP), zeroed before). Masked stores of the same value from any tile: no
+    atomics, no memory traffic for finite tiles."""
+    for j in range(GROUP):
+        row = KVF + (kv_bh * GROUP + j).to(tl.int64) * (DP + 2)
+        tl.store(row + 2 + ch, cbad, mask=cbad != 0)
+        tl.store(row + 1, anybad, mask=anybad != 0)
+
+
+@triton.jit
 def load_rows(src, sx_n, sx_d, rows, cols, N, D):
     """``load_bhsd_rows``'s load from the head's base pointer ``src``: rows x cols in the tensor's dtype, zero past N
     tokens and D channels (not converted: a load issued ahead of its use stays in flight until then)."""

@@ -169,6 +169,7 @@ from ._tiles import (
     LOG2E,
     causal_key_range,
     finish_rows,
+    flag_v_channels,
     head_program,
     key_position,
     load_bhsd_rows,
@@ -337,10 +338,7 @@ def _prep_v_kernel(X, sx_b, sx_h, sx_n, sx_d, C, S, VEXP, VH, KVF, H, N, D, NP, 
     xb = tl.reshape(tl.permute(x, (1, 3, 0, 2)), (NB * DC, QB))  # row j·DC + c: block j of channel c
     cbad = tl.max(tl.reshape(block_bad(xb), (NB, DC)), axis=0)  # (DC,)
     anybad = tl.max(cbad, axis=0)
-    for jg in range(GROUP):  # masked stores of the same value from any tile: no atomics needed
-        row = KVF + (pid_bh * GROUP + jg).to(tl.int64) * (DP + 2)
-        tl.store(row + 2 + ch, cbad, mask=cbad != 0)
-        tl.store(row + 1, anybad, mask=anybad != 0)
+    flag_v_channels(KVF, pid_bh, GROUP, DP, ch, cbad, anybad)
     codes, sb = quant_rows(xb, anybad, QB, IS_MX)  # (NB·DC, QB), (NB·DC, 1)
     vrow = (pid_bh.to(tl.int64) * DP + ch)[None, :, None]  # (1, DC, 1) row of the channel-major buffers
     jb = tl.arange(0, NB)[:, None, None]

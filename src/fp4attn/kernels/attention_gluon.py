@@ -97,6 +97,7 @@ from ._launch import TmaDesc, fast, head_grid
 from ._tiles import (
     causal_key_range,
     finish_rows,
+    flag_v_channels,
     head_program,
     load_rows,
     position_key,
@@ -490,10 +491,7 @@ if HAVE_GLUON:
         cbad = block_bad(xt)  # (DP,): the channel holds NaN / ±Inf in this tile
         anybad = gl.max(cbad, axis=0)
         cht = gl.arange(0, DP, layout=gl.SliceLayout(1, LVT))
-        for j in range(GROUP):  # masked stores of the same value from any tile: no atomics needed
-            row = KVF + (bkv * GROUP + j).to(gl.int64) * (DP + 2)
-            gl.store(row + 2 + cht, cbad, mask=cbad != 0)
-            gl.store(row + 1, anybad, mask=anybad != 0)
+        flag_v_channels(KVF, bkv, GROUP, DP, cht, cbad, anybad)
         codes, sb = quant_rows(xt, anybad, QB, False)
         vh = fp4_tile_f16(codes, sb, cht, QB, False)  # (DP, TV) exact fp16 values
         # token 16q + 2j + e of the tile to column 8j + 2q + e (``_tiles.key_position``)
@@ -502,6 +500,13 @@ if HAVE_GLUON:
         cs = gl.arange(0, DP, layout=gl.SliceLayout(1, LS))
         ps = gl.arange(0, TV, layout=gl.SliceLayout(0, LS))
         gl.store(VH + (bkv.to(gl.int64) * DP + cs)[:, None] * NKP + t0 + ps[None, :], vp.to(VH.dtype.element_ty))
+
+    @gluon.jit
+    def _rowmax_prefetch(k_desc, k_smem, k_bar, krow, n_tiles, BLOCK_N: gl.constexpr, NS: gl.constexpr):
+        """The first NS K̂ tiles of the program (rows krow, krow + BLOCK_N, ...) into the ring."""
+        for i in gl.static_range(NS):
+            if i < n_tiles:
+                _load(k_desc, k_smem, k_bar, krow + i * BLOCK_N, 0, i)
 
     @gluon.jit
     def _rowmax_issue(q_op, k_smem, k_bar, s, t, NS: gl.constexpr):
@@ -544,7 +549,12 @@ if HAVE_GLUON:
         max(S)·scale = max(S·scale) bit for bit (rounding is monotone), one multiply per row instead of per score.
         The wgmma accumulates the same k-steps in the same order as the attention pass's, so the maxima are those
         of its scores. Rows from ``ROWS_END`` on (past this launch's 128-query blocks, from I0) are neither read nor
-        written (programs of 256 rows may overhang)."""
+        written (programs of 256 rows may overhang).
+
+        ``Q_FUSED``: the program first runs its rows' Q pre-pass (``_quantize_q``; Q from X) and reads Q̂ back from
+        what it wrote. ``V_FUSED``: after its maxima, the program runs the V pre-pass of V's 64-token tiles
+        ``item`` = its linear index, + the number of programs, ... (``_quantize_v``; V from V). ``K_FIRST``: the first
+        K̂ tiles are requested before Q̂ is built, so that they arrive while Q is read and quantized."""
         S_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
                                                       instr_shape=[16, BLOCK_N, 16])
         LQ: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [num_warps, 1], [1, 0])
@@ -569,9 +579,7 @@ if HAVE_GLUON:
         n_tiles = gl.cdiv(hi - lo, BLOCK_N)  # tile t holds keys lo + t·BLOCK_N ...
         krow = kv_bh * NKP + lo
         if K_FIRST:
-            for i in gl.static_range(NS):
-                if i < n_tiles:
-                    _load(k_desc, k_smem, k_bar, krow + i * BLOCK_N, 0, i)
+            _rowmax_prefetch(k_desc, k_smem, k_bar, krow, n_tiles, BLOCK_N, NS)
 
         if Q_FUSED:
             _quantize_q(X, sx_b, sx_h, sx_n, sx_d, Qc, Qs, QBAD, pid_bh, Hq, m0, Nq, D, NQP, BLOCK_M, DP, QB,
@@ -585,9 +593,7 @@ if HAVE_GLUON:
         else:
             q_op = gl.allocate_shared_memory(gl.float16, [BLOCK_M, DP], Q_SL, q16)
         if not K_FIRST:
-            for i in gl.static_range(NS):
-                if i < n_tiles:
-                    _load(k_desc, k_smem, k_bar, krow + i * BLOCK_N, 0, i)
+            _rowmax_prefetch(k_desc, k_smem, k_bar, krow, n_tiles, BLOCK_N, NS)
 
         offs_m = m0 + gl.arange(0, BLOCK_M, layout=ROW)
         keys0 = _col_keys(gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, S_L)), KEY_PERM)
@@ -633,9 +639,9 @@ if HAVE_GLUON:
                                           other=float("-inf")))
         gl.store(MBUF + pid_bh.to(gl.int64) * NQP + offs_m, m_i, mask=offs_m < ROWS_END)
         if V_FUSED:  # V's pre-pass, its 64-token tiles spread over the programs (overlapping other programs' wgmmas)
-            n_prog = gl.num_programs(0)
-            n_items = (gl.num_programs(1) * gl.num_programs(2) // GROUP) * (NKP // 64)
-            for item in range(pid_bh * n_prog + pid_m, n_items, n_prog * gl.num_programs(1) * gl.num_programs(2)):
+            n_prog = gl.num_programs(0)  # per head
+            n_heads = gl.num_programs(1) * gl.num_programs(2)  # B·Hq (``head_program``)
+            for item in range(pid_bh * n_prog + pid_m, n_heads // GROUP * (NKP // 64), n_prog * n_heads):
                 _quantize_v(V, sv_b, sv_h, sv_n, sv_d, VH, KVF, item, Hq // GROUP, GROUP, Nk, D, NKP, DP, QB,
                             num_warps)
 
