@@ -810,13 +810,13 @@ def test_gpu_gluon_key_order(case, flags):
 @pytest.mark.parametrize("case", GLUON_CASES, ids=str)
 def test_gpu_gluon_row_max_pass_quantizes_q(case, variant):
     """``quantize_qkv(q_fused=True, v_fused=True)`` (``fp4attn.attention`` for single-level nvfp4 in key order with
-    ``attention.Q_FUSED`` / ``V_FUSED``): the Gluon row-max pass runs Q's and V's pre-passes itself (``attention_gluon._quantize_q`` /
-    ``_quantize_v``, the shared ``quant_rows`` encoder), each alone and both. After the passes, Q's packed codes, scale
-    bytes and per-row non-finite flags, the staged V̂ᵀ (in key order) and the K / V flags are those of the separate
-    pre-passes bit for bit (those are checked field by field against the PyTorch statement in
-    ``test_attention_prepass.py``), and so are the outputs and LSEs. Variants: NaN / ±Inf / all-zero Q rows and NaN /
-    Inf in V, Q and V rows with a stride (bshd tensors seen as bhsd), float32 inputs, a sliding window with sinks
-    (its per-key flags)."""
+    ``attention.Q_FUSED`` / ``V_FUSED``): the Gluon row-max pass runs Q's and V's pre-passes itself
+    (``attention_gluon._quantize_q`` / ``_quantize_v``, the shared ``quant_rows`` encoder), each alone and both. After
+    the passes, Q's packed codes, scale bytes and per-row non-finite flags, the staged V̂ᵀ (in key order) and the K / V
+    flags are those of the separate pre-passes bit for bit (those are checked field by field against the PyTorch
+    statement in ``test_attention_prepass.py``), and so are the outputs and LSEs. Variants: NaN / ±Inf / all-zero Q rows
+    and NaN / Inf in V, Q and V rows with a stride (bshd tensors seen as bhsd), float32 inputs, a sliding window with
+    sinks (its per-key flags)."""
     B, hq, hkv, nq, nk, D, causal = case
     q, k, v = make_qkv(B, hq, hkv, nq, nk, D, dtype=torch.float32 if variant == "fp32" else torch.bfloat16,
                        seed=nq + 11 * nk + D)
