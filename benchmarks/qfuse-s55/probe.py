@@ -8,6 +8,7 @@ Variants: "sep k0" (the tree before), "q k0", "q k1" (Q fused), "qv k1" (Q and V
    bit, at ragged / GQA / bshd / window + sinks / non-finite shapes.
 2. Time: eager op calls, quantization included, side by side with SDPA (flash, cuDNN); min over interleaved rounds
    (the order reversed every other round).
+3. Where the time moved: per-kernel times of one causal call, separate against fused (torch.profiler).
 
     PYTHONPATH=src python benchmarks/qfuse-s55/probe.py [rounds]
 """
@@ -101,6 +102,28 @@ def run_shape(B, H, N, D, causal, rounds):
 VARIANTS = ("sep k0", "q k0", "q k1", "qv k1")
 
 
+def breakdown():
+    """Per-kernel times of one op call after a sync (torch.profiler), separate pre-passes against both fused, at
+    the causal D = 128 and D = 64 shapes: where the time moved (``voverlap-s54/steady.py``'s report)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "voverlap-s54"))
+    from steady import kernels, report
+    from torch.profiler import ProfilerActivity, profile
+
+    for D in (128, 64):
+        q, k, v = (torch.randn(16, 16, 4096, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+        for on in (False, True):
+            _env(on, on)
+            for _ in range(3):
+                fp4attn.attention(q, k, v, causal=True)
+            torch.cuda.synchronize()
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                fp4attn.attention(q, k, v, causal=True)
+                torch.cuda.synchronize()
+            report(f"(16,16,4096,{D}) causal, {'Q and V fused' if on else 'separate pre-passes'}", kernels(prof), 1)
+    _env(False, False)
+
+
 if __name__ == "__main__":
     exactness()
     main(SHAPES, run_shape)
+    breakdown()
