@@ -27,7 +27,8 @@ their public launchers at benchmark-like shapes (B=8, Hq=32, Hkv=8, D=128 decode
 the Gluon decode kernels under the register cap of n programs per SM instead of their config's, ``SASS_PIPE=0``
 their FP4 tiles without ``PIPE``; ``SASS_G=g`` with g query heads per kv head (default 4), ``SASS_KEY_PERM=0``
 the Gluon attention passes on operands in key order (the op's are in ``_tiles.key_position`` order),
-``SASS_Q_FUSED=0`` / ``SASS_V_FUSED=0`` the row-max pass without running the Q / V pre-pass (default: both),
+``SASS_Q_FUSED=1`` / ``SASS_V_FUSED=1`` (``=0``) the row-max pass running (not running) the Q / V pre-pass
+(default: as the op, ``attention.Q_FUSED`` / ``V_FUSED``),
 ``SASS_D=d`` at head dim d (default 128; Thrift at d <= 64 compiles the fused 16-bit tile, as the op runs it;
 also the attention kernels' head dim), and ``SASS_WINDOW=1`` the Gluon attention passes with a causal sliding
 window and sinks. ``corr --smooth``: sage3's smooth_q table kernel (``smooth_q_corr``).
@@ -205,9 +206,9 @@ def recorded_cases(which, fmt="nvfp4", smooth=False):
                 Ka.attention_gluon.supported = lambda **kw: True
                 perm = os.environ.get("SASS_KEY_PERM", "1") != "0"  # the op's key order (quantize_qkv(key_perm=True))
                 win = os.environ.get("SASS_WINDOW", "0") == "1"  # a causal sliding window and sinks instead
-                # single-level P: Q and V quantized by the row-max pass (SASS_Q_FUSED=0 / SASS_V_FUSED=0: pre-passes)
-                fused = perm and not smooth and os.environ.get("SASS_Q_FUSED", "1") != "0"
-                vfused = perm and not smooth and os.environ.get("SASS_V_FUSED", "1") != "0"
+                # single-level P: Q / V quantized by the row-max pass as the op does (SASS_Q_FUSED / SASS_V_FUSED)
+                fused = perm and not smooth and os.environ.get("SASS_Q_FUSED", str(int(Ka.Q_FUSED))) != "0"
+                vfused = perm and not smooth and os.environ.get("SASS_V_FUSED", str(int(Ka.V_FUSED))) != "0"
                 pkg = Ka.quantize_qkv(q, q, q, fmt=fmt, path=Ka.PATH_HOPPER, staged=True, smooth_q=smooth,
                                       smooth_k=smooth, key_perm=perm, key_rows=win, q_fused=fused, v_fused=vfused)
                 Ka.attention_packed(pkg, causal=win, scale=0.088, two_level_p=smooth, B=1, Hq=2, Hkv=2,

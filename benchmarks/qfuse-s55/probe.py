@@ -106,20 +106,14 @@ def breakdown():
     """Per-kernel times of one op call after a sync (torch.profiler), separate pre-passes against both fused, at
     the causal D = 128 and D = 64 shapes: where the time moved (``voverlap-s54/steady.py``'s report)."""
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "voverlap-s54"))
-    from steady import kernels, report
-    from torch.profiler import ProfilerActivity, profile
+    from steady import one_call, report
 
     for D in (128, 64):
         q, k, v = (torch.randn(16, 16, 4096, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
         for on in (False, True):
             _env(on, on)
-            for _ in range(3):
-                fp4attn.attention(q, k, v, causal=True)
-            torch.cuda.synchronize()
-            with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                fp4attn.attention(q, k, v, causal=True)
-                torch.cuda.synchronize()
-            report(f"(16,16,4096,{D}) causal, {'Q and V fused' if on else 'separate pre-passes'}", kernels(prof), 1)
+            ks = one_call(lambda: fp4attn.attention(q, k, v, causal=True))  # noqa: B023 (called at once)
+            report(f"(16,16,4096,{D}) causal, {'Q and V fused' if on else 'separate pre-passes'}", ks, 1)
     _env(False, False)
 
 

@@ -28,6 +28,17 @@ def kernels(prof):
     return [(e.name, e.time_range.start, e.time_range.end) for e in ev]
 
 
+def one_call(f, warm=3):
+    """``kernels`` of one call of ``f`` after ``warm`` calls and a sync."""
+    for _ in range(warm):
+        f()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        f()
+        torch.cuda.synchronize()
+    return kernels(prof)
+
+
 def report(tag, ks, calls):
     dur = collections.defaultdict(list)
     for n, a, b in ks:
@@ -49,12 +60,7 @@ def main():
         q, k, v = (torch.randn(16, 16, 4096, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
         f = functools.partial(fp4attn.attention, q, k, v, causal=causal)
         print(f"\n=== (16,16,4096,128) causal={causal}, V_OVERLAP={mode}")
-        f()
-        torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            f()
-            torch.cuda.synchronize()
-        report("one call after a sync", kernels(prof), 1)
+        report("one call after a sync", one_call(f, warm=1), 1)
         e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         for _ in range(300):
             f()

@@ -3,8 +3,10 @@ causal: do the row-max pass and the V pre-pass overlap?
 
     PYTHONPATH=src python benchmarks/voverlap-s54/timeline.py
 """
+import functools
+
 import torch
-from torch.profiler import ProfilerActivity, profile
+from steady import one_call
 
 import fp4attn
 from fp4attn.kernels import attention as A
@@ -12,14 +14,8 @@ from fp4attn.kernels import attention as A
 q, k, v = (torch.randn(16, 16, 4096, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
 for mode in ("serial", "high", "side"):
     A.V_OVERLAP = mode
-    for _ in range(3):
-        fp4attn.attention(q, k, v, causal=True)
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        fp4attn.attention(q, k, v, causal=True)
-        torch.cuda.synchronize()
-    ev = sorted((e for e in prof.events() if e.device_type.name == "CUDA"), key=lambda e: e.time_range.start)
-    t0 = ev[0].time_range.start
+    ks = one_call(functools.partial(fp4attn.attention, q, k, v, causal=True))
+    t0 = ks[0][1]
     print(f"\n{mode}:")
-    for e in ev:
-        print(f"  {e.time_range.start - t0:8.1f} {e.time_range.end - t0:8.1f} us  {e.name[:60]}")
+    for name, a, b in ks:
+        print(f"  {a - t0:8.1f} {b - t0:8.1f} us  {name[:60]}")
