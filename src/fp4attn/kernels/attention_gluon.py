@@ -502,6 +502,16 @@ if HAVE_GLUON:
         gl.store(VH + (bkv.to(gl.int64) * DP + cs)[:, None] * NKP + t0 + ps[None, :], vp.to(VH.dtype.element_ty))
 
     @gluon.jit
+    def _rowmax_ring(k_desc, BLOCK_N: gl.constexpr, DP: gl.constexpr, NS: gl.constexpr):
+        """The row-max pass's ``NS``-slot K̂ ring in shared memory and its barriers (initialized, fenced)."""
+        k_smem = gl.allocate_shared_memory(gl.float16, [NS, BLOCK_N, DP], k_desc.layout)
+        k_bar = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())
+        for i in gl.static_range(NS):
+            mbarrier.init(k_bar.index(i), count=1)
+        fence_async_shared()
+        return k_smem, k_bar
+
+    @gluon.jit
     def _rowmax_prefetch(k_desc, k_smem, k_bar, krow, n_tiles, BLOCK_N: gl.constexpr, NS: gl.constexpr):
         """The first NS K̂ tiles of the program (rows krow, krow + BLOCK_N, ...) into the ring."""
         for i in gl.static_range(NS):
@@ -566,21 +576,15 @@ if HAVE_GLUON:
         kv_bh = b * (Hq // GROUP) + h // GROUP
         m0 = I0 * 128 + pid_m * BLOCK_M  # I0: the launch's first 128-query block
 
-        # ---- the first K̂ tiles in flight (TMA), then Q̂ (exact fp16), once per program ---------------
-        k_smem = gl.allocate_shared_memory(gl.float16, [NS, BLOCK_N, DP], k_desc.layout)
-        k_bar = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())
-        for i in gl.static_range(NS):
-            mbarrier.init(k_bar.index(i), count=1)
-        fence_async_shared()
-
+        # ---- Q̂ (exact fp16), once per program, and the K̂ ring with its first tiles in flight (TMA) ---------
         causal_off = COFF
         hi, full_end = causal_key_range(m0, COFF, Nk, BLOCK_M, BLOCK_N, CAUSAL)
         lo, e1, e2 = window_key_range(m0, LOFF, hi, full_end, BLOCK_M, BLOCK_N, WINDOW)
         n_tiles = gl.cdiv(hi - lo, BLOCK_N)  # tile t holds keys lo + t·BLOCK_N ...
         krow = kv_bh * NKP + lo
-        if K_FIRST:
+        if K_FIRST:  # the first tiles arrive while Q is read (and quantized)
+            k_smem, k_bar = _rowmax_ring(k_desc, BLOCK_N, DP, NS)
             _rowmax_prefetch(k_desc, k_smem, k_bar, krow, n_tiles, BLOCK_N, NS)
-
         if Q_FUSED:
             _quantize_q(X, sx_b, sx_h, sx_n, sx_d, Qc, Qs, QBAD, pid_bh, Hq, m0, Nq, D, NQP, BLOCK_M, DP, QB,
                         num_warps)
@@ -592,7 +596,8 @@ if HAVE_GLUON:
             q_op = gl.convert_layout(q16, gl.DotOperandLayout(operand_index=0, parent=S_L, k_width=2))
         else:
             q_op = gl.allocate_shared_memory(gl.float16, [BLOCK_M, DP], Q_SL, q16)
-        if not K_FIRST:
+        if not K_FIRST:  # the ring allocated after Q̂ is built, whose layout conversion's scratch it may then reuse
+            k_smem, k_bar = _rowmax_ring(k_desc, BLOCK_N, DP, NS)
             _rowmax_prefetch(k_desc, k_smem, k_bar, krow, n_tiles, BLOCK_N, NS)
 
         offs_m = m0 + gl.arange(0, BLOCK_M, layout=ROW)
@@ -748,9 +753,10 @@ def launch(args, *, edges: tuple, two_level: bool, smooth_q: bool, i0: int, n: i
 
 # The row-max pass (H100 sweep, benchmarks/rowmax-s40): at D = 128, 128 query rows on two warp groups, 64-key tiles,
 # a 6-slot K̂ ring and Q̂ in registers (122 registers, 96 KiB: 2 programs per SM); at D = 64, 64 rows on one warp group,
-# 4 slots (106 registers, 32 KiB: 4 programs per SM).
-ROWMAX_CONFIGS = {128: {"BLOCK_M": 128, "BLOCK_N": 64, "NS": 6, "Q_REG": True, "K_FIRST": True, "num_warps": 8},
-                  64: {"BLOCK_M": 64, "BLOCK_N": 64, "NS": 4, "Q_REG": True, "K_FIRST": True, "num_warps": 4}}
+# 4 slots (106 registers, 32 KiB: 4 programs per SM). ``K_FIRST`` (the first K̂ loads before Q̂ is built) stays off,
+# the order that was measured, until benchmarks/qfuse-s55's probe has timed it (its "k1" variants switch it on).
+ROWMAX_CONFIGS = {128: {"BLOCK_M": 128, "BLOCK_N": 64, "NS": 6, "Q_REG": True, "K_FIRST": False, "num_warps": 8},
+                  64: {"BLOCK_M": 64, "BLOCK_N": 64, "NS": 4, "Q_REG": True, "K_FIRST": False, "num_warps": 4}}
 
 
 def rowmax_preferred(dp: int) -> bool:
@@ -789,7 +795,7 @@ def launch_rowmax(args, *, edges: tuple, i0: int, n: int, B: int, Hq: int, cfg: 
     fast(_rowmax_kernel_gl)[grid](qc.view(torch.uint8), qs, k_desc, mbuf, sink, x, *xs, qbad, v, *vs, vh, kvbad,
                                   qk_scale, Hq, group, nq, nk, nqp, nkp, d, i0, (i0 + n) * 128, coff, loff,
                                   CAUSAL=right, Q_FUSED=q_in is not None, V_FUSED=v_in is not None,
-                                  K_FIRST=cfg.get("K_FIRST", True),
+                                  K_FIRST=cfg.get("K_FIRST", False),
                                   QB=16, BLOCK_M=bm, BLOCK_N=bn, DP=dp,
                                   NS=cfg["NS"], Q_REG=cfg["Q_REG"], Q_SL=q_sl, KEY_PERM=key_perm, WINDOW=left,
                                   SINKS=sinks, num_warps=cfg["num_warps"],
