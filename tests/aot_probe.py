@@ -150,6 +150,19 @@ def fam_attention():
                                 sinks=torch.zeros(4), **kw)
                 A.attention_fwd(qd, kd, kd, causal=False, scale=0.1, path=A.PATH_HOPPER, staged=True, window=(40, 40),
                                 **kw)
+            # the row-max pass running the Q and V pre-passes (attention.Q_FUSED / V_FUSED, off in the op until
+            # measured), its first K̂ loads before Q̂ is built or after
+            fused = (A.Q_FUSED, A.V_FUSED, [c["K_FIRST"] for c in A.attention_gluon.ROWMAX_CONFIGS.values()])
+            A.Q_FUSED = A.V_FUSED = True
+            try:
+                for k_first in (False, True):
+                    for c in A.attention_gluon.ROWMAX_CONFIGS.values():
+                        c["K_FIRST"] = k_first
+                    A.attention_fwd(qd, kd, kd, causal=causal, scale=0.1, path=A.PATH_HOPPER, staged=True)
+            finally:
+                A.Q_FUSED, A.V_FUSED = fused[:2]
+                for c, k_first in zip(A.attention_gluon.ROWMAX_CONFIGS.values(), fused[2]):
+                    c["K_FIRST"] = k_first
         del os.environ["FP4ATTN_ATTN_KERNEL"]
 
 

@@ -806,21 +806,24 @@ def test_gpu_gluon_key_order(case, flags):
 
 @gpu
 @pytest.mark.gpu
-@pytest.mark.parametrize("variant", ["plain", "nonfinite", "strided", "fp32", "window_sinks"])
-@pytest.mark.parametrize("case", GLUON_CASES, ids=str)
+@pytest.mark.parametrize("variant", ["plain", "nonfinite", "strided", "fp32", "fp16", "window_sinks"])
+@pytest.mark.parametrize("case", GLUON_CASES + [(1, 8, 2, 300, 777, 96, False), (3, 4, 2, 77, 200, 40, True)],
+                         ids=str)  # (head dims padded to 128 / 64)
 def test_gpu_gluon_row_max_pass_quantizes_q(case, variant):
     """``quantize_qkv(q_fused=True, v_fused=True)`` (``fp4attn.attention`` for single-level nvfp4 in key order with
     ``attention.Q_FUSED`` / ``V_FUSED``): the Gluon row-max pass runs Q's and V's pre-passes itself
     (``attention_gluon._quantize_q`` / ``_quantize_v``, the shared ``quant_rows`` encoder), each alone and both. After
     the passes, Q's packed codes, scale bytes and per-row non-finite flags, the staged V̂ᵀ (in key order) and the K / V
     flags are those of the separate pre-passes bit for bit (those are checked field by field against the PyTorch
-    statement in ``test_attention_prepass.py``), and so are the outputs and LSEs. Variants: NaN / ±Inf / all-zero Q rows
-    and NaN / Inf in V, Q and V rows with a stride (bshd tensors seen as bhsd), float32 inputs, a sliding window with
-    sinks (its per-key flags)."""
+    statement in ``test_attention_prepass.py``), and so are the outputs and LSEs; both fused, also with the pass's first
+    K̂ loads issued before Q is quantized (``K_FIRST``). Variants: NaN / ±Inf / all-zero Q rows and NaN / Inf in V, Q
+    and V rows with a stride (bshd tensors seen as bhsd), float32 and float16 inputs, a sliding window with sinks (its
+    per-key flags); head dims 64 and 128 and padded ones (96, 40)."""
     B, hq, hkv, nq, nk, D, causal = case
-    q, k, v = make_qkv(B, hq, hkv, nq, nk, D, dtype=torch.float32 if variant == "fp32" else torch.bfloat16,
-                       seed=nq + 11 * nk + D)
-    if not A.attention_gluon.supported(is_mx=False, two_level=False, smooth_q=False, staged=True, dp=D,
+    dtype = {"fp32": torch.float32, "fp16": torch.float16}.get(variant, torch.bfloat16)
+    q, k, v = make_qkv(B, hq, hkv, nq, nk, D, dtype=dtype, seed=nq + 11 * nk + D)
+    dp = A.head_dim_padded(D)
+    if not A.attention_gluon.supported(is_mx=False, two_level=False, smooth_q=False, staged=True, dp=dp,
                                        device=q.device):
         pytest.skip("the Gluon kernels need an sm_90 GPU and Triton's Gluon")
     q = q * 3.0
@@ -838,13 +841,15 @@ def test_gpu_gluon_row_max_pass_quantizes_q(case, variant):
         window = (100, 0) if causal else (100, 37)
         sinks = torch.randn(hq, device=q.device)
     res = []
-    for q_fused, v_fused in ((False, False), (True, False), (False, True), (True, True)):
+    for q_fused, v_fused, k_first in ((False, False, False), (True, False, False), (False, True, False),
+                                      (True, True, False), (True, True, True)):
         pk = A.quantize_qkv(q, k, v, fmt="nvfp4", staged=True, key_perm=True, key_rows=window is not None,
                             q_fused=q_fused, v_fused=v_fused)
         assert (pk.q_in is not None) == q_fused and (pk.v_in is not None) == v_fused
         out = torch.empty_like(q)
         lse = A.attention_packed(pk, causal=causal, scale=D ** -0.5, two_level_p=False, B=B, Hq=hq, Hkv=hkv, out=out,
-                                 kernel="gluon", window=window, sinks=sinks)
+                                 kernel="gluon", window=window, sinks=sinks,
+                                 gluon_max_config={**A.attention_gluon.ROWMAX_CONFIGS[dp], "K_FIRST": k_first})
         res.append((pk.qc, pk.qs.view(torch.uint8), pk.qbad, pk.vh, pk.kvbad, out, lse))
     for fused in res[1:]:
         for name, a, b in zip(("qc", "qs", "qbad", "vh", "kvbad", "out", "lse"), res[0], fused):
@@ -853,7 +858,7 @@ def test_gpu_gluon_row_max_pass_quantizes_q(case, variant):
     assert res[0][2].any() == (variant == "nonfinite") and res[0][4].any() == (variant == "nonfinite")
     if variant == "plain":  # the op's own run, whichever way its defaults run the pre-passes
         o = fp4attn.attention(q, k, v, causal=causal, scale=D ** -0.5, recipe="nvfp4")
-        assert torch.equal(o, res[3][5])
+        assert torch.equal(o, res[0][5])
 
 
 def test_fused_prepasses_need_key_order_without_smoothing():
