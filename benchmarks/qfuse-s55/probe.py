@@ -1,8 +1,9 @@
 """Fifty-fifth session probe (issue 4): the Q and V pre-passes inside the Gluon row-max pass for single-level nvfp4
 (``quantize_qkv(q_fused=True, v_fused=True)``, ``attention_gluon._quantize_q`` / ``_quantize_v``;
 ``attention.Q_FUSED`` / ``V_FUSED = False``: the separate pre-passes, before), with the row-max pass's first K̂ loads
-issued before Q̂ is built (``ROWMAX_CONFIGS[dp]["K_FIRST"]``, the default) or after (``K_FIRST: False``, before).
-Variants: "sep k0" (the tree before), "q k0", "q k1" (Q fused), "qv k1" (Q and V fused: the default now).
+issued before Q̂ is built (``ROWMAX_CONFIGS[dp]["K_FIRST"]``) or after (``K_FIRST: False``, as before; all three
+switches stay off in the op until this probe has run). Variants: "sep k0" (the tree before, the op's defaults), "q k0",
+"q k1" (Q fused), "qv k1" (Q and V fused).
 
 1. Exactness: the packed Q codes, scale bytes, row flags, staged V̂ᵀ, kv flags, outputs and LSE of every way, bit for
    bit, at ragged / GQA / bshd / window + sinks / non-finite shapes.
@@ -25,7 +26,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from probe import SHAPES, main, run_variants  # noqa: E402
 
 
-def _env(q_on, v_on=False, k_first=True):
+def _env(q_on=False, v_on=False, k_first=False):
+    """Switch the op's row-max pass (the defaults: the op's own, all off)."""
     KA.Q_FUSED, KA.V_FUSED = q_on, v_on
     for cfg in AG.ROWMAX_CONFIGS.values():
         cfg["K_FIRST"] = k_first
@@ -84,17 +86,20 @@ def exactness():
     q, k, v = cases[0][1:4]
     outs = []
     for on in (False, True):
-        _env(on, on)
+        _env(on, on, on)
         outs.append(fp4attn.attention(q, k, v, causal=True, return_lse=True))
     same = all(torch.equal(a, b) for a, b in zip(*outs))
     print(f"  fp4attn.attention bit-equal fused / separate: {same}", flush=True)
+    _env()
     print(f"EXACT {'OK' if ok and same else 'MISMATCH'}", flush=True)
 
 
 def run_shape(B, H, N, D, causal, rounds):
     def prepare(name):
-        v_ = name.split()[-2] if name.startswith("nvfp4") else "qv"
-        _env("q" in v_, "v" in v_, not name.endswith("k0"))
+        if not name.startswith("nvfp4"):  # ("": the op's defaults; SDPA's rows)
+            return _env()
+        v_ = name.split()[-2]
+        _env("q" in v_, "v" in v_, name.endswith("k1"))
 
     run_variants((B, H, N, D, causal), rounds, VARIANTS, prepare, "sep k0")  # sep k0: the code before this session
 
@@ -111,10 +116,10 @@ def breakdown():
     for D in (128, 64):
         q, k, v = (torch.randn(16, 16, 4096, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
         for on in (False, True):
-            _env(on, on)
+            _env(on, on, on)
             ks = one_call(lambda: fp4attn.attention(q, k, v, causal=True))  # noqa: B023 (called at once)
             report(f"(16,16,4096,{D}) causal, {'Q and V fused' if on else 'separate pre-passes'}", ks, 1)
-    _env(False, False)
+    _env()
 
 
 if __name__ == "__main__":
