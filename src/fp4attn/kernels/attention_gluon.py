@@ -444,6 +444,7 @@ if HAVE_GLUON:
         back (``_q_tile_f16``) and the attention pass reads the same buffers."""
         TPR: gl.constexpr = DP // QB  # threads per row: one block each
         LX: gl.constexpr = gl.BlockedLayout([1, QB], [32 // TPR, TPR], [num_warps, 1], [1, 0])
+        LB: gl.constexpr = gl.BlockedLayout([1, QB // 2], [32 // TPR, TPR], [num_warps, 1], [1, 0])  # its code bytes
         RQ: gl.constexpr = num_warps * (32 // TPR)
         src = X + (pid_bh // Hq).to(gl.int64) * sx_b + (pid_bh % Hq).to(gl.int64) * sx_h
         cols = gl.arange(0, DP, layout=gl.SliceLayout(0, LX))
@@ -458,9 +459,12 @@ if HAVE_GLUON:
             row64 = pid_bh.to(gl.int64) * NQP + rows
             gl.store(QBAD + row64, rbad.to(gl.uint8))
             codes, sb = quant_rows(x, gl.max(rbad, axis=0), QB, False)
-            # element offsets through the same reshapes as the codes: addresses in the layouts of their values
+            # a thread's block: its 8 code bytes stored as one 8-byte run (the packed bytes moved into LB, where
+            # they already are: no data moves), its scale byte at an offset taken through the same reduction
+            rows_b = gl.convert_layout(row64, gl.SliceLayout(1, LB))
+            gl.store(Qc + rows_b[:, None] * (DP // 2) + gl.arange(0, DP // 2, layout=gl.SliceLayout(0, LB))[None, :],
+                     gl.convert_layout(pack_nibbles(codes), LB))
             off = row64[:, None] * DP + cols[None, :]
-            gl.store(Qc + gl.split(gl.reshape(off // 2, [RQ, DP // 2, 2]))[0], pack_nibbles(codes))
             gl.store(Qs + gl.max(gl.reshape(off // QB, [RQ, DP // QB, QB]), axis=2), sb)
         gl.thread_barrier()  # the program's codes written before any of its threads reads them back
 
