@@ -2,8 +2,9 @@
 
 SPEC §6: the CPU reference path matches an independent float64 implementation to relative
 L2 <= 1e-4 for float32 inputs. The independent versions below share only the element quantizer
-(tested on its own in test_formats.py) and are written the slow, obvious way: full N×N matrices,
-explicit loops over heads, blocks and tiles.
+(tested on its own in test_formats.py) and ThriftAttention's budget→k rule (``budget_to_k``, pinned by
+test_budget_to_k_rules), take the recipes from their own table (``RECIPES``, checked against the library's), and
+are written the slow, obvious way: full N×N matrices, explicit loops over heads, blocks and tiles.
 """
 
 import math
@@ -44,15 +45,32 @@ def indep_quant_p(p, fmt, two_level):
     out = torch.zeros_like(p)
     for t0 in range(0, p.shape[-1], 64):
         tile = p[..., t0:t0 + 64]
-        s1 = tile.amax(-1, keepdim=True).float().double() / (448.0 * 6.0)
         s1 = tile.amax(-1, keepdim=True) / (448.0 * 6.0)
         safe = torch.where(s1 > 0, s1, torch.ones_like(s1))
         out[..., t0:t0 + 64] = torch.where(s1 > 0, phi(tile / safe, fmt, -1) * s1, torch.zeros_like(tile))
     return out
 
 
+# SPEC §3's recipes, written out here (not read from the code under test): fmt, quantized, smooth_q, smooth_k,
+# two_level_p
+RECIPES = {
+    "nvfp4": ("nvfp4", True, False, False, False),  # Attn-QAT Algorithm 1
+    "mxfp4": ("mxfp4", True, False, False, False),  # the same with MXFP4
+    "sage3": ("nvfp4", True, True, True, True),  # SageAttention3: both smoothings, two-level P
+    "bf16": (None, False, False, False, False),  # unquantized
+}
+
+
+def test_recipe_table_is_the_spec():
+    """The library's recipe table (which the kernel tests read their flags from) is SPEC §3's."""
+    assert reference.RECIPES == RECIPES
+    for name, flags in RECIPES.items():
+        assert reference.recipe_flags(name) == flags
+        assert reference.recipe_flags(name, True, False, True) == (*flags[:2], True, False, True)  # the overrides
+
+
 def indep_attention(q, k, v, *, recipe, causal=False, scale=None, sq=None, sk=None, tl=None):
-    fmt, quantized, sq0, sk0, tl0 = reference.RECIPES[recipe]
+    fmt, quantized, sq0, sk0, tl0 = RECIPES[recipe]
     sq = sq0 if sq is None else sq
     sk = sk0 if sk is None else sk
     tl = tl0 if tl is None else tl
