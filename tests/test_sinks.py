@@ -129,7 +129,7 @@ SINK_CASES = [
     ("mxfp4", False, None, 70, 90, None, {}),
     ("nvfp4", True, None, 100, 40, None, {}),  # Nq > Nk: rows that see no key (0, LSE = sink)
     ("sage3", True, (20, 0), 130, 130, None, {}),  # smooth_k: the per-row shifted sink; two-level P
-    ("nvfp4", False, None, 64, 64, True, {}),  # one-pass online softmax starting from the sink
+    ("nvfp4", False, None, 64, 200, True, {}),  # one-pass online softmax starting from the sink (4 key tiles)
     ("mxfp4", True, None, 40, 100, None, {"two_level_p": True}),
 ]
 
@@ -148,8 +148,15 @@ def test_interpreter_sinks_vs_reference(case):
                                        window_size=window, sinks=sinks.double(), return_lse=True, **flags)
     if online:
         # one-pass online softmax quantizes early tiles against a running max (module docstring of the kernel):
-        # the SPEC §6 criteria, not the reference's decisions
-        assert rel_l2(out, ref) <= 0.1
+        # the SPEC §6 criteria, not the reference's decisions (measured: rel 0.030, cos 0.9995, own error 1.00x)
+        cos = torch.nn.functional.cosine_similarity(out.double().flatten(), ref.flatten(), dim=0).item()
+        assert cos >= 0.998 and rel_l2(out, ref) <= 0.05, (cos, rel_l2(out, ref))
+        exact = sink_exact(q, k, v, sinks, causal=causal)[0]
+        assert rel_l2(out, exact) <= 1.05 * rel_l2(ref, exact), (rel_l2(out, exact), rel_l2(ref, exact))
+        # ... and it did run with a running max over several key tiles: not the two-pass output
+        two_pass, _ = A.attention_fwd(q, k, v, causal=causal, fmt=fmt, smooth_q=sq, smooth_k=sk, two_level_p=tlp,
+                                      path=A.PATH_INTERP, sinks=sinks, online=False)
+        assert rel_l2(out, two_pass) > 1e-3
     else:  # the exact row max including the sink (or two-level P): the reference's quantization decisions
         assert rel_l2(out, ref) <= 1e-4, rel_l2(out, ref)
     fin = torch.isfinite(ref_lse)
