@@ -22,17 +22,26 @@ from test_kvcache_decode import _rel, gpu  # noqa: E402
 from test_thrift_decode_window import _case, _thrift_close  # noqa: E402
 
 
-def test_group16_argument_errors():
+def test_group16_argument_errors(monkeypatch):
     """group16=True where it cannot run (no Gluon kernel: the CPU; no group-shared selection) is a ValueError that
     names it; fused16 and group16 together are one too."""
     from fp4attn.kernels import decode as Dk
 
-    c, _, _, q = _case([200, 130], 4, 1, seed=3)
+    c, _, _, q = _case([200, 130], 4, 1, seed=3, dtype=torch.bfloat16)  # (GROUP16 runs on 16-bit copies)
     sel = Dk.select_pages(q, c, 0.25, share="group")
-    with pytest.raises(ValueError, match="group16"):
+    with pytest.raises(ValueError, match="group16"):  # no Gluon kernel (the CPU)
         Dk.decode_fwd(q, c, scale=0.2, selection=sel, group_sel=True, group16=True)
+    # with the Gluon kernel (as on sm_90; one split and no PIPE, so that nothing asks for a GPU before the check),
+    # only the missing group-shared selection stops it ...
+    monkeypatch.setattr(Dk, "_use_gluon", lambda *a, **kw: True)
     with pytest.raises(ValueError, match="group16"):
-        Dk.decode_fwd(q, c, scale=0.2, selection=sel, group16=True)
+        Dk.decode_fwd(q, c, scale=0.2, selection=sel, group16=True, num_splits=1, pipe=False)
+    # ... and with it the check passes (the launch then fails on the CPU, for another reason)
+    if Dk.decode_gluon.HAVE_GLUON:
+        with pytest.raises(Exception) as e:
+            Dk.decode_fwd(q, c, scale=0.2, selection=sel, group_sel=True, group16=True, num_splits=1, pipe=False)
+        assert "group16" not in str(e.value)
+    monkeypatch.undo()
     if Dk.decode_gluon.HAVE_GLUON:
         buf = torch.empty(64, 32)
         with pytest.raises(ValueError, match="exclusive"):
