@@ -419,6 +419,8 @@ def test_reorder_and_stack():
     kr, vr = c.dequantize()
     assert c.lengths == [33, 33, 40]
     assert torch.equal(kr[0, :, :33], kd[2, :, :33]) and torch.equal(kr[2], kd[0])
+    assert torch.equal(vr[0, :, :33], vd[2, :, :33]) and torch.equal(vr[1, :, :33], vd[2, :, :33])
+    assert torch.equal(vr[2], vd[0])
     c.append(k[:, :, :1], v[:, :, :1])  # repeated sequences do not share pages
     k2, _ = c.dequantize()
     assert torch.equal(k2[0, :, :33], k2[1, :, :33])

@@ -467,7 +467,7 @@ def test_module_loads_linear_state_dict_and_validates():
         QuartetLinear(64, 32, seed="x")
     with pytest.raises(ValueError, match="x.shape"):
         m(torch.randn(4, 63))
-    with pytest.raises(TypeError, match="x"):
+    with pytest.raises(TypeError, match="x must be a floating-point"):
         m(torch.ones(4, 64, dtype=torch.int32))
     with pytest.raises(TypeError, match="dtype"):
         m(torch.randn(4, 64, dtype=torch.bfloat16))

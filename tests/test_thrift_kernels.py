@@ -69,6 +69,8 @@ def test_fused_kernel_matches_reference(causal, shape, budget):
     # and it is really mixed: different from both pure FP4 (nothing selected) and 16 bits
     exact = reference.attention(q, k, v, causal=causal, recipe="bf16")
     assert _rel(out, exact) > 1e-3
+    fp4 = reference.attention(q, k, v, causal=causal, recipe="nvfp4", two_level_p=True)  # Thrift's FP4 path alone
+    assert _rel(out, fp4) > 1e-3
 
 
 @needs_interp
