@@ -390,6 +390,20 @@ def test_sdpa_patch_fallbacks_warn_once_per_reason():
             F.scaled_dot_product_attention(q2, k2, v2)  # the original raises, as it would unpatched
         with pytest.warns(UserWarning, match="dtype"):
             F.scaled_dot_product_attention(q.double(), k.double(), v.double())
+        # what SDPA computes and the fp4attn ops refuse (SPEC: sizes >= 1, a positive finite scale): SDPA's result
+        with pytest.warns(UserWarning, match="empty dimension"):
+            out0 = F.scaled_dot_product_attention(q[:0], k[:0], v[:0])
+        assert out0.shape == q[:0].shape
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # (the same reason for an empty key sequence: warned once above)
+            torch.testing.assert_close(F.scaled_dot_product_attention(q, k[:, :, :0], v[:, :, :0]),
+                                       ORIG_SDPA(q, k[:, :, :0], v[:, :, :0]), equal_nan=True)
+        for bad in (0.0, -0.5, float("inf")):
+            with warnings.catch_warnings(record=True) as w:
+                warnings.simplefilter("always")
+                out4 = F.scaled_dot_product_attention(q, k, v, scale=bad)
+            assert any(f"scale={bad!r}" in str(x.message) for x in w), [str(x.message) for x in w]
+            torch.testing.assert_close(out4, ORIG_SDPA(q, k, v, scale=bad), equal_nan=True)
 
 
 def test_sdpa_patch_auto_mode_trains_with_attn_qat():
@@ -757,6 +771,54 @@ def test_generate_padded_prompts_equal_each_prompt_alone(recipe):
                 torch.full((2, 6), 2)):
         with pytest.raises(ValueError, match="attention_mask"):
             fh.greedy_generate(m, ids, 3, cuda_graph=False, attention_mask=bad)
+
+
+@pytest.mark.parametrize("recipe,kw", [("nvfp4", {}), ("mxfp4", {}), ("bf16", {}), ("nvfp4", {"prefill": "sdpa"})])
+def test_ragged_cache_steps_off_the_pages_equal_each_sequence_alone(recipe, kw):
+    """A cache of sequences of different lengths (FP4Cache.cat of prompts prefilled alone, as generate() builds it)
+    and a step of 3 new tokens each: whichever path runs it (decode from the pages, or the dense K/V with a mask:
+    recipes that do not decode, the sdpa prefill), each sequence's logits are those of its prompt alone. The dense
+    paths attended the shorter sequence's zero-filled slots with a mask built for the longest (logits off by ~0.07
+    at a logit std of 0.17) before the mask was rebuilt from the lengths."""
+    m = _llama()
+    m.set_attn_implementation(fh.register(recipe, **kw))
+    g = torch.Generator().manual_seed(1)
+    prompts = [torch.randint(1, 96, (1, n), generator=g) for n in (30, 20)]
+    nxt = torch.randint(1, 96, (2, 3), generator=g)
+    with torch.no_grad():
+        parts = [fh.fp4_cache() for _ in prompts]
+        for c, x in zip(parts, prompts):
+            m(x, past_key_values=c, use_cache=True)
+        cache = fh.FP4Cache.cat(parts)
+        pos = torch.tensor([[30], [20]]) + torch.arange(3)
+        out = m(nxt, past_key_values=cache, position_ids=pos, use_cache=True).logits
+        for b, x in enumerate(prompts):
+            c1 = fh.fp4_cache()
+            m(x, past_key_values=c1, use_cache=True)
+            alone = m(nxt[b:b + 1], past_key_values=c1, use_cache=True).logits[0]
+            torch.testing.assert_close(out[b], alone, rtol=0, atol=1e-5)
+
+
+def test_generate_padded_prompts_on_a_softcapped_model_equal_each_prompt_alone():
+    """Gemma 2 (attention logit softcapping: every call falls back to the model's eager attention on the dense K/V):
+    with padded prompts each sequence's new tokens are those of its prompt alone, the fallback's mask rebuilt from
+    the ragged cache's lengths and the sliding window of its local layers."""
+    from transformers import Gemma2Config, Gemma2ForCausalLM
+
+    cfg = Gemma2Config(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                       num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=512,
+                       sliding_window=20)
+    torch.manual_seed(0)
+    m = Gemma2ForCausalLM(cfg).eval()
+    m.set_attn_implementation(fh.register("nvfp4"))
+    ids = torch.randint(1, 96, (2, 50), generator=torch.Generator().manual_seed(1))
+    mask = torch.ones_like(ids)
+    mask[1, :30], ids[1, :30] = 0, 0  # the second prompt: 20 tokens, left-padded
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (the softcap fallback's warning)
+        out = fh.generate(m, ids, 12, cuda_graph=False, attention_mask=mask)
+        for b, p in enumerate((ids[:1], ids[1:, 30:])):
+            assert torch.equal(out[b, 50:], fh.generate(m, p, 12, cuda_graph=False)[0, p.shape[1]:]), b
 
 
 @pytest.mark.gpu
@@ -1159,6 +1221,23 @@ def test_prompt_lookup_generation_with_the_fp4_cache_gpu(monkeypatch):
     """The same on a GPU (the append kernels; D = 64 and 8 query heads per kv head: a 5-token verify step has 40
     query rows, the split kernel with the rows along M)."""
     _prompt_lookup_case(monkeypatch, _llama(heads=8, kv_heads=1, hidden=512).to("cuda", torch.bfloat16), "cuda")
+
+
+@pytest.mark.parametrize("with_config", [False, True])
+def test_prompt_lookup_with_long_drafts_records_every_layer(with_config):
+    """Assisted generation asks the cache to record its appends (``activate_past_recording``, with transformers'
+    keyword ``recurrent_states_to_keep``) so that rejected drafts of any length can be cropped: with
+    ``fp4_cache(config)`` (layers made up front) the call reaches every layer (it raised a TypeError), and without
+    a config the layers created afterwards record too (drafts of 64 or more tokens could not be cropped)."""
+    m = _llama()
+    m.set_attn_implementation(fh.register("nvfp4"))
+    base = torch.randint(1, 96, (1, 90), generator=torch.Generator().manual_seed(3))
+    ids = torch.cat([base] * 3, 1)
+    cache = fh.fp4_cache(m.config) if with_config else fh.fp4_cache()
+    with torch.no_grad():
+        out = m.generate(ids, attention_mask=torch.ones_like(ids), past_key_values=cache, max_new_tokens=100,
+                         do_sample=False, prompt_lookup_num_tokens=80, max_matching_ngram_size=2)
+    assert out.shape == (1, 370)
 
 
 def _prompt_lookup_case(monkeypatch, m, dev):

@@ -87,9 +87,10 @@ def make_op(recipe: str, op_kwargs: dict):
             if recipe == "bf16":
                 return _exact_attention(q, k, v, causal, scale, window, sinks)
             return fp4attn.attn_qat(q, k, v, causal=causal, scale=scale, fmt=fmt, **wkw, **qat_kw)
-        if recipe == "thrift":
-            return fp4attn.thrift_attention(q, k, v, causal=causal, scale=scale, **wkw, **infer_kw)
-        return fp4attn.attention(q, k, v, causal=causal, scale=scale, recipe=recipe, **wkw, **infer_kw)
+        with torch.no_grad():  # (no autograd: the integrations say so themselves, in their terms)
+            if recipe == "thrift":
+                return fp4attn.thrift_attention(q, k, v, causal=causal, scale=scale, **wkw, **infer_kw)
+            return fp4attn.attention(q, k, v, causal=causal, scale=scale, recipe=recipe, **wkw, **infer_kw)
 
     return op
 

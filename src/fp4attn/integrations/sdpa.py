@@ -23,12 +23,14 @@ Anything it cannot honour goes to the original function, with a warning once per
 ``dropout_p > 0``, additive masks with real biases, inputs that are not 4-D, different Q/K/V head
 dims or > 256, Hq ≠ Hkv without ``enable_gqa`` (the original then raises, as it would anyway),
 Hq not a multiple of Hkv, ``is_causal`` together with ``attn_mask``, dtypes other than
-float16 / bfloat16 / float32, nested tensors.
+float16 / bfloat16 / float32, nested tensors, an empty dimension (B, H, N or D of 0), a ``scale`` that is not
+a positive finite number.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
 
 import torch
@@ -81,6 +83,11 @@ def make_sdpa(recipe: str = "nvfp4", mode: str = "auto", original=None, **op_kwa
             return fallback("dtype other than float16/bfloat16/float32", *args)
         if dropout_p and dropout_p > 0:
             return fallback(f"dropout_p={dropout_p} is not supported", *args)
+        if any(0 in t.shape for t in ts):  # (SDPA returns empty / zero outputs; the fp4attn ops need every size >= 1)
+            return fallback("an empty dimension", *args)
+        if scale is not None and not (isinstance(scale, (int, float)) and not isinstance(scale, bool)
+                                      and math.isfinite(scale) and scale > 0):
+            return fallback(f"scale={scale!r} (fp4attn takes a positive finite float)", *args)
         D = query.shape[-1]
         if key.shape[-1] != D or value.shape[-1] != D or D > 256:
             return fallback(f"head dims q={D} k={key.shape[-1]} v={value.shape[-1]} (need equal and <= 256)",

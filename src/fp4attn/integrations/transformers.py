@@ -146,6 +146,17 @@ def _left_extent(sliding_window):
     return sw - 1 if isinstance(sw, int) and not isinstance(sw, bool) and sw > 0 else None
 
 
+def _ragged_mask(lengths, S: int, T: int, window, device) -> torch.Tensor:
+    """(B, 1, S, T) bool mask of a cache whose sequences have different ``lengths`` (their keys in slots 0 .. L_b - 1,
+    zeros after): the S new queries of sequence b are its last S tokens (positions L_b - S ..), each seeing the
+    keys up to its own position (bottom-right causal per sequence, as ``fp4attn.decode``) and, with a sliding
+    ``window`` (left extent w, 0), none before position - w."""
+    pos = torch.tensor(lengths, device=device).view(-1, 1, 1, 1) - S + torch.arange(S, device=device).view(1, 1, S, 1)
+    j = torch.arange(T, device=device).view(1, 1, 1, T)
+    keep = j <= pos
+    return keep if window is None else keep & (j >= pos - window[0])
+
+
 def _dense_kv(kv, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """The dense (B, Hkv, T, D) K and V of an :class:`fp4attn.KVCache`, in ``dtype``: its 16-bit copy where it
     keeps one (Thrift's 16-bit blocks then see the values that came in, as in the prompt), else dequantized."""
@@ -187,14 +198,22 @@ def make_attention_function(recipe: str = "nvfp4", mode: str = "auto", prefill: 
             reason = f"head dims q={query.shape[-1]} v={value.shape[-1]} (need equal and <= 256)"
         elif query.shape[1] % key.shape[1]:
             reason = f"{query.shape[1]} query heads not a multiple of {key.shape[1]} key/value heads"
+        # a batch of sequences of different lengths (FP4Cache.cat: prompts prefilled one at a time): sequence b's
+        # keys are its first L_b cache slots and its new queries its last ones; transformers' mask, built for the
+        # longest, describes none of the others, so it is rebuilt from the lengths (``_ragged_mask``) wherever a
+        # call does not decode from the pages (fp4attn.decode takes each sequence's length itself)
+        ragged = kv is not None and len(set(kv.lengths)) > 1
         allowed = None
-        if reason is None and attention_mask is not None:
+        if reason is None and attention_mask is not None and not ragged:
             allowed = additive_to_bool(attention_mask[..., : key.shape[2]])
             if allowed is None:
                 reason = "additive attention mask with non-zero biases on visible positions"
         if reason is not None:
             if placeholder:
                 key, value = _dense_kv(kv, key.dtype)
+            if ragged:
+                attention_mask = _ragged_mask(kv.lengths, query.shape[2], key.shape[2],
+                                              _hf_window(kwargs, is_causal, module), query.device)
             return _fallback(module, query, key, value, attention_mask, scaling, dropout, is_causal, kwargs,
                              reason, eager or sinks is not None)  # (sdpa has no sinks)
 
@@ -210,7 +229,7 @@ def make_attention_function(recipe: str = "nvfp4", mode: str = "auto", prefill: 
         S, T = query.shape[2], key.shape[2]
         window = _hf_window(kwargs, is_causal, module)
         decodable = (kv is not None and not train and recipe in ("nvfp4", "thrift") and S <= 16
-                     and T == kv.get_seq_length() and (S == 1 or (len(set(kv.lengths)) == 1 and is_causal is not False))
+                     and T == kv.get_seq_length() and (S == 1 or is_causal is not False)
                      and (recipe == "nvfp4" or kv.keep_16bit))
         dec_window = window if allowed is None else None
         if decodable and allowed is not None and window is not None:
@@ -228,11 +247,15 @@ def make_attention_function(recipe: str = "nvfp4", mode: str = "auto", prefill: 
         if decodable and (allowed is None or dec_window is not None or plain):
             import fp4attn
             budget = op_kwargs.get("budget", 0.05) if recipe == "thrift" else None
-            out = fp4attn.decode(query, kv, scale=scaling, thrift_budget=budget, window_size=dec_window,
-                                 sinks=sinks)
+            with torch.no_grad():  # (the inference op: warned above, in the integration's terms)
+                out = fp4attn.decode(query, kv, scale=scaling, thrift_budget=budget, window_size=dec_window,
+                                     sinks=sinks)
             return out.transpose(1, 2).contiguous(), None
         if placeholder:  # (a prompt's first update returns its own, unquantized K/V)
             key, value = _dense_kv(kv, key.dtype)
+        if ragged:
+            allowed = _ragged_mask(kv.lengths, S, T, window, query.device)
+            attention_mask = allowed
         if prefill == "sdpa" and not train:  # every call but a decode from the pages: full precision
             return _fallback(module, query, key, value, attention_mask, scaling, dropout, is_causal, kwargs, None,
                              sinks is not None)
@@ -468,7 +491,9 @@ def _cache_classes():
             self.kv = None
             super().reset()
 
-        def activate_past_recording(self) -> None:
+        def activate_past_recording(self, **kwargs) -> None:
+            """transformers' assisted generation: record each step's appends so that crop() can undo them (its
+            keyword arguments, e.g. ``recurrent_states_to_keep``, concern recurrent layers)."""
             self.record_past = True
 
         def crop(self, tokens_to_remove: int) -> None:
@@ -500,10 +525,22 @@ def _cache_classes():
 
         def __init__(self, config=None, **kvcache_kwargs):
             windows = _layer_windows(config) if config is not None else None
+            self._record_past = False
             if windows is None:
-                super().__init__(layer_class_to_replicate=lambda: FP4CacheLayer(**kvcache_kwargs))
+                super().__init__(layer_class_to_replicate=lambda: self._new_layer(**kvcache_kwargs))
             else:
                 super().__init__(layers=[FP4CacheLayer(window=w, **kvcache_kwargs) for w in windows])
+
+        def _new_layer(self, **kvcache_kwargs):
+            layer = FP4CacheLayer(**kvcache_kwargs)
+            layer.record_past = self._record_past  # (a recording asked for before this layer existed)
+            return layer
+
+        def activate_past_recording(self, **kwargs) -> None:
+            """Every layer records its appends (transformers' assisted generation), also the layers created later
+            (without a config the layers appear on the first update)."""
+            self._record_past = True
+            super().activate_past_recording(**kwargs)
 
         def nbytes(self) -> int:
             return sum(layer.kv.nbytes for layer in self.layers if getattr(layer, "kv", None) is not None)
