@@ -157,6 +157,29 @@ def test_auto_global_scale_chunked_equals_dense_when_first_chunk_holds_the_amax(
     _assert_same_storage(dense, inc)
 
 
+def test_reset_and_crop_to_empty_set_automatic_global_scales_anew():
+    """The automatic global scales come from a sequence's first append: after reset() (a cache reused for the next
+    prompt) or a crop that empties a sequence, the next append sets them anew, storing what a new cache stores (the
+    previous prompt's scales clipped 1000x larger values to ~0.16); explicit scales are kept."""
+    k1, v1 = _kv(2, 2, 40, 16, seed=71)
+    k2, v2 = (1000 * t for t in _kv(2, 2, 40, 16, seed=72))
+    c = KVCache(2, 2, 16, dtype=torch.float32)
+    c.append(0.01 * k1, 0.01 * v1)
+    c.reset()
+    c.record_past = True  # (so that the crop below can undo the whole append)
+    c.append(k2, v2)
+    _assert_same_storage(c, KVCache.from_dense(k2, v2, dtype=torch.float32))
+    c.crop(40)  # every sequence emptied
+    c.append(0.01 * k1, 0.01 * v1)
+    _assert_same_storage(c, KVCache.from_dense(0.01 * k1, 0.01 * v1, dtype=torch.float32))
+    g = torch.tensor([[0.5, 0.25], [2.0, 1.0]])
+    e = KVCache(2, 2, 16, dtype=torch.float32, k_global_scale=g, v_global_scale=g)
+    e.append(k1, v1)
+    e.reset()
+    e.append(k2, v2)
+    assert torch.equal(e.k_global_scale, g) and torch.equal(e.v_global_scale, g)
+
+
 @pytest.mark.parametrize("keep", [False, True])
 def test_cat_equals_one_cache_of_the_whole_batch(keep):
     """KVCache.cat of caches filled apart (ragged lengths, different chunkings) holds exactly what one cache of
@@ -442,6 +465,11 @@ def test_cache_errors():
         c.append(torch.zeros(2, 2, 3, 16), torch.zeros(2, 2, 3, 16))
     with pytest.raises(ValueError, match="lengths"):
         c.append(torch.zeros(2, 1, 3, 16), torch.zeros(2, 1, 3, 16), lengths=[4, 0])
+    for bad in ([2.7, 1], [True, 1], torch.tensor([2.0, 1.0])):  # (2.7 was stored as 2)
+        with pytest.raises(ValueError, match="lengths must hold 2 ints"):
+            c.append(torch.zeros(2, 1, 3, 16), torch.zeros(2, 1, 3, 16), lengths=bad)
+    c.append(torch.zeros(2, 1, 3, 16), torch.zeros(2, 1, 3, 16), lengths=torch.tensor([2, 1]))
+    assert c.lengths == [2, 1]
 
 
 # ------------------------------------------------------------------------------------------------

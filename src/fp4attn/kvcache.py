@@ -56,6 +56,7 @@ runs as one Triton launch (:mod:`fp4attn.kernels.kvcache`, the same storage bit 
 from __future__ import annotations
 
 import math
+import numbers
 import os
 from collections.abc import Sequence
 
@@ -141,6 +142,7 @@ class KVCache:
         self.k_global_scale = torch.ones(B, H, dtype=torch.float32, device=dev)
         self.v_global_scale = torch.ones(B, H, dtype=torch.float32, device=dev)
         self._scale_set = [False] * B
+        self._explicit_scales = k_global_scale is not None  # (else each sequence's first append sets them)
         if k_global_scale is not None or v_global_scale is not None:
             if k_global_scale is None or v_global_scale is None:
                 raise ValueError("pass both k_global_scale and v_global_scale, or neither")
@@ -520,6 +522,7 @@ class KVCache:
         self.v_tail.masked_fill_(gone, 0)
         self._lens = new_lens
         self.seq_lens.copy_(torch.tensor(new_lens, dtype=torch.int32))
+        self._forget_scales([b for b, L2 in enumerate(new_lens) if L2 == 0])  # (a cache that never held them)
 
     def _reopened_raw(self, reopen: list, rows: torch.Tensor, lens: list, new_lens: list, c2: list, undo):
         """The raw K, V (R, H, SLOT, D) of the tokens c2 .. L2 - 1 of the reopened sequences ``reopen`` (zeros
@@ -780,6 +783,7 @@ class KVCache:
                   dtype=c0.dtype, device=c0.device, keep_16bit=c0.keep_16bit, scale_headroom=c0.scale_headroom,
                   window=c0.window)
         out._gather([(c, i) for c in caches for i in range(c.batch_size)])
+        out._explicit_scales = all(c._explicit_scales for c in caches)
         return out
 
     def _gather(self, sources) -> None:
@@ -813,8 +817,21 @@ class KVCache:
         for name in ("seq_lens", "k_tail", "v_tail", "k_global_scale", "v_global_scale"):
             setattr(self, name, torch.cat([o[4][name][i:i + 1] for o, i in src]).contiguous())
 
+    def _forget_scales(self, seqs: list) -> None:
+        """Sequences ``seqs`` hold no token again: unless the global scales were given, their next append sets them
+        anew (as in a new cache)."""
+        if self._explicit_scales or not seqs:
+            return
+        idx = slice(None) if len(seqs) == self.batch_size else torch.tensor(seqs, device=self.device)
+        self.k_global_scale[idx] = 1.0
+        self.v_global_scale[idx] = 1.0
+        for b in seqs:
+            self._scale_set[b] = False
+
     def reset(self) -> None:
-        """Drop every token (keeps the pool allocation and explicit global scales)."""
+        """Drop every token (keeps the pool allocation and explicit global scales; automatic ones are set again by
+        the next append, as in a new cache)."""
+        self._forget_scales(list(range(self.batch_size)))
         self._lens = [0] * self.batch_size
         self._undo = None
         self.seq_lens.zero_()
@@ -905,7 +922,8 @@ def _counts(lengths, B: int, n: int) -> list[int]:
         return [n] * B
     if isinstance(lengths, torch.Tensor):
         lengths = lengths.tolist()
-    if not isinstance(lengths, Sequence) or len(lengths) != B:
+    if (not isinstance(lengths, Sequence) or len(lengths) != B
+            or any(isinstance(x, bool) or not isinstance(x, numbers.Integral) for x in lengths)):
         raise ValueError(f"lengths must hold {B} ints, got {lengths!r}")
     out = [int(x) for x in lengths]
     if any(not 0 <= x <= n for x in out):
