@@ -1,6 +1,7 @@
 """Public ops on CPU (the reference path): SPEC §3 conventions and §5 errors."""
 
 import math
+import warnings
 
 import pytest
 import torch
@@ -97,10 +98,24 @@ def test_scale_argument():
 
 
 def test_attention_is_inference_only():
+    """The inference ops have no autograd: called where autograd wants gradients of their inputs they say so (an
+    SDPA user would otherwise get no gradient into q, k, v without noticing); not under torch.no_grad()."""
     q, k, v = qkv()
     q.requires_grad_(True)
-    out = fp4attn.attention(q, k, v)
+    with pytest.warns(UserWarning, match="fp4attn.attention is an inference op"):
+        out = fp4attn.attention(q, k, v)
     assert not out.requires_grad
+    with pytest.warns(UserWarning, match="fp4attn.thrift_attention is an inference op"):
+        fp4attn.thrift_attention(q, k, v)
+    cache = fp4attn.KVCache(1, k.shape[1], k.shape[3], dtype=torch.float32)
+    cache.append(k.detach(), v.detach())
+    with pytest.warns(UserWarning, match="fp4attn.decode is an inference op"):
+        fp4attn.decode(q[:, :, -1:], cache)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with torch.no_grad():
+            fp4attn.attention(q, k, v)
+        fp4attn.attention(q.detach(), k, v)
 
 
 # ------------------------------------------------------------------------------------- errors
@@ -169,3 +184,25 @@ def test_top_level_api_resolves_in_a_fresh_interpreter():
             "print('ok')\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]
+
+
+def test_argument_types_named():
+    """Arguments of the wrong type are TypeErrors naming them (a truthy string is not global_scale=True; a float
+    block size is not a block size), and decode's num_splits is checked on every device."""
+    q, k, v = qkv()
+    x = torch.randn(4, 32)
+    for fn in (fp4attn.quantize, fp4attn.fake_quantize):
+        with pytest.raises(TypeError, match="global_scale must be a bool"):
+            fn(x, global_scale="no")
+    for bs in (64.0, True, None):
+        with pytest.raises(TypeError, match="block_size"):
+            fp4attn.thrift_attention(q, k, v, block_size=bs)
+    cache = fp4attn.KVCache(1, k.shape[1], k.shape[3], dtype=torch.float32)
+    cache.append(k, v)
+    for ns in (0, -3, "x", 2.0, True):
+        with pytest.raises(ValueError, match="num_splits"):
+            fp4attn.decode(q[:, :, -1:], cache, num_splits=ns)
+    fp4attn.decode(q[:, :, -1:], cache, num_splits=3)
+    with pytest.raises(TypeError, match="scale must be a float"):
+        fp4attn.attention(q, k, v, scale=torch.tensor(0.2, requires_grad=True))
+    fp4attn.attention(q, k, v, scale=torch.tensor(0.2))  # (a plain one-element tensor: its value)

@@ -197,8 +197,10 @@ def quantize_blocks(
 def blocks_dequantize(b: _Blocks) -> torch.Tensor:
     """Dequantized float32 blocks: (code value * block scale) * global decode scale.
 
-    code * scale is exact in float32 (a 2-bit by 4-bit significand product), so the value is the
-    correctly rounded q * s_b / S_enc whenever a global decode scale is present.
+    code * scale is exact in float32 (a 2-bit by 4-bit significand product); with a global scale the value is
+    that product times the stored decode scale g = fl(1 / S_enc) (what every consumer of an FP4Tensor can
+    compute from its fields, and what the kernels compute), rounded once: within one ulp of q * s_b / S_enc,
+    not always equal to it (g itself is rounded).
     """
     v = e2m1_decode(b.codes) * b.scale.unsqueeze(-1)
     return v if b.decode_global is None else v * b.decode_global
@@ -308,6 +310,8 @@ def _check_fmt(fmt: str, scale_mode: str, global_scale: bool) -> None:
         raise ValueError(f"scale_mode must be one of {SCALE_MODES}, got {scale_mode!r}")
     if fmt == "nvfp4" and scale_mode != "rceil":
         raise ValueError("scale_mode='floor' applies to fmt='mxfp4' only (NVFP4 scales are E4M3)")
+    if not isinstance(global_scale, bool):
+        raise TypeError(f"global_scale must be a bool, got {global_scale!r}")
     if fmt == "mxfp4" and global_scale:
         raise ValueError("global_scale=True applies to fmt='nvfp4' only (MXFP4 scales are powers of two)")
 

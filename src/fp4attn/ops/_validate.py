@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import warnings
 
 import torch
 
@@ -36,6 +37,9 @@ def check_scale(scale, D: int) -> float:
     if isinstance(scale, torch.Tensor):
         if scale.numel() != 1:
             raise ValueError(f"scale must be a number, got a tensor of shape {tuple(scale.shape)}")
+        if scale.requires_grad:
+            raise TypeError("scale must be a float (no gradient flows to the softmax scale), got a tensor that "
+                            "requires grad")
         scale = scale.item()
     if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
         raise TypeError(f"scale must be a positive finite float or None, got {scale!r}")
@@ -148,3 +152,13 @@ def fake_outputs(q: torch.Tensor, layout: str, return_lse: bool) -> tuple[torch.
     B, H, N, D = q.shape
     shape = (B, N, H, D) if layout == "bshd" else (B, H, N, D)
     return q.new_empty(shape), q.new_empty((B, H, N) if return_lse else (0,), dtype=torch.float32)
+
+
+def warn_no_autograd(op: str, *tensors) -> None:
+    """An inference op (no autograd) called where autograd wants gradients of its inputs: say so (once per call
+    site, Python's default warning filter), since no gradient would reach q, k, v silently otherwise (SDPA users
+    expect one)."""
+    if (torch.is_grad_enabled() and not torch.compiler.is_compiling()
+            and any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors)):
+        warnings.warn(f"fp4attn.{op} is an inference op (no autograd): no gradient flows to its inputs; train with "
+                      "fp4attn.attn_qat, or call it under torch.no_grad() / torch.inference_mode()", stacklevel=3)

@@ -25,6 +25,7 @@ from ._validate import (
     check_window,
     fake_outputs,
     from_bhsd,
+    warn_no_autograd,
 )
 
 
@@ -68,7 +69,8 @@ def attention(q, k, v, *, causal=False, scale=None, recipe="nvfp4", layout="bhsd
     check_bool("return_lse", return_lse)
     for name, val in (("smooth_q", smooth_q), ("smooth_k", smooth_k), ("two_level_p", two_level_p)):
         check_bool(name, val, allow_none=True)
-    if kernels_for(q, k, v):
+    warn_no_autograd("attention", q, k, v, sinks)
+    if kernels_for(q, k, v) and q.dtype != torch.float64:  # (float64: the reference, as the other ops)
         fmt, quantized, sq, sk, tlp = reference.recipe_flags(recipe, smooth_q, smooth_k, two_level_p)
         if quantized:
             out, lse = call_op(torch.ops.fp4attn.attention_fp4, _attention_fp4_impl, q, k, v, causal, scale, fmt,

@@ -48,7 +48,7 @@ from ..formats.core import fake_quantize_values
 from ..kvcache import SLOT, KVCache
 from ..reference.common import expand_kv, lse_of, normalize, quantize_p, softmax_numerator
 from ._dispatch import on_device, use_kernels
-from ._validate import check_bool, check_choice, check_scale, check_sinks, check_window
+from ._validate import check_bool, check_choice, check_scale, check_sinks, check_window, warn_no_autograd
 
 RECIPES = ("nvfp4",)
 SHARES = ("group", "head")  # decode's thrift_share
@@ -242,6 +242,10 @@ def decode(q, cache: KVCache, *, scale=None, recipe: str = "nvfp4", thrift_budge
     """
     qb, scale, thrift_budget, window, sinks = _check(q, cache, scale, recipe, thrift_budget, layout, return_lse,
                                                      window_size, sinks, thrift_share)
+    if num_splits is not None and (isinstance(num_splits, bool) or not isinstance(num_splits, int)
+                                   or num_splits < 1):
+        raise ValueError(f"num_splits must be a positive int or None, got {num_splits!r}")
+    warn_no_autograd("decode", q, sinks)
     with torch.no_grad(), on_device(qb):
         # pages of any multiple of 16 tokens (the split kernels' key tiles divide the page); Thrift's 64-token
         # blocks need pages of multiples of 64. Any head dim of the cache (a multiple of 16): the kernels pad

@@ -14,7 +14,15 @@ import torch
 
 from .. import reference
 from ._dispatch import call_op, kernels_for, on_device, window_args, window_from_args
-from ._validate import check_attention_args, check_bool, check_fmt, check_sinks, check_window, fake_outputs
+from ._validate import (
+    check_attention_args,
+    check_bool,
+    check_fmt,
+    check_sinks,
+    check_window,
+    fake_outputs,
+    warn_no_autograd,
+)
 from .attention import finish, op_outputs
 
 
@@ -53,9 +61,11 @@ def thrift_attention(q, k, v, *, causal=False, scale=None, budget=0.05, block_si
     budget = _check_budget(budget)
     check_fmt(fmt)
     check_bool("return_lse", return_lse)
-    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 16 \
-            or block_size % 16:
+    if isinstance(block_size, bool) or not isinstance(block_size, int):
+        raise TypeError(f"block_size must be an int (a positive multiple of 16), got {block_size!r}")
+    if block_size < 16 or block_size % 16:
         raise ValueError(f"block_size must be a positive multiple of 16, got {block_size!r}")
+    warn_no_autograd("thrift_attention", q, k, v, sinks)
     if kernels_for(q, k, v) and fmt == "nvfp4" and block_size == 64 and q.dtype != torch.float64:
         out, lse = call_op(torch.ops.fp4attn.thrift_attention_fp4, _thrift_fp4_impl, q, k, v, causal, scale, budget,
                            layout, return_lse, *window_args(window), sinks)
