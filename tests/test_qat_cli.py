@@ -72,3 +72,30 @@ def test_prepare_switches_to_attn_qat(monkeypatch):
     assert seen == ["mxfp4"]
     with pytest.raises(ValueError, match="fmt"):
         qat.prepare(model, fmt="int4")
+
+
+@pytest.mark.parametrize("kw", [{"backward": "naive"}, {"high_precision_o": False}, {"quantize_p_in_backward": False}])
+def test_prepare_with_an_ablation_trains_and_evaluates(kw):
+    """prepare()'s Attn-QAT ablation switches reach attn_qat in training and stay out of the inference op in eval
+    mode (it has no such arguments: eval raised a TypeError)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                      num_attention_heads=2, num_key_value_heads=1)
+    torch.manual_seed(0)
+    model = qat.prepare(LlamaForCausalLM(cfg), **kw)
+    ids = torch.randint(0, 64, (1, 16))
+    model.train()
+    model(ids, labels=ids).loss.backward()
+    model.eval()
+    with torch.no_grad():
+        assert torch.isfinite(model(ids, labels=ids).loss)
+
+
+def test_qat_cli_refuses_counts_it_cannot_run():
+    """--steps 0 or --ckpt-every 0 divided by zero after the whole pre-training: usage errors at once now."""
+    from fp4attn.cli import main
+
+    for args in (["--steps", "0"], ["--ckpt-every", "0"], ["--batch", "0"], ["--stop-after", "0"],
+                 ["--steps", "x"]):
+        assert main(["qat", *args]) == 2, args

@@ -497,6 +497,63 @@ def test_weight_cache_invalidated_by_optimizer_step():
     assert torch.equal(y1, m(x)) and not torch.equal(y1, y0)
 
 
+@pytest.mark.parametrize("opt", ["adamw_fused", "sgd_fused", "half_float", "clear"])
+def test_weight_cache_sees_fused_steps_new_storage_and_clears(opt):
+    """The quantized-weight cache is not fooled by fused optimizers (they update the weight without bumping its
+    version counter: the optimizer-step count is in the key) nor by a new storage at the old one's address
+    (model.half().float(); the key holds the storage itself); clear_weight_cache() drops it after raw writes."""
+    torch.manual_seed(15)
+    m = QuartetLinear(256, 64, seed=0)
+    m.cache_weight = True
+    x = torch.randn(8, 256)
+    y0 = m(x)
+    if opt in ("adamw_fused", "sgd_fused"):
+        o = (torch.optim.AdamW if opt == "adamw_fused" else torch.optim.SGD)(m.parameters(), lr=0.1, fused=True)
+        m(x).sum().backward()
+        v = m.weight._version
+        o.step()
+        assert m.weight._version == v  # (the write the version counter does not see)
+    elif opt == "half_float":
+        with torch.no_grad():
+            m.weight.mul_(1.37)
+        m(x)
+        m.half()
+        m.float()  # the fp16-rounded weight, in a new storage (often at the freed address)
+    else:
+        m.weight.data.mul_(1.37)  # a raw write: neither version nor storage changes
+        assert torch.equal(m(x), y0)  # (stale, as documented ...)
+        m.clear_weight_cache()  # (... until cleared)
+    y1 = m(x)
+    m.cache_weight = False
+    assert torch.equal(y1, m(x)) and not torch.equal(y1, y0)
+
+
+def test_swap_linear_layers_keeps_subclasses_and_swaps_shared_modules_once():
+    """nn.Linear subclasses are kept (their forward and extra parameters would be lost), warned, as is
+    nn.MultiheadAttention's out_proj (a subclass its owner never calls); a module registered under two names becomes
+    one QuartetLinear under both; the root itself is not swapped (warned)."""
+    class Scaled(nn.Linear):
+        def __init__(self, *a, **k):
+            super().__init__(*a, **k)
+            self.scale = nn.Parameter(torch.tensor(10.0))
+
+        def forward(self, x):
+            return super().forward(x) * self.scale
+
+    net = nn.Module()
+    net.scaled = Scaled(64, 64)
+    net.mha = nn.MultiheadAttention(64, 4)
+    net.a = net.b = nn.Linear(64, 64)
+    with pytest.warns(UserWarning, match="subclasses") as rec:
+        swap_linear_layers(net, seed=1)
+    assert "scaled" in str(rec[0].message) and "mha.out_proj" in str(rec[0].message)
+    assert type(net.scaled) is Scaled and type(net.mha.out_proj) is not QuartetLinear
+    assert isinstance(net.a, QuartetLinear) and net.b is net.a
+    lin = nn.Linear(64, 64)
+    with pytest.warns(UserWarning, match="from_linear"):
+        assert swap_linear_layers(lin) is lin
+
+
 def test_swap_linear_layers_with_exclusion():
     torch.manual_seed(14)
 

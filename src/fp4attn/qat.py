@@ -505,27 +505,40 @@ class _Dist:
 # ------------------------------------------------------------------------------------------------
 # CLI
 # ------------------------------------------------------------------------------------------------
+def _int_at_least(lo: int):
+    """argparse type: an int >= lo (a bad value is a usage error at once, not a crash after pre-training)."""
+    def parse(s: str) -> int:
+        try:
+            v = int(s)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an int, got {s!r}") from None
+        if v < lo:
+            raise argparse.ArgumentTypeError(f"expected an int >= {lo}, got {v}")
+        return v
+    return parse
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("text", nargs="?", default=None, help="training text file (default: an embedded text)")
     p.add_argument("--text", dest="text_opt", default=None, help="same as the positional argument")
     p.add_argument("--model", default=None, help="local transformers checkpoint directory (causal LM + tokenizer); "
                    "default: a tiny Llama built from a config")
     p.add_argument("--fmt", choices=("nvfp4", "mxfp4"), default="nvfp4")
-    p.add_argument("--steps", type=int, default=200, help="Attn-QAT fine-tune steps")
-    p.add_argument("--pretrain-steps", type=int, default=300,
+    p.add_argument("--steps", type=_int_at_least(1), default=200, help="Attn-QAT fine-tune steps")
+    p.add_argument("--pretrain-steps", type=_int_at_least(0), default=300,
                    help="BF16 pre-training steps of the tiny model from a config (ignored with --model)")
     p.add_argument("--lr", type=float, default=3e-4, help="fine-tune learning rate")
     p.add_argument("--pretrain-lr", type=float, default=3e-3)
-    p.add_argument("--seq-len", type=int, default=128)
-    p.add_argument("--batch", type=int, default=8)
-    p.add_argument("--eval-windows", type=int, default=16)
+    p.add_argument("--seq-len", type=_int_at_least(1), default=128)
+    p.add_argument("--batch", type=_int_at_least(1), default=8)
+    p.add_argument("--eval-windows", type=_int_at_least(1), default=16)
     p.add_argument("--hidden", type=int, default=128)
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--kv-heads", type=int, default=2)
-    p.add_argument("--ckpt-every", type=int, default=50)
+    p.add_argument("--ckpt-every", type=_int_at_least(1), default=50)
     p.add_argument("--resume", action="store_true", help="continue from OUT/qat_ckpt.pt")
-    p.add_argument("--stop-after", type=int, default=None,
+    p.add_argument("--stop-after", type=_int_at_least(1), default=None,
                    help="stop this invocation after N training steps (checkpointed; continue with --resume)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=os.path.join("fp4attn-out", "qat"))

@@ -72,9 +72,9 @@ def make_op(recipe: str, op_kwargs: dict):
     """
     import fp4attn
 
-    infer_kw = dict(op_kwargs)
-    qat_kw = {k: v for k, v in op_kwargs.items()
-              if k in ("high_precision_o", "quantize_p_in_backward", "backward")}
+    qat_only = ("high_precision_o", "quantize_p_in_backward", "backward")  # (Attn-QAT's ablations: training only)
+    infer_kw = {k: v for k, v in op_kwargs.items() if k not in qat_only}
+    qat_kw = {k: v for k, v in op_kwargs.items() if k in qat_only}
     fmt = qat_fmt(recipe, op_kwargs)
     if recipe != "thrift":
         infer_kw.pop("fmt", None)

@@ -22,6 +22,7 @@ import warnings
 
 import torch
 from torch import nn
+from torch.multiprocessing.reductions import StorageWeakRef
 
 from ..ops._dispatch import on_device
 from ..reference.quartet import HADAMARD_GROUPS, QuartetLinearFunction, QuartetRNG, quartet_quantize_operand
@@ -128,9 +129,11 @@ class QuartetLinear(nn.Linear):
     tensor cores (compute capability >= 8.9); anything else runs the reference (same semantics).
 
     ``cache_weight`` (attribute, default False): reuse the quantized weight while ``weight`` is unchanged
-    (checked through its version counter and storage), e.g. across gradient-accumulation micro-batches
-    or in evaluation. Writes through ``weight.data`` bypass the version counter, so keep it off if
-    something updates weights that way. Both the CUDA and the reference path use it.
+    (checked through its version counter, its storage and the count of optimizer steps taken: fused
+    optimizers such as ``AdamW(fused=True)`` write without bumping the version counter), e.g. across
+    gradient-accumulation micro-batches or in evaluation. Other writes through ``weight.data`` or raw
+    pointers bypass all three: keep it off if something updates weights that way, or call
+    :meth:`clear_weight_cache` after them. Both the CUDA and the reference path use it.
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, hadamard_group: int = 32,
@@ -162,19 +165,29 @@ class QuartetLinear(nn.Linear):
         """
         if not self.cache_weight:
             return None
+        _watch_optimizer_steps()
         p = self.weight
-        key = (kind, p._version, p.data_ptr(), w.dtype, w.device, tuple(w.shape), self.hadamard_group)
+        storage = p.untyped_storage()
+        key = (kind, p._version, p.data_ptr(), w.dtype, w.device, tuple(w.shape), self.hadamard_group,
+               _OPTIMIZER_STEPS[0])
         if kind == "cuda":
             from ..kernels import quartet as kq
             key = key + (kq.gemm_path(w.device),)
-        if self._w_cache is None or self._w_cache[0] != key:
+        # the storage itself, not only its address: a weak reference keeps the old StorageImpl's address from being
+        # reused by a new one (model.half().float() may put the new weight where the old one was)
+        if (self._w_cache is None or self._w_cache[0] != key or self._w_cache[2].expired()
+                or self._w_cache[2].cdata != storage._cdata):
             if kind == "cuda":
                 from ..kernels import quartet as kq
                 val = kq.quantize_weight(w.detach())
             else:
                 val = quartet_quantize_operand(w.detach(), self.hadamard_group)
-            self._w_cache = (key, val)
+            self._w_cache = (key, val, StorageWeakRef(storage))
         return self._w_cache[1]
+
+    def clear_weight_cache(self) -> None:
+        """Drop the cached quantized weight (``cache_weight``): the next call quantizes ``weight`` again."""
+        self._w_cache = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         _check_inputs(x, self.weight, self.bias, self.hadamard_group)
@@ -195,6 +208,23 @@ class QuartetLinear(nn.Linear):
         return q
 
 
+# optimizer steps taken (any torch.optim optimizer, fused ones included: they update parameters without bumping
+# their version counters): part of QuartetLinear's weight-cache key, counted once a layer caches its weight
+_OPTIMIZER_STEPS = [0]
+_STEP_HOOK = []
+
+
+def _count_step(optimizer, args, kwargs) -> None:
+    _OPTIMIZER_STEPS[0] += 1
+
+
+def _watch_optimizer_steps() -> None:
+    if not _STEP_HOOK:
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        _STEP_HOOK.append(register_optimizer_step_post_hook(_count_step))
+
+
 def _excluded(name: str, patterns) -> bool:
     last = name.rsplit(".", 1)[-1]
     return any(fnmatch.fnmatchcase(name, p) or fnmatch.fnmatchcase(last, p) for p in patterns)
@@ -203,6 +233,7 @@ def _excluded(name: str, patterns) -> bool:
 def swap_linear_layers(model: nn.Module, exclude=("lm_head",), *, hadamard_group: int = 32,
                        seed: int | None = None, strict: bool = False) -> nn.Module:
     """Replace the ``nn.Linear`` modules of ``model`` (in place) by :class:`QuartetLinear`; returns model.
+    Modules of ``nn.Linear`` subclasses are kept, with a warning (their own forward or parameters would be lost).
 
     ``exclude``: names or glob patterns matched against each module's qualified name and its last
     component (default keeps ``lm_head`` in high precision). The new modules share the old
@@ -218,24 +249,36 @@ def swap_linear_layers(model: nn.Module, exclude=("lm_head",), *, hadamard_group
     if not all(isinstance(p, str) for p in exclude):
         raise TypeError("exclude must be a sequence of str")
     _check_group(hadamard_group)
-    targets = [(n, m) for n, m in model.named_modules()
-               if isinstance(m, nn.Linear) and not isinstance(m, QuartetLinear) and n
-               and not _excluded(n, exclude)]
-    skipped = []
-    for i, (name, lin) in enumerate(targets):
+    if type(model) is nn.Linear:
+        warnings.warn("swap_linear_layers swaps the nn.Linear modules inside model, not model itself: use "
+                      "QuartetLinear.from_linear(model)", stacklevel=2)
+    # every name of a module (one registered twice is swapped under both, by one QuartetLinear); nn.Linear itself
+    # only: a subclass's own forward or parameters would be lost (and nn.MultiheadAttention's out_proj is read as
+    # weights by its owner, never called)
+    named = [(n, m) for n, m in model.named_modules(remove_duplicate=False) if n and not _excluded(n, exclude)]
+    targets = [(n, m) for n, m in named if type(m) is nn.Linear]
+    subclasses = sorted({n for n, m in named if isinstance(m, nn.Linear) and type(m) is not nn.Linear
+                         and not isinstance(m, QuartetLinear)})
+    skipped, made, index = [], {}, {}
+    for name, lin in targets:
+        index.setdefault(id(lin), len(index))  # (layer i: seed + i, i counting the distinct nn.Linear modules)
         if lin.in_features % hadamard_group:
             if strict:
                 raise ValueError(f"{name}: in_features={lin.in_features} is not a multiple of "
                                  f"hadamard_group={hadamard_group}")
             skipped.append(name)
             continue
+        if id(lin) not in made:
+            made[id(lin)] = q = QuartetLinear.from_linear(lin, hadamard_group=hadamard_group,
+                                                          seed=None if seed is None else seed + index[id(lin)])
+            q.train(lin.training)
         parent_name, _, child = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
-        q = QuartetLinear.from_linear(lin, hadamard_group=hadamard_group,
-                                      seed=None if seed is None else seed + i)
-        q.train(lin.training)
-        setattr(parent, child, q)
+        setattr(parent, child, made[id(lin)])
     if skipped:
         warnings.warn(f"swap_linear_layers kept {len(skipped)} nn.Linear layer(s) whose in_features is "
                       f"not a multiple of {hadamard_group}: {skipped}", stacklevel=2)
+    if subclasses:
+        warnings.warn(f"swap_linear_layers kept {len(subclasses)} module(s) of nn.Linear subclasses (their own "
+                      f"forward or parameters would be lost): {subclasses}", stacklevel=2)
     return model
