@@ -344,3 +344,15 @@ def test_python_dash_m():
     r = subprocess.run([sys.executable, "-m", "fp4attn", "--version"], capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 0 and r.stdout.startswith("fp4attn ")
+
+
+def test_device_options_are_checked_before_the_job_runs(capsys):
+    """--device of the jobs: a device this machine has (cpu, cuda, cuda:N), else a usage error (exit status 2) at
+    once instead of a traceback from deep inside the job; accuracy's --out is checked before it measures."""
+    bad = ["meta", "foo"] + ([] if torch.cuda.is_available() else ["cuda"])
+    for job in (["demo"], ["accuracy"], ["generate", "x"], ["bench", "reproduce"], ["bench", "quartet_train"]):
+        for dev in bad:
+            assert main([*job, "--device", dev]) == 2, (job, dev)
+            assert "--device" in capsys.readouterr().err
+    assert main(["accuracy", "--out", __file__ + "/x", "--seq", "16"]) == 2
+    assert "--out" in capsys.readouterr().err

@@ -740,6 +740,9 @@ def test_cli_generate_prints_the_tokens_of_generate(tmp_path, capsys):
         if extra[:1] != ["--recipe"]:  # (thrift with an sdpa prefill gives other tokens)
             assert out[0] == str(want), (extra, out)
         assert "first token" in out[1] and "KV cache of the prompt" in out[1], out
+        assert "-" not in out[1].split("first token")[1].split("per later token")[0]  # (no negative time)
+        assert "graph capture" not in out[1]  # (eager steps on the CPU)
+        assert ("16-bit copy" in out[1]) == (extra[:1] == ["--recipe"])  # Thrift's copy counted
         assert ("transformers generate" in out[-1]) == (extra == ["--compare"])
     assert main(["generate", str(tmp_path / "tiny"), "--prompt-ids", "1,x", "--device", "cpu"]) == 2
     assert main(["generate", str(tmp_path / "tiny"), "--prompt-ids", "1,2", "--max-new-tokens", "0",

@@ -32,6 +32,7 @@ import time
 import torch
 
 from . import metrics
+from .envinfo import device_arg
 from .synthetic import KINDS, make_inputs
 
 RECIPES: dict[str, dict] = {
@@ -258,7 +259,8 @@ def plot(rows: list[dict], path: str, title: str = "") -> None:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available, else cpu)")
+    p.add_argument("--device", type=device_arg, default=None,
+                   help="cpu or cuda (default: cuda when available, else cpu)")
     p.add_argument("--dtype", choices=tuple(DTYPES), default=None,
                    help="input dtype (default: float32 on CPU, bfloat16 on CUDA)")
     p.add_argument("--batch", type=int, default=1, help="B (default 1)")
@@ -295,6 +297,11 @@ def run(args: argparse.Namespace) -> int:
         print("fp4attn accuracy: --device cuda requested but CUDA is not available", file=sys.stderr)
         return 2
     dtype = DTYPES[args.dtype] if args.dtype else None
+    try:  # (before the measurements: a bad --out is reported at once)
+        os.makedirs(args.out, exist_ok=True)
+    except OSError as e:
+        print(f"fp4attn accuracy: --out {args.out!r}: {e}", file=sys.stderr)
+        return 2
     t0 = time.perf_counter()
     rows = run_accuracy(kinds=kinds, recipes=recipes, batch=args.batch, heads=args.heads, seq=args.seq,
                         dim=args.dim, seed=args.seed, device=device, dtype=dtype, causal=args.causal,
@@ -310,14 +317,16 @@ def run(args: argparse.Namespace) -> int:
     if checks:
         print("\nSageAttention3 Table 1 orderings, per input kind (holds = better on CosSim, L1 and RMSE):")
         print(format_orderings(checks))
-    os.makedirs(args.out, exist_ok=True)
     csv_path = os.path.join(args.out, "accuracy.csv")
     write_csv(rows, csv_path)
     print(f"\nwrote {csv_path}")
     if not args.no_plot:
         png_path = os.path.join(args.out, "accuracy.png")
-        plot(rows, png_path, title=f"fp4attn accuracy vs exact attention ({shape}, {dt_name}, {device})")
-        print(f"wrote {png_path}")
+        try:
+            plot(rows, png_path, title=f"fp4attn accuracy vs exact attention ({shape}, {dt_name}, {device})")
+            print(f"wrote {png_path}")
+        except ImportError:
+            print("no plot: matplotlib is not installed (pip install 'fp4attn[plot]', or --no-plot)")
     print(f"wall time {wall:.1f} s")
     return 0
 

@@ -53,6 +53,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .envinfo import device_arg
+
 # ------------------------------------------------------------------------------------------------
 # settings
 # ------------------------------------------------------------------------------------------------
@@ -438,8 +440,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="preset: tiny (seconds; tests/CI), default (minutes on 2 CPU cores), full "
                         "(512-4096-token contexts; meant for a GPU)")
     p.add_argument("--tiny", action="store_true", help="same as --size tiny")
-    p.add_argument("--out", default=os.path.join("fp4attn-out", "demo"), help="output folder")
-    p.add_argument("--device", default=None, help="cpu / cuda (default: cuda when available)")
+    p.add_argument("--out", default=os.path.join("fp4attn-out", "demo"),
+                   help="output folder (default: fp4attn-out/demo)")
+    p.add_argument("--device", type=device_arg, default=None, help="cpu / cuda (default: cuda when available)")
     for name, typ, parse in (("contexts", "ints", _ints), ("train-contexts", "ints", _ints),
                              ("qat-contexts", "ints", _ints), ("thrift-budgets", "floats", _floats)):
         p.add_argument(f"--{name}", type=parse, default=None, help=f"comma-separated {typ}")

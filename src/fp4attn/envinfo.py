@@ -177,6 +177,22 @@ def format_info(info: dict) -> str:
     return "\n".join(lines)
 
 
+def device_arg(s: str) -> str:
+    """argparse type of the jobs' ``--device``: cpu, cuda or cuda:N, present on this machine (else a usage error,
+    exit status 2, instead of a traceback later)."""
+    try:
+        d = torch.device(s)
+    except (RuntimeError, ValueError):
+        raise argparse.ArgumentTypeError(f"expected cpu, cuda or cuda:N, got {s!r}") from None
+    if d.type not in ("cpu", "cuda"):
+        raise argparse.ArgumentTypeError(f"expected cpu, cuda or cuda:N, got {s!r}")
+    if d.type == "cuda" and not torch.cuda.is_available():
+        raise argparse.ArgumentTypeError(f"{s!r}: CUDA is not available on this machine")
+    if d.type == "cuda" and d.index is not None and d.index >= torch.cuda.device_count():
+        raise argparse.ArgumentTypeError(f"{s!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    return s
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print JSON instead of markdown")
 

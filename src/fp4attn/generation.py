@@ -14,10 +14,13 @@ its bf16 cache and reports its times and how many new tokens agree.
 from __future__ import annotations
 
 import argparse
+import inspect
 import sys
 import time
 
 import torch
+
+from .envinfo import device_arg
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -37,11 +40,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-p", type=float, default=None)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-graph", action="store_true", help="eager decode steps (no CUDA graph)")
-    p.add_argument("--device", default=None, help="default: cuda if available, else cpu")
+    p.add_argument("--device", type=device_arg, default=None, help="default: cuda if available, else cpu")
     p.add_argument("--dtype", choices=("bfloat16", "float16", "float32"), default=None,
                    help="model dtype (default: bfloat16 on CUDA, float32 on CPU)")
     p.add_argument("--compare", action="store_true",
-                   help="also run transformers' generate() with sdpa and its bf16 cache")
+                   help="also run transformers' generate() with sdpa and its dense cache (the model's dtype)")
 
 
 def _sync(dev: torch.device) -> None:
@@ -95,22 +98,23 @@ def run(args) -> int:
 
     with torch.no_grad():  # every timed run after an untimed one of the same length (first visits cost more)
         ours(args.max_new_tokens)
-        t1, _ = timed(ours, 1)
-        tn, out = timed(ours, args.max_new_tokens)
+        t1, tn, out = _first_and_all(timed, ours, args.max_new_tokens)
     new = out[:, ids.shape[1]:]
     n = new.shape[1]
     cache = fh.fp4_cache(model.config, **({"keep_16bit": True} if args.recipe == "thrift" else {}))
+    ck = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
     with torch.no_grad():
-        model(ids, past_key_values=cache, use_cache=True)
+        model(ids, **{ck: cache}, use_cache=True)
     fp4_bytes = cache.nbytes()
+    copy_bytes = sum(layer.kv.nbytes_16bit for layer in cache.layers)  # (Thrift's 16-bit copy)
     bf16_bytes = sum(layer.kv.bf16_nbytes() for layer in cache.layers)
     del cache
     print(tok.decode(new[0], skip_special_tokens=True) if tok is not None else new[0].tolist())
-    per_tok = (tn - t1) / max(n - 1, 1) * 1e3
+    copy = f" + its 16-bit copy {_size(copy_bytes)}" if copy_bytes else ""
     print(f"fp4attn {args.recipe} (prefill {args.prefill}, {'CUDA graph' if graph else 'eager'} steps, "
-          f"{dev}): {n} tokens, first token {t1 * 1e3:.1f} ms, {per_tok:.2f} ms per later token (graph capture "
-          f"included); "
-          f"KV cache of the prompt {fp4_bytes / 2**20:.2f} MiB (bf16: {bf16_bytes / 2**20:.2f} MiB)")
+          f"{dev}, {str(dtype).removeprefix('torch.')}): {n} tokens, first token {t1 * 1e3:.1f} ms, "
+          f"{_per_token(t1, tn, n)} per later token{' (graph capture included)' if graph else ''}; "
+          f"KV cache of the prompt {_size(fp4_bytes)}{copy} (bf16: {_size(bf16_bytes)})")
     if args.compare:
         model.set_attn_implementation("sdpa")
         hf_kw = dict(do_sample=args.sample, max_new_tokens=args.max_new_tokens, min_new_tokens=args.max_new_tokens,
@@ -124,10 +128,29 @@ def run(args) -> int:
 
         with torch.no_grad():
             theirs(n)
-            h1, _ = timed(theirs, 1)
-            hn, ref = timed(theirs, n)
+            h1, hn, ref = _first_and_all(timed, theirs, n)
         agree = (ref[:, ids.shape[1]:ids.shape[1] + n] == new).float().mean().item()
-        print(f"transformers generate (sdpa, bf16 cache): first token {h1 * 1e3:.1f} ms, "
-              f"{(hn - h1) / max(n - 1, 1) * 1e3:.2f} ms per later token; new tokens equal to fp4attn's: "
+        print(f"transformers generate (sdpa, {str(dtype).removeprefix('torch.')} DynamicCache): first token "
+              f"{h1 * 1e3:.1f} ms, {_per_token(h1, hn, n)} per later token; new tokens equal to fp4attn's: "
               f"{agree:.3f}")
     return 0
+
+
+def _first_and_all(timed, fn, n: int, repeats: int = 3):
+    """(seconds for 1 token, seconds for n tokens, the n-token output): the least of ``repeats`` runs each, so
+    that one slow run (a shared host) does not decide the difference the per-token time comes from."""
+    t1 = min(timed(fn, 1)[0] for _ in range(repeats))
+    runs = [timed(fn, n) for _ in range(repeats)]
+    return t1, min(t for t, _ in runs), runs[-1][1]
+
+
+def _per_token(t1: float, tn: float, n: int) -> str:
+    """ms per token after the first, from the two timings; 'n/a' where they cannot say (one token, or noise
+    larger than the difference)."""
+    if n < 2 or tn <= t1:
+        return "n/a ms"
+    return f"{(tn - t1) / (n - 1) * 1e3:.2f} ms"
+
+
+def _size(nbytes: int) -> str:
+    return f"{nbytes / 2**20:.2f} MiB" if nbytes >= 2**20 else f"{nbytes / 2**10:.1f} KiB"

@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..envinfo import device_arg
 from ..nn import swap_linear_layers
 from ..ops.quantize import fake_quantize
 from .common import device_name, markdown_table, now_utc, write_csv
@@ -282,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data", required=True, help="a UTF-8 text file (e.g. tinyshakespeare.txt)")
     ap.add_argument("--out", default="./fp4attn-out")
     ap.add_argument("--methods", default=",".join(METHODS))
-    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--device", type=device_arg, default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--steps", type=int, default=2000)
     ap.add_argument("--d-model", type=int, default=512)
     ap.add_argument("--layers", type=int, default=8)

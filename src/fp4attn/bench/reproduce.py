@@ -56,6 +56,7 @@ import torch
 from torch import nn
 
 from .. import demo
+from ..envinfo import device_arg
 from . import quartet_train as qt
 from .common import device_name, now_utc, write_csv
 
@@ -881,7 +882,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--parts", default=",".join(PARTS), help="comma-separated subset of a,b,c,d")
     ap.add_argument("--models", default=",".join(MODELS), help="comma-separated subset of lm,synthetic")
     ap.add_argument("--tiny", action="store_true", help="seconds-long smoke setting (CPU tests)")
-    ap.add_argument("--device", default=None, help="cpu / cuda (default: cuda when available)")
+    ap.add_argument("--device", type=device_arg, default=None, help="cpu / cuda (default: cuda when available)")
     ap.add_argument("--seed", type=int, default=0, help="seed of every model init, batch order, eval set")
     ap.add_argument("--minutes", type=float, default=None,
                     help="skip every phase that would start after this much wall time (default: no limit)")
