@@ -356,3 +356,13 @@ def test_device_options_are_checked_before_the_job_runs(capsys):
             assert "--device" in capsys.readouterr().err
     assert main(["accuracy", "--out", __file__ + "/x", "--seq", "16"]) == 2
     assert "--out" in capsys.readouterr().err
+
+
+def test_jobs_needing_transformers_say_so(capsys, monkeypatch):
+    """qat and generate need transformers (the hf extra): without it, a message naming it and exit status 2."""
+    import fp4attn.cli as cli
+
+    monkeypatch.setattr(cli, "_installed", lambda m: m != "transformers")
+    for job in (["qat"], ["generate", "x", "--prompt-ids", "1,2"]):
+        assert main(job) == 2
+        assert "transformers" in capsys.readouterr().err

@@ -106,6 +106,9 @@ def build_parser() -> argparse.ArgumentParser:
     bp.set_defaults(_module=None)
     return p
 
+# optional packages a job cannot run without (the ``hf`` extra)
+NEEDS: dict[str, tuple[str, ...]] = {"qat": ("transformers",), "generate": ("transformers",)}
+
 
 def main(argv=None) -> int:
     """Entry point of the ``fp4attn`` console script; returns the exit status."""
@@ -124,6 +127,10 @@ def main(argv=None) -> int:
         return 2
     if args.command == "bench":
         return run_bench(args.name, args.rest)
+    missing = [m for m in NEEDS.get(args.command, ()) if not _installed(m)]
+    if missing:
+        print(f"fp4attn {args.command} needs {', '.join(missing)}: pip install 'fp4attn[hf]'", file=sys.stderr)
+        return 2
     rc = importlib.import_module(args._module).run(args)
     return int(rc) if rc is not None else 0
 
