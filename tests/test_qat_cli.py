@@ -36,6 +36,11 @@ def test_qat_cli_tiny_and_resume(tmp_path):
     assert main(["qat", *TINY, "--out", parts, "--stop-after", "2"]) == 0
     assert not os.path.exists(os.path.join(parts, "qat_results.md"))
     assert main(["qat", *TINY, "--out", parts, "--resume", "--stop-after", "3"]) == 0
+    # another model width or data order is another run: refused, naming the option (a width ended in a traceback)
+    for opt, val in (("--hidden", "64"), ("--seq-len", "32")):
+        other = list(TINY)
+        other[other.index(opt) + 1] = val
+        assert main(["qat", *other, "--out", parts, "--resume"]) == 2, opt
     assert main(["qat", *TINY, "--out", parts, "--resume"]) == 0
     got = _log(parts)
     for key in ("pretrain", "qat", "qat_gn"):

@@ -505,6 +505,11 @@ class _Dist:
 # ------------------------------------------------------------------------------------------------
 # CLI
 # ------------------------------------------------------------------------------------------------
+# the arguments a --resume must repeat (the model, the data order, the schedules)
+RESUME_SAME = ("fmt", "model", "text", "text_opt", "hidden", "layers", "heads", "kv_heads", "seq_len", "batch", "seed",
+               "steps", "pretrain_steps", "lr", "pretrain_lr")
+
+
 def _int_at_least(lo: int):
     """argparse type: an int >= lo (a bad value is a usage error at once, not a crash after pre-training)."""
     def parse(s: str) -> int:
@@ -630,8 +635,12 @@ def _run(args, ctx: _Dist) -> int:
         ctx.log(f"fp4attn qat: --resume but no {ckpt_path}; starting from scratch")
     if resume:
         ck = torch.load(ckpt_path, weights_only=False, **({} if not ctx.on else {"map_location": "cpu"}))
-        if ck["args"]["fmt"] != args.fmt or ck["args"]["model"] != args.model:
-            ctx.log("fp4attn qat: checkpoint was made with other --fmt/--model; refusing to resume")
+        # what the model, its data order and its schedules depend on: a resumed run must be the same run
+        differ = [k for k in RESUME_SAME if ck["args"].get(k, getattr(args, k)) != getattr(args, k)]
+        if differ:
+            opts = ", ".join(f"--{k.replace('_', '-')} {ck['args'][k]!r} (now {getattr(args, k)!r})" for k in differ)
+            ctx.log(f"fp4attn qat: the checkpoint was made with {opts}; refusing to resume (pass the same values, or "
+                    "another --out)")
             return 2
         made = ck.get("dist")
         if (None if made is None else dict(mode=made["mode"], world=made["world"])) != layout:
