@@ -99,10 +99,11 @@ def build_parser() -> argparse.ArgumentParser:
         if add is not None:
             add(sp)
     names = bench_names()
-    bp = sub.add_parser("bench", help="run a benchmark: fp4attn bench NAME [ARGS...] "
-                        f"(available: {', '.join(names) if names else 'none installed yet'})")
+    listing = f"available: {', '.join(names) if names else 'none installed yet'}"
+    bp = sub.add_parser("bench", help=f"run a benchmark: fp4attn bench NAME [ARGS...] ({listing})",
+                        description=f"Run a benchmark ({listing}); fp4attn bench NAME --help for its options.")
     bp.add_argument("name", metavar="NAME", help="benchmark name (a module of fp4attn.bench)")
-    bp.add_argument("rest", nargs=argparse.REMAINDER, help="arguments passed to the benchmark")
+    bp.add_argument("rest", nargs=argparse.REMAINDER, metavar="ARGS", help="arguments passed to the benchmark")
     bp.set_defaults(_module=None)
     return p
 

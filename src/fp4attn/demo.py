@@ -545,8 +545,10 @@ def run(args) -> int:
              f"{s.qat_steps} more steps with Attn-QAT (NVFP4) / with BF16 attention, evaluated with the "
              "recipe named in 'setting'."]
     if gap < 0.02:
+        hint = "longer --contexts or more --n-keys" if s.k_outlier >= 20 else \
+            "--k-outlier 20 (the default), longer --contexts or more --n-keys"
         lines.append(f"NOTE: FP4 PTQ does not visibly degrade accuracy at these settings (gap {gap:+.3f}); "
-                     "try --k-outlier 20 (the default), longer --contexts or more --n-keys.")
+                     f"try {hint}.")
     else:
         verdict = "recovers" if qat_row["recovered"] >= 0.5 else "does not recover"
         lines.append(f"FP4 PTQ (nvfp4) loses {gap:.3f} mean accuracy vs BF16; Attn-QAT {verdict} "
