@@ -136,6 +136,9 @@ BAD = [
     (lambda q, k, v: (q, k, v), {"scale": "x"}, TypeError, "scale"),
     (lambda q, k, v: (q, k, v), {"causal": 1}, TypeError, "causal"),
     (lambda q, k, v: ("q", k, v), {}, TypeError, "q must be a torch.Tensor"),
+    (lambda q, k, v: (q[:, :0], k, v), {}, ValueError, "Hq=0"),  # (no heads: as an empty batch, refused)
+    (lambda q, k, v: (q[:, :0], k[:, :0], v[:, :0]), {}, ValueError, "Hkv=0"),
+    (lambda q, k, v: (q[:0], k[:0], v[:0]), {}, ValueError, "B=0"),
 ]
 
 

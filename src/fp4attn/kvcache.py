@@ -769,13 +769,15 @@ class KVCache:
     def cat(cls, caches) -> KVCache:
         """One cache holding the sequences of ``caches`` in order (e.g. prompts prefilled one at a time, then
         decoded as one batch): pages, tails, global scales and lengths copied, the same bits as each source. The
-        caches must agree in heads, head dim, page size, dtype, device, ``keep_16bit`` and ``window``."""
+        caches must agree in heads, head dim, page size, dtype, device, ``keep_16bit``, ``window`` and
+        ``scale_headroom`` (the global scales of sequences started later)."""
         caches = list(caches) if isinstance(caches, (list, tuple)) else None
         if not caches or any(not isinstance(c, KVCache) for c in caches):
             raise ValueError("caches must be a non-empty list of KVCache")
         c0 = caches[0]
         for c in caches[1:]:
-            for attr in ("num_kv_heads", "head_dim", "page_size", "dtype", "device", "keep_16bit", "window"):
+            for attr in ("num_kv_heads", "head_dim", "page_size", "dtype", "device", "keep_16bit", "window",
+                         "scale_headroom"):
                 if getattr(c, attr) != getattr(c0, attr):
                     raise ValueError(f"caches: every cache must have the same {attr} ({getattr(c0, attr)}), got "
                                      f"{getattr(c, attr)}")

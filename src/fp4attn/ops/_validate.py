@@ -130,7 +130,10 @@ def check_attention_args(q, k, v, *, layout="bhsd", scale=None, causal=False):
         raise ValueError(f"k and v must have the same sequence length Nk, got {k.shape[2]} and "
                          f"{v.shape[2]}")
     hkv = k.shape[1]
-    if hkv == 0 or hq % hkv:
+    if hq < 1 or hkv < 1:
+        raise ValueError(f"the numbers of query heads Hq and key/value heads Hkv must be >= 1, got Hq={hq}, "
+                         f"Hkv={hkv}")
+    if hq % hkv:
         raise ValueError(f"the number of query heads ({hq}) must be a multiple of the number of "
                          f"key/value heads ({hkv}) (GQA/MQA)")
     if D > MAX_HEAD_DIM or D < 1:
