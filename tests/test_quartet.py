@@ -638,3 +638,19 @@ def test_bench_linear_needs_cuda(capsys):
         pytest.skip("CUDA present: the benchmark would run")
     assert linear.main(["--shapes", "64x64x64"]) == 2
     assert linear.parse_shapes("1x2x3, 4x5x6") == [(1, 2, 3), (4, 5, 6)]
+
+
+def test_second_derivatives_are_refused_not_wrong():
+    """The Quartet and Attn-QAT backward passes are first-order (stochastic rounding / straight-through estimators):
+    differentiating them again raises instead of returning zeros or meaningless values."""
+    import fp4attn
+
+    m = QuartetLinear(64, 32, seed=0)
+    x = torch.randn(4, 64, requires_grad=True)
+    g, = torch.autograd.grad(m(x).square().sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError):
+        g.sum().backward()
+    q = torch.randn(1, 2, 32, 32, requires_grad=True)
+    g, = torch.autograd.grad(fp4attn.attn_qat(q, q, q).square().sum(), q, create_graph=True)
+    with pytest.raises(RuntimeError):
+        g.sum().backward()

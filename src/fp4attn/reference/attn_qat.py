@@ -140,6 +140,7 @@ class _AttnQATFunction(torch.autograd.Function):
         return o.to(q.dtype), lse.float()
 
     @staticmethod
+    @torch.autograd.function.once_differentiable  # (no second derivative: refused, not wrong)
     def backward(ctx, do, dlse):
         q, k, v, o, o_prime, lse, sinks = ctx.saved_tensors
         grads = attn_qat_backward(do, q, k, v, o, o_prime, lse, dlse=dlse, sinks=sinks, **ctx.cfg)

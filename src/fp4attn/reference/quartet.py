@@ -327,6 +327,7 @@ class QuartetLinearFunction(torch.autograd.Function):
         return y.to(x.dtype)
 
     @staticmethod
+    @torch.autograd.function.once_differentiable  # (no second derivative: refused, not wrong)
     def backward(ctx, dy):
         needs = ctx.needs_input_grad[:3]
         if not any(needs):
