@@ -14,7 +14,6 @@ its bf16 cache and reports its times and how many new tokens agree.
 from __future__ import annotations
 
 import argparse
-import inspect
 import sys
 import time
 
@@ -102,9 +101,8 @@ def run(args) -> int:
     new = out[:, ids.shape[1]:]
     n = new.shape[1]
     cache = fh.fp4_cache(model.config, **({"keep_16bit": True} if args.recipe == "thrift" else {}))
-    ck = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
     with torch.no_grad():
-        model(ids, **{ck: cache}, use_cache=True)
+        model(ids, **{fh.cache_argument(model): cache}, use_cache=True)
     fp4_bytes = cache.nbytes()
     copy_bytes = sum(layer.kv.nbytes_16bit for layer in cache.layers)  # (Thrift's 16-bit copy)
     bf16_bytes = sum(layer.kv.bf16_nbytes() for layer in cache.layers)

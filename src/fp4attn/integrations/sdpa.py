@@ -30,12 +30,12 @@ a positive finite number.
 from __future__ import annotations
 
 import contextlib
-import math
 import threading
 
 import torch
 import torch.nn.functional as F
 
+from ..ops._validate import check_scale
 from ._common import (
     _ORIGINAL_SDPA,
     additive_to_bool,
@@ -85,8 +85,9 @@ def make_sdpa(recipe: str = "nvfp4", mode: str = "auto", original=None, **op_kwa
             return fallback(f"dropout_p={dropout_p} is not supported", *args)
         if any(0 in t.shape for t in ts):  # (SDPA returns empty / zero outputs; the fp4attn ops need every size >= 1)
             return fallback("an empty dimension", *args)
-        if scale is not None and not (isinstance(scale, (int, float)) and not isinstance(scale, bool)
-                                      and math.isfinite(scale) and scale > 0):
+        try:
+            check_scale(scale, query.shape[-1])
+        except (TypeError, ValueError):
             return fallback(f"scale={scale!r} (fp4attn takes a positive finite float)", *args)
         D = query.shape[-1]
         if key.shape[-1] != D or value.shape[-1] != D or D > 256:

@@ -148,13 +148,12 @@ def _left_extent(sliding_window):
 
 def _ragged_mask(lengths, S: int, T: int, window, device) -> torch.Tensor:
     """(B, 1, S, T) bool mask of a cache whose sequences have different ``lengths`` (their keys in slots 0 .. L_b - 1,
-    zeros after): the S new queries of sequence b are its last S tokens (positions L_b - S ..), each seeing the
-    keys up to its own position (bottom-right causal per sequence, as ``fp4attn.decode``) and, with a sliding
-    ``window`` (left extent w, 0), none before position - w."""
-    pos = torch.tensor(lengths, device=device).view(-1, 1, 1, 1) - S + torch.arange(S, device=device).view(1, 1, S, 1)
-    j = torch.arange(T, device=device).view(1, 1, 1, T)
-    keep = j <= pos
-    return keep if window is None else keep & (j >= pos - window[0])
+    zeros after): sequence b's S new queries are its last S tokens, each with the keys the ops' own mask gives it
+    over its L_b keys (``window_keep``: bottom-right causal, as ``fp4attn.decode``, and the sliding ``window``)."""
+    keep = torch.zeros(len(lengths), 1, S, T, dtype=torch.bool, device=device)
+    for b, L in enumerate(lengths):
+        keep[b, 0, :, :L] = window_keep(0, S, S, L, True, window, device)
+    return keep
 
 
 def _dense_kv(kv, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
@@ -597,6 +596,12 @@ def _layer_windows(config) -> list:
     return [left if t == "sliding_attention" else None for t in types]
 
 
+def cache_argument(model) -> str:
+    """The name of the model's cache argument: ``cache`` from transformers 5.24 (``past_key_values`` is deprecated
+    there), else ``past_key_values``."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
 def generate(model, input_ids: torch.Tensor, max_new_tokens: int, *, do_sample: bool = False,
              temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
              eos_token_id=None, pad_token_id: int | None = None, generator: torch.Generator | None = None,
@@ -678,9 +683,7 @@ def generate(model, input_ids: torch.Tensor, max_new_tokens: int, *, do_sample: 
     def more():  # another token wanted (with EOS ids: one host sync)
         return len(out) - 1 < max_new_tokens and (eos is None or not bool(done.all()))
 
-    # the model's cache argument: ``cache`` from transformers 5.24 (``past_key_values`` deprecated there), else
-    # ``past_key_values``
-    ck = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    ck = cache_argument(model)
     with torch.no_grad():
         if ragged:  # each prompt alone, then one cache of the batch
             parts, last = [], []
